@@ -1,0 +1,122 @@
+//! Digest format v1 against the golden vectors computed by the Python witness
+//! (`data/tools/table_digest_witness.py`), and its layout invariants as properties.
+
+use gridkey_digest::{digest_raw, digest_table, ByteOrder, Dtype, MemoryOrder, TableDigest};
+use ndarray::{s, Array2, ShapeBuilder};
+use proptest::prelude::*;
+
+fn golden() -> serde_json::Value {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../data/golden/table-digests-v1.json");
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+/// The single place that calls the API under test for golden cases.
+fn check(values: &[i64], shape: (usize, usize), dtype: &str, expected: &str) {
+    let got = match dtype {
+        "<i4" => {
+            let v: Vec<i32> = values.iter().map(|&x| x as i32).collect();
+            digest_table(Array2::from_shape_vec(shape, v).unwrap().view())
+        }
+        "<i8" => digest_table(Array2::from_shape_vec(shape, values.to_vec()).unwrap().view()),
+        other => panic!("golden dtype {other} not handled"),
+    };
+    assert_eq!(got.to_string(), expected, "shape {shape:?} dtype {dtype}");
+}
+
+#[test]
+fn synthetic_golden_digests() {
+    let doc = golden();
+    let mut checked = 0;
+    for (name, case) in doc["synthetic"].as_object().unwrap() {
+        let Some(values) = case["values_if_small"].as_array() else {
+            // random_1000x4_i4 comes from NumPy's generator; the grid tables cover large tables.
+            continue;
+        };
+        let shape: Vec<usize> = case["shape"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as usize).collect();
+        let flat: Vec<i64> = values.iter().flat_map(|row| row.as_array().unwrap().iter().map(|x| x.as_i64().unwrap())).collect();
+        check(&flat, (shape[0], shape[1]), case["dtype"].as_str().unwrap(), case["digest"].as_str().unwrap());
+        checked += 1;
+        let _ = name;
+    }
+    assert_eq!(checked, 5, "every small synthetic golden case is checked");
+}
+
+#[test]
+fn digest_text_round_trips_and_rejects_garbage() {
+    let d: TableDigest = "9bcee51d14f05d37316945fc51e952ed".parse().unwrap();
+    assert_eq!(d.to_string(), "9bcee51d14f05d37316945fc51e952ed");
+    assert!("9bcee51d".parse::<TableDigest>().is_err());
+    assert!("zzcee51d14f05d37316945fc51e952ed".parse::<TableDigest>().is_err());
+}
+
+#[test]
+fn raw_length_mismatch_is_an_error() {
+    let err = digest_raw(&[0u8; 10], Dtype::I32, ByteOrder::Little, MemoryOrder::C, &[2, 2]).unwrap_err();
+    assert!(err.to_string().contains("needs 16") || err.to_string().contains("need 16"), "{err}");
+}
+
+fn table() -> impl Strategy<Value = Array2<i32>> {
+    (0usize..40, 1usize..8).prop_flat_map(|(n, k)| {
+        proptest::collection::vec(-1i32..100_000, n * k)
+            .prop_map(move |v| Array2::from_shape_vec((n, k), v).unwrap())
+    })
+}
+
+proptest! {
+    #[test]
+    fn fortran_copy_has_the_same_digest(t in table()) {
+        let mut f = Array2::<i32>::zeros(t.raw_dim().f());
+        f.assign(&t);
+        prop_assert!(f.as_slice().is_none() || t.nrows() <= 1 || t.ncols() <= 1);
+        prop_assert_eq!(digest_table(t.view()), digest_table(f.view()));
+    }
+
+    #[test]
+    fn strided_view_has_the_digest_of_its_content(t in table(), step in 1usize..4) {
+        // Interleave the table into a bigger one and view it back with a stride.
+        let (n, k) = t.dim();
+        let mut big = Array2::<i32>::from_elem((n * step, k * 2), 7);
+        big.slice_mut(s![..;step, ..;2]).assign(&t);
+        let view = big.slice(s![..;step, ..;2]);
+        prop_assert_eq!(digest_table(view), digest_table(t.view()));
+    }
+
+    #[test]
+    fn byte_swapped_and_fortran_raw_copies_have_the_same_digest(t in table()) {
+        let expect = digest_table(t.view());
+        let c_be: Vec<u8> = t.iter().flat_map(|x| x.to_be_bytes()).collect();
+        let f_le: Vec<u8> = t.t().iter().flat_map(|x| x.to_le_bytes()).collect();
+        let f_be: Vec<u8> = t.t().iter().flat_map(|x| x.to_be_bytes()).collect();
+        let shape = [t.nrows(), t.ncols()];
+        prop_assert_eq!(digest_raw(&c_be, Dtype::I32, ByteOrder::Big, MemoryOrder::C, &shape).unwrap(), expect);
+        prop_assert_eq!(digest_raw(&f_le, Dtype::I32, ByteOrder::Little, MemoryOrder::Fortran, &shape).unwrap(), expect);
+        prop_assert_eq!(digest_raw(&f_be, Dtype::I32, ByteOrder::Big, MemoryOrder::Fortran, &shape).unwrap(), expect);
+    }
+
+    #[test]
+    fn one_changed_element_changes_the_digest(t in table(), at in any::<proptest::sample::Index>(), delta in 1i32..1000) {
+        prop_assume!(!t.is_empty());
+        let mut u = t.clone();
+        let i = at.index(u.len());
+        let slot = u.iter_mut().nth(i).unwrap();
+        *slot = slot.wrapping_add(delta);
+        prop_assert_ne!(digest_table(t.view()), digest_table(u.view()));
+    }
+
+    #[test]
+    fn shape_and_dtype_enter_the_digest(t in table()) {
+        let (n, k) = t.dim();
+        prop_assume!(n > 1 && k > 1);
+        let flat: Vec<i32> = t.iter().copied().collect();
+        let transposed_shape = Array2::from_shape_vec((k, n), flat.clone()).unwrap();
+        let one_row = Array2::from_shape_vec((1, n * k), flat).unwrap();
+        let wide = t.mapv(i64::from);
+        let d = digest_table(t.view());
+        if n != k {
+            prop_assert_ne!(d, digest_table(transposed_shape.view()));
+        }
+        prop_assert_ne!(d, digest_table(one_row.view()));
+        prop_assert_ne!(d, digest_table(wide.view()));
+        prop_assert_eq!(digest_table(wide.view()), digest_table(wide.t().as_standard_layout().t()));
+    }
+}
