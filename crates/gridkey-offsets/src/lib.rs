@@ -1,1 +1,624 @@
+//! Offset providers: the runtime one the user passes, the compile-time view translation sees,
+//! and the conversion between them (DESIGN 1, 2 and 7; ADR 0006).
+//!
+//! An offset provider is an ordered map from offset names (`C2E`, `E2C`, `Koff`, ...) to either a
+//! [`Dimension`] or a gather connectivity. The runtime [`OffsetProvider`] holds [`Connectivity`]
+//! values whose neighbour tables may have any memory order, int32 or int64 elements, or live
+//! behind a [`HostCopySource`] that must be copied to the host to be read (the stand-in for a
+//! device buffer). [`compile_time_offset_provider`] replaces every gather by a
+//! [`CompileTimeConnectivity`]: a read-only, C-order host table memory-mapped from the
+//! [`TableStore`] and named by its [`TableDigest`].
+//!
+//! # Architecture invariant
+//!
+//! The compile-time view keeps every entry of the runtime provider, in the same order. Runtime
+//! tables (host or device) are read only during conversion, and each runtime connectivity is
+//! converted once per process and store while it lives: the memo is keyed by the identity of
+//! its `Arc` and validated by a `Weak`, so a reused address is never mistaken for the old
+//! connectivity. Compile-time tables are canonical: C order, little-endian, int32 whenever every
+//! index fits (ADR 0006), so neither the layout nor the integer width of the runtime table
+//! reaches a digest or a key.
 
+use std::collections::HashMap;
+use std::io::{self, Write};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+
+use gridkey_digest::{digest_table, Dtype, TableDigest, TableElement, TableHasher, BUFFER_BYTES};
+use gridkey_store::{MappedTable, StoreError, TableSpec, TableStore, TableView};
+use ndarray::{ArcArray2, Array2, ArrayView2};
+
+pub use gridkey_store::TableView as CompileTimeTable;
+
+/// Errors of offset providers and their conversion.
+#[derive(Debug, thiserror::Error)]
+pub enum OffsetsError {
+    /// The table store failed while converting or rehydrating connectivity `offset`.
+    #[error("offset {offset}: {source}")]
+    Store {
+        /// The offset name (`C2E`).
+        offset: String,
+        /// What the store said.
+        source: StoreError,
+    },
+    /// An offset name appears twice in one provider.
+    #[error("offset {offset} is defined twice in one offset provider; give each entry its own name")]
+    DuplicateOffset {
+        /// The offset name.
+        offset: String,
+    },
+    /// A domain or codomain dimension of the wrong kind.
+    #[error("connectivity {what} dimension {name} must be a {expected:?} dimension")]
+    DimensionKind {
+        /// Which dimension (domain, local, codomain).
+        what: &'static str,
+        /// Its name.
+        name: String,
+        /// The kind required.
+        expected: DimensionKind,
+    },
+}
+
+/// What a dimension indexes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum DimensionKind {
+    /// A horizontal mesh location: `Cell`, `Edge`, `Vertex`.
+    Horizontal,
+    /// The vertical: `K`.
+    Vertical,
+    /// The neighbour axis of a connectivity: `C2EDim`.
+    Local,
+}
+
+impl DimensionKind {
+    /// Lowercase name, as in keys and records: `horizontal`, `vertical`, `local`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            DimensionKind::Horizontal => "horizontal",
+            DimensionKind::Vertical => "vertical",
+            DimensionKind::Local => "local",
+        }
+    }
+}
+
+/// A named dimension of a field or a connectivity.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Dimension {
+    name: String,
+    kind: DimensionKind,
+}
+
+impl Dimension {
+    /// A dimension called `name` of `kind`.
+    pub fn new(name: impl Into<String>, kind: DimensionKind) -> Self {
+        Self { name: name.into(), kind }
+    }
+
+    /// A horizontal dimension (`Cell`, `Edge`, `Vertex`).
+    pub fn horizontal(name: impl Into<String>) -> Self {
+        Self::new(name, DimensionKind::Horizontal)
+    }
+
+    /// A local (neighbour) dimension (`C2EDim`).
+    pub fn local(name: impl Into<String>) -> Self {
+        Self::new(name, DimensionKind::Local)
+    }
+
+    /// The name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The kind.
+    pub fn kind(&self) -> DimensionKind {
+        self.kind
+    }
+}
+
+/// A runtime neighbour table `(n, max_neighbours)` on the host, in any memory order or
+/// strides; shared immutably, so it cannot change after it was used for compilation (DESIGN 7).
+#[derive(Clone, Debug)]
+pub enum IndexTable {
+    /// int32 elements.
+    I32(ArcArray2<i32>),
+    /// int64 elements.
+    I64(ArcArray2<i64>),
+}
+
+impl IndexTable {
+    /// The element type.
+    pub fn dtype(&self) -> Dtype {
+        match self {
+            IndexTable::I32(_) => Dtype::I32,
+            IndexTable::I64(_) => Dtype::I64,
+        }
+    }
+
+    /// The shape `(n, k)` in elements.
+    pub fn shape(&self) -> [usize; 2] {
+        let (n, k) = match self {
+            IndexTable::I32(a) => a.dim(),
+            IndexTable::I64(a) => a.dim(),
+        };
+        [n, k]
+    }
+
+    /// A C-order copy of the table (what a device-to-host transfer produces).
+    fn to_c_order(&self) -> IndexTable {
+        match self {
+            IndexTable::I32(a) => IndexTable::I32(a.as_standard_layout().into_owned().into_shared()),
+            IndexTable::I64(a) => IndexTable::I64(a.as_standard_layout().into_owned().into_shared()),
+        }
+    }
+}
+
+/// A table that can be read only after a copy to the host: the stand-in for a device buffer.
+///
+/// Shape and dtype are metadata and free to read; the elements are reachable only through
+/// [`HostCopySource::copy_to_host`], which counts every copy so that tests can prove a
+/// conversion copies each table at most once.
+#[derive(Debug)]
+pub struct HostCopySource {
+    table: IndexTable,
+    copies: AtomicU64,
+}
+
+impl HostCopySource {
+    /// Wraps `table` as if it lived in device memory.
+    pub fn new(table: IndexTable) -> Self {
+        Self { table, copies: AtomicU64::new(0) }
+    }
+
+    /// Copies the table to the host, in C order. Counts one copy.
+    pub fn copy_to_host(&self) -> IndexTable {
+        self.copies.fetch_add(1, Ordering::SeqCst);
+        self.table.to_c_order()
+    }
+
+    /// How many times the table was copied to the host.
+    pub fn copies(&self) -> u64 {
+        self.copies.load(Ordering::SeqCst)
+    }
+
+    /// The element type (metadata, no copy).
+    pub fn dtype(&self) -> Dtype {
+        self.table.dtype()
+    }
+
+    /// The shape (metadata, no copy).
+    pub fn shape(&self) -> [usize; 2] {
+        self.table.shape()
+    }
+}
+
+/// Where a runtime connectivity's table lives.
+#[derive(Debug)]
+pub enum TableSource {
+    /// On the host, readable in place.
+    Host(IndexTable),
+    /// Behind a copy (device memory).
+    HostCopy(HostCopySource),
+}
+
+/// A runtime gather connectivity: a neighbour table from `domain` (with neighbour axis `local`)
+/// to `codomain`, where `skip_value` marks a missing neighbour.
+#[derive(Debug)]
+pub struct Connectivity {
+    domain: Dimension,
+    local: Dimension,
+    codomain: Dimension,
+    skip_value: Option<i64>,
+    source: TableSource,
+}
+
+impl Connectivity {
+    /// A connectivity; `domain` and `codomain` must be horizontal or vertical, `local` local.
+    ///
+    /// Errors: [`OffsetsError::DimensionKind`].
+    pub fn new(
+        domain: Dimension,
+        local: Dimension,
+        codomain: Dimension,
+        skip_value: Option<i64>,
+        source: TableSource,
+    ) -> Result<Self, OffsetsError> {
+        check_dimensions(&domain, &local, &codomain)?;
+        Ok(Self { domain, local, codomain, skip_value, source })
+    }
+
+    /// The domain (source) dimension, e.g. `Cell` for `C2E`.
+    pub fn domain(&self) -> &Dimension {
+        &self.domain
+    }
+
+    /// The neighbour dimension, e.g. `C2EDim`.
+    pub fn local(&self) -> &Dimension {
+        &self.local
+    }
+
+    /// The codomain (target) dimension, e.g. `Edge` for `C2E`.
+    pub fn codomain(&self) -> &Dimension {
+        &self.codomain
+    }
+
+    /// The value marking a missing neighbour, if any.
+    pub fn skip_value(&self) -> Option<i64> {
+        self.skip_value
+    }
+
+    /// Where the table lives.
+    pub fn source(&self) -> &TableSource {
+        &self.source
+    }
+
+    /// The shape `(n, k)` (metadata, no copy).
+    pub fn shape(&self) -> [usize; 2] {
+        match &self.source {
+            TableSource::Host(t) => t.shape(),
+            TableSource::HostCopy(s) => s.shape(),
+        }
+    }
+
+    /// The runtime element type (metadata, no copy).
+    pub fn dtype(&self) -> Dtype {
+        match &self.source {
+            TableSource::Host(t) => t.dtype(),
+            TableSource::HostCopy(s) => s.dtype(),
+        }
+    }
+
+    /// The table on the host for execution: shared as it is for a host table, copied (and
+    /// counted) for a [`HostCopySource`].
+    pub fn host_table(&self) -> IndexTable {
+        match &self.source {
+            TableSource::Host(t) => t.clone(),
+            TableSource::HostCopy(s) => s.copy_to_host(),
+        }
+    }
+}
+
+fn check_dimensions(domain: &Dimension, local: &Dimension, codomain: &Dimension) -> Result<(), OffsetsError> {
+    let located = |what, d: &Dimension| {
+        if d.kind == DimensionKind::Local {
+            Err(OffsetsError::DimensionKind { what, name: d.name.clone(), expected: DimensionKind::Horizontal })
+        } else {
+            Ok(())
+        }
+    };
+    located("domain", domain)?;
+    located("codomain", codomain)?;
+    if local.kind != DimensionKind::Local {
+        return Err(OffsetsError::DimensionKind { what: "local", name: local.name.clone(), expected: DimensionKind::Local });
+    }
+    Ok(())
+}
+
+/// The compile-time form of a connectivity: the same dimensions and skip value, and a
+/// canonical C-order host table mapped read-only from the store and named by its digest.
+#[derive(Debug)]
+pub struct CompileTimeConnectivity {
+    domain: Dimension,
+    local: Dimension,
+    codomain: Dimension,
+    skip_value: Option<i64>,
+    table: MappedTable,
+}
+
+impl CompileTimeConnectivity {
+    /// Opens the stored table `spec` and pairs it with its dimensions: how a worker rehydrates
+    /// a connectivity that crossed a process boundary as a reference (DESIGN 4.3). The open
+    /// checks header, dtype, shape and length; it does not recompute the digest.
+    ///
+    /// Errors: [`OffsetsError::DimensionKind`]; [`OffsetsError::Store`] naming `offset`.
+    pub fn rehydrate(
+        offset: &str,
+        store: &TableStore,
+        spec: &TableSpec,
+        domain: Dimension,
+        local: Dimension,
+        codomain: Dimension,
+        skip_value: Option<i64>,
+    ) -> Result<Self, OffsetsError> {
+        check_dimensions(&domain, &local, &codomain)?;
+        let table = store
+            .open_table(spec)
+            .map_err(|source| OffsetsError::Store { offset: offset.to_owned(), source })?;
+        Ok(Self { domain, local, codomain, skip_value, table })
+    }
+
+    /// The domain dimension.
+    pub fn domain(&self) -> &Dimension {
+        &self.domain
+    }
+
+    /// The neighbour dimension.
+    pub fn local(&self) -> &Dimension {
+        &self.local
+    }
+
+    /// The codomain dimension.
+    pub fn codomain(&self) -> &Dimension {
+        &self.codomain
+    }
+
+    /// The skip value, if any.
+    pub fn skip_value(&self) -> Option<i64> {
+        self.skip_value
+    }
+
+    /// Digest, dtype and shape of the table.
+    pub fn spec(&self) -> &TableSpec {
+        self.table.spec()
+    }
+
+    /// The table digest (format v1).
+    pub fn digest(&self) -> TableDigest {
+        self.table.spec().digest
+    }
+
+    /// The compile-time dtype (int32 unless an index does not fit).
+    pub fn dtype(&self) -> Dtype {
+        self.table.spec().dtype
+    }
+
+    /// The shape `(n, k)`.
+    pub fn shape(&self) -> [usize; 2] {
+        self.table.spec().shape
+    }
+
+    /// The table, C order, read-only, mapped from the store.
+    pub fn table(&self) -> TableView<'_> {
+        self.table.view()
+    }
+}
+
+/// One entry of an offset provider: a dimension or a gather connectivity.
+#[derive(Clone, Debug)]
+pub enum Entry<G> {
+    /// The offset maps to a dimension (e.g. `Koff` to `K`).
+    Dimension(Dimension),
+    /// The offset is a gather connectivity.
+    Gather(G),
+}
+
+/// An ordered map from offset names to entries. Order is part of the key (DESIGN 4.4).
+#[derive(Clone, Debug)]
+pub struct Provider<G> {
+    entries: Vec<(String, Entry<G>)>,
+}
+
+/// The runtime offset provider the user passes, and execution receives.
+pub type OffsetProvider = Provider<Arc<Connectivity>>;
+
+/// The compile-time view of an offset provider: what translation and keys see.
+pub type CompileTimeOffsetProvider = Provider<Arc<CompileTimeConnectivity>>;
+
+impl<G> Default for Provider<G> {
+    fn default() -> Self {
+        Self { entries: Vec::new() }
+    }
+}
+
+impl<G> Provider<G> {
+    /// An empty provider.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Appends an entry named `offset`.
+    ///
+    /// Errors: [`OffsetsError::DuplicateOffset`] when the name is already there.
+    pub fn push(&mut self, offset: impl Into<String>, entry: Entry<G>) -> Result<(), OffsetsError> {
+        let offset = offset.into();
+        if self.get(&offset).is_some() {
+            return Err(OffsetsError::DuplicateOffset { offset });
+        }
+        self.entries.push((offset, entry));
+        Ok(())
+    }
+
+    /// The entries, in order.
+    pub fn entries(&self) -> &[(String, Entry<G>)] {
+        &self.entries
+    }
+
+    /// The entry named `offset`.
+    pub fn get(&self, offset: &str) -> Option<&Entry<G>> {
+        self.entries.iter().find(|(name, _)| name == offset).map(|(_, e)| e)
+    }
+
+    /// The gather connectivity named `offset`, if it is one.
+    pub fn gather(&self, offset: &str) -> Option<&G> {
+        match self.get(offset) {
+            Some(Entry::Gather(g)) => Some(g),
+            _ => None,
+        }
+    }
+
+    /// Number of entries.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether there is no entry.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
+/// Process-wide counts of conversion work, for tests and benchmarks.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ConversionStats {
+    /// Runtime connectivities converted (memo misses): each one hashed its table once.
+    pub tables_hashed: u64,
+    /// Bytes of canonical table content hashed.
+    pub bytes_hashed: u64,
+    /// Memo hits: conversions that copied and hashed nothing.
+    pub memo_hits: u64,
+}
+
+static TABLES_HASHED: AtomicU64 = AtomicU64::new(0);
+static BYTES_HASHED: AtomicU64 = AtomicU64::new(0);
+static MEMO_HITS: AtomicU64 = AtomicU64::new(0);
+
+/// The conversion counters of this process so far.
+pub fn conversion_stats() -> ConversionStats {
+    ConversionStats {
+        tables_hashed: TABLES_HASHED.load(Ordering::SeqCst),
+        bytes_hashed: BYTES_HASHED.load(Ordering::SeqCst),
+        memo_hits: MEMO_HITS.load(Ordering::SeqCst),
+    }
+}
+
+struct MemoEntry {
+    runtime: Weak<Connectivity>,
+    compile_time: Arc<CompileTimeConnectivity>,
+}
+
+type MemoKey = (usize, PathBuf);
+
+fn memo() -> &'static Mutex<HashMap<MemoKey, MemoEntry>> {
+    static MEMO: OnceLock<Mutex<HashMap<MemoKey, MemoEntry>>> = OnceLock::new();
+    MEMO.get_or_init(Default::default)
+}
+
+/// The compile-time view of `provider`: every entry, in order, with each gather replaced by its
+/// [`CompileTimeConnectivity`] in `store` (converted at most once per connectivity and store,
+/// see [`compile_time_connectivity`]).
+///
+/// Errors: [`OffsetsError::Store`] naming the offset whose table could not be stored or mapped.
+pub fn compile_time_offset_provider(
+    provider: &OffsetProvider,
+    store: &TableStore,
+) -> Result<CompileTimeOffsetProvider, OffsetsError> {
+    let mut out = CompileTimeOffsetProvider::new();
+    for (name, entry) in provider.entries() {
+        let entry = match entry {
+            Entry::Dimension(d) => Entry::Dimension(d.clone()),
+            Entry::Gather(c) => Entry::Gather(compile_time_connectivity(name, c, store)?),
+        };
+        out.entries.push((name.clone(), entry));
+    }
+    Ok(out)
+}
+
+/// The compile-time view of one runtime connectivity, from the memo when this `Arc` was
+/// converted into `store` before and still lives; otherwise copied to the host if needed,
+/// canonicalised (C order, int32 when every index fits), hashed once, stored and mapped.
+///
+/// Errors: [`OffsetsError::Store`] naming `offset`.
+pub fn compile_time_connectivity(
+    offset: &str,
+    connectivity: &Arc<Connectivity>,
+    store: &TableStore,
+) -> Result<Arc<CompileTimeConnectivity>, OffsetsError> {
+    let key = (Arc::as_ptr(connectivity) as usize, store.dir().to_path_buf());
+    {
+        let memo = memo().lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(entry) = memo.get(&key) {
+            if entry.runtime.upgrade().is_some_and(|live| Arc::ptr_eq(&live, connectivity)) {
+                MEMO_HITS.fetch_add(1, Ordering::SeqCst);
+                return Ok(entry.compile_time.clone());
+            }
+        }
+    }
+    let store_err = |source| OffsetsError::Store { offset: offset.to_owned(), source };
+    let host = match connectivity.source() {
+        TableSource::Host(t) => t.clone(),
+        TableSource::HostCopy(s) => s.copy_to_host(),
+    };
+    let spec = match &host {
+        IndexTable::I32(a) => store_as_is(store, a.view()).map_err(store_err)?,
+        IndexTable::I64(a) if fits_i32(a.view()) => {
+            store_converted(store, a.view(), |x| x as i32).map_err(store_err)?
+        }
+        IndexTable::I64(a) => store_as_is(store, a.view()).map_err(store_err)?,
+    };
+    let table = store.open_table(&spec).map_err(store_err)?;
+    let compile_time = Arc::new(CompileTimeConnectivity {
+        domain: connectivity.domain.clone(),
+        local: connectivity.local.clone(),
+        codomain: connectivity.codomain.clone(),
+        skip_value: connectivity.skip_value,
+        table,
+    });
+    let mut memo = memo().lock().unwrap_or_else(|p| p.into_inner());
+    memo.retain(|_, e| e.runtime.strong_count() > 0);
+    let entry = memo
+        .entry(key)
+        .or_insert_with(|| MemoEntry { runtime: Arc::downgrade(connectivity), compile_time: compile_time.clone() });
+    if !entry.runtime.upgrade().is_some_and(|live| Arc::ptr_eq(&live, connectivity)) {
+        *entry = MemoEntry { runtime: Arc::downgrade(connectivity), compile_time: compile_time.clone() };
+    }
+    Ok(entry.compile_time.clone())
+}
+
+fn fits_i32(table: ArrayView2<'_, i64>) -> bool {
+    table.iter().all(|&x| i32::try_from(x).is_ok())
+}
+
+/// Hashes `table` once (in place when C-contiguous), then stores it in C order.
+fn store_as_is<T: TableElement>(store: &TableStore, table: ArrayView2<'_, T>) -> Result<TableSpec, StoreError> {
+    let digest = digest_table(table);
+    let spec = counted_spec(digest, T::DTYPE, [table.nrows(), table.ncols()]);
+    store.put_table(digest, table)?;
+    Ok(spec)
+}
+
+/// Hashes `table` converted element-wise to `T` once, then stores the converted table.
+fn store_converted<S: Copy, T: TableElement>(
+    store: &TableStore,
+    table: ArrayView2<'_, S>,
+    convert: impl Fn(S) -> T + Copy,
+) -> Result<TableSpec, StoreError> {
+    let shape = [table.nrows(), table.ncols()];
+    let mut hasher = TableHasher::new(T::DTYPE, &shape);
+    stream_le(table, convert, |bytes| {
+        hasher.update(bytes);
+        Ok(())
+    })
+    .expect("hashing does not fail");
+    let digest = hasher.finish().expect("a view holds shape.product() elements");
+    let spec = counted_spec(digest, T::DTYPE, shape);
+    store.put_with(&spec, |out: &mut dyn Write| stream_le(table, convert, |b| out.write_all(b)))?;
+    Ok(spec)
+}
+
+fn counted_spec(digest: TableDigest, dtype: Dtype, shape: [usize; 2]) -> TableSpec {
+    TABLES_HASHED.fetch_add(1, Ordering::SeqCst);
+    BYTES_HASHED.fetch_add((shape[0] * shape[1] * dtype.itemsize()) as u64, Ordering::SeqCst);
+    TableSpec { digest, dtype, shape }
+}
+
+/// Feeds `table` converted to `T`, in C order, little-endian, through a bounded buffer.
+fn stream_le<S: Copy, T: TableElement>(
+    table: ArrayView2<'_, S>,
+    convert: impl Fn(S) -> T,
+    mut sink: impl FnMut(&[u8]) -> io::Result<()>,
+) -> io::Result<()> {
+    let mut buf = vec![0u8; BUFFER_BYTES];
+    let mut used = 0;
+    for &x in table.iter() {
+        convert(x).put_le(&mut buf[used..used + T::SIZE]);
+        used += T::SIZE;
+        if used == buf.len() {
+            sink(&buf)?;
+            used = 0;
+        }
+    }
+    sink(&buf[..used])
+}
+
+/// Builds a runtime connectivity over a host int32 table: a convenience for tests and readers.
+///
+/// Errors: [`OffsetsError::DimensionKind`].
+pub fn host_connectivity(
+    domain: Dimension,
+    local: Dimension,
+    codomain: Dimension,
+    skip_value: Option<i64>,
+    table: Array2<i32>,
+) -> Result<Connectivity, OffsetsError> {
+    Connectivity::new(domain, local, codomain, skip_value, TableSource::Host(IndexTable::I32(table.into_shared())))
+}

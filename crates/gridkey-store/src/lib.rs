@@ -1,1 +1,357 @@
+//! Content-addressed store of neighbour tables as `.npy` files (DESIGN 4.2, ADR 0002).
+//!
+//! A table with digest `d` lives at `<cache>/tables-v1/<d[0..2]>/<d>.npy`: NumPy `.npy` format
+//! 1.0, little-endian `descr`, `fortran_order: False`, header padded so that the data starts at
+//! a multiple of 64 bytes, file mode read-only. `numpy.load(path, mmap_mode="r")` reads it.
+//!
+//! # Architecture invariant
+//!
+//! The store never exposes a partially written file under a final name: a table is written to a
+//! temp file in the same directory, `sync_all`ed, made read-only and renamed; a lost rename race
+//! is success, since the name is the content. The store never trusts a file: every open checks
+//! that it is a regular file, its magic, header, dtype, shape and length against what the
+//! caller expects ([`TableStore::open_table`]); [`TableStore::open_verified`] also recomputes
+//! the digest. It knows nothing of connectivities, keys or runners.
+
+use std::fs::{self, File};
+use std::io::{self, BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use gridkey_digest::{digest_table, Dtype, TableDigest, TableElement};
+use memmap2::Mmap;
+use ndarray::ArrayView2;
+use ndarray_npy::npy::header::{Header, Layout};
+use ndarray_npy::{ViewNpyExt, WritableElement};
+
+/// Name of the store directory under the cache directory; carries the digest format version.
+pub const TABLES_DIR: &str = "tables-v1";
+
+/// Prefix of temp files in the store; anything with it is an unfinished write.
+pub const TEMP_PREFIX: &str = ".tmp-";
+
+/// Errors of the table store. Every variant names the file and what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The store directory could not be created or written.
+    #[error("cannot use table store directory {path}: {source}; point GRIDKEY_CACHE_DIR (or --cache-dir) at a writable directory")]
+    Directory {
+        /// The directory.
+        path: PathBuf,
+        /// The I/O error.
+        source: io::Error,
+    },
+    /// Writing a table failed (full disk, permissions); nothing was left under the final name.
+    #[error("cannot write table {digest} to {path}: {source}; free space or fix permissions, nothing was left behind")]
+    Write {
+        /// The final path the table was going to.
+        path: PathBuf,
+        /// The digest of the table.
+        digest: TableDigest,
+        /// The I/O error.
+        source: io::Error,
+    },
+    /// A stored table is missing.
+    #[error("table {digest} is not in the store: {path} does not exist; convert the offset provider again")]
+    Missing {
+        /// The expected path.
+        path: PathBuf,
+        /// The digest asked for.
+        digest: TableDigest,
+    },
+    /// Reading a stored table failed.
+    #[error("cannot read table file {path}: {source}; check its permissions or delete it so it is rebuilt")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: io::Error,
+    },
+    /// The path is a directory, a symlink or another non-regular file.
+    #[error("table path {path} is not a regular file; delete it so the table is rebuilt")]
+    NotAFile {
+        /// The path.
+        path: PathBuf,
+    },
+    /// The file is not a valid `.npy` file of the expected dtype and layout (truncated, tampered).
+    #[error("table file {path} is not a valid {dtype} C-order .npy table: {reason}; delete it so it is rebuilt")]
+    Format {
+        /// The file.
+        path: PathBuf,
+        /// The dtype expected.
+        dtype: Dtype,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The file's shape is not the one expected.
+    #[error("table file {path} has shape {found:?}, expected {expected:?}; delete it so it is rebuilt")]
+    Shape {
+        /// The file.
+        path: PathBuf,
+        /// The shape expected.
+        expected: [usize; 2],
+        /// The shape in the header.
+        found: [usize; 2],
+    },
+    /// A verifying open recomputed a digest different from the file's name.
+    #[error("table file {path} has digest {found}, not the {expected} its name says (modified after it was stored); delete it so it is rebuilt")]
+    Digest {
+        /// The file.
+        path: PathBuf,
+        /// The digest in the name.
+        expected: TableDigest,
+        /// The digest of the content.
+        found: TableDigest,
+    },
+}
+
+/// What a caller expects of a stored table: its digest, dtype and shape `(n, k)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct TableSpec {
+    /// The digest (format v1) of the table; names the file.
+    pub digest: TableDigest,
+    /// The element type.
+    pub dtype: Dtype,
+    /// The shape `(rows, max_neighbours)` in elements.
+    pub shape: [usize; 2],
+}
+
+/// A handle on the table store inside a cache directory.
+#[derive(Clone, Debug)]
+pub struct TableStore {
+    cache_dir: PathBuf,
+    dir: PathBuf,
+}
+
+impl TableStore {
+    /// Opens (creating if needed) the store `<cache_dir>/tables-v1`.
+    ///
+    /// Errors: [`StoreError::Directory`] when the directory cannot be created.
+    pub fn open(cache_dir: &Path) -> Result<Self, StoreError> {
+        let dir = cache_dir.join(TABLES_DIR);
+        fs::create_dir_all(&dir).map_err(|source| StoreError::Directory { path: dir.clone(), source })?;
+        Ok(Self { cache_dir: cache_dir.to_path_buf(), dir })
+    }
+
+    /// The cache directory this store lives in.
+    pub fn cache_dir(&self) -> &Path {
+        &self.cache_dir
+    }
+
+    /// The store directory, `<cache_dir>/tables-v1`.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The final path of the table with `digest`: `<dir>/<hex[0..2]>/<hex>.npy`.
+    pub fn path_of(&self, digest: &TableDigest) -> PathBuf {
+        let hex = digest.to_hex();
+        self.dir.join(&hex[..2]).join(format!("{hex}.npy"))
+    }
+
+    /// Stores a table whose C-order little-endian element bytes `write_data` writes, unless a
+    /// valid file of `spec` is already there. Returns the final path.
+    ///
+    /// `write_data` must write exactly `shape[0] * shape[1] * itemsize` bytes; the caller is
+    /// responsible for `spec.digest` being the digest of those bytes (see [`Self::put_table`]).
+    /// Errors: [`StoreError::Directory`], [`StoreError::Write`]; on error no file is left behind.
+    pub fn put_with(
+        &self,
+        spec: &TableSpec,
+        write_data: impl FnOnce(&mut dyn Write) -> io::Result<()>,
+    ) -> Result<PathBuf, StoreError> {
+        let path = self.path_of(&spec.digest);
+        if self.open_table(spec).is_ok() {
+            return Ok(path);
+        }
+        let parent = path.parent().expect("a table path has a parent");
+        fs::create_dir_all(parent).map_err(|source| StoreError::Directory { path: parent.to_path_buf(), source })?;
+        let write_err = |source| StoreError::Write { path: path.clone(), digest: spec.digest, source };
+        let temp = tempfile::Builder::new()
+            .prefix(TEMP_PREFIX)
+            .suffix(".npy")
+            .tempfile_in(parent)
+            .map_err(write_err)?;
+        let header = npy_header(spec).map_err(write_err)?;
+        let expected_len = header.len() as u64 + data_bytes(spec) as u64;
+        {
+            let mut out = BufWriter::with_capacity(1 << 20, temp.as_file());
+            out.write_all(&header).map_err(write_err)?;
+            write_data(&mut out).map_err(write_err)?;
+            out.flush().map_err(write_err)?;
+        }
+        let file = temp.as_file();
+        let written = file.metadata().map_err(write_err)?.len();
+        if written != expected_len {
+            return Err(write_err(io::Error::other(format!(
+                "the table writer produced {written} bytes, the header announces {expected_len}"
+            ))));
+        }
+        file.sync_all().map_err(write_err)?;
+        let mut perms = file.metadata().map_err(write_err)?.permissions();
+        perms.set_readonly(true);
+        file.set_permissions(perms).map_err(write_err)?;
+        match temp.persist(&path) {
+            Ok(_) => {}
+            // The name is the content: another writer that won the race wrote the same table.
+            Err(e) if self.open_table(spec).is_ok() => drop(e),
+            Err(e) => return Err(write_err(e.error)),
+        }
+        // Make the rename itself durable.
+        if let Ok(d) = File::open(parent) {
+            let _ = d.sync_all();
+        }
+        Ok(path)
+    }
+
+    /// Stores `table` (any layout) under `digest`, written in C order little-endian through a
+    /// bounded buffer. The digest must be [`digest_table`] of `table`.
+    ///
+    /// Errors: as [`Self::put_with`].
+    pub fn put_table<T: TableElement>(&self, digest: TableDigest, table: ArrayView2<'_, T>) -> Result<PathBuf, StoreError> {
+        let spec = TableSpec { digest, dtype: T::DTYPE, shape: [table.nrows(), table.ncols()] };
+        self.put_with(&spec, |out| write_c_order(table, out))
+    }
+
+    /// Opens a stored table read-only by mmap, checking that the path is a regular file and its
+    /// magic, header, dtype, C order, shape and length against `spec`. Does not recompute the
+    /// digest (see [`Self::open_verified`]).
+    ///
+    /// Errors: [`StoreError::Missing`], [`StoreError::NotAFile`], [`StoreError::Read`],
+    /// [`StoreError::Format`], [`StoreError::Shape`].
+    pub fn open_table(&self, spec: &TableSpec) -> Result<MappedTable, StoreError> {
+        let path = self.path_of(&spec.digest);
+        MappedTable::map(path, spec)
+    }
+
+    /// [`Self::open_table`], then recomputes the digest of the content and compares it with the
+    /// file's name. Reads the whole table once.
+    ///
+    /// Errors: those of [`Self::open_table`], and [`StoreError::Digest`].
+    pub fn open_verified(&self, spec: &TableSpec) -> Result<MappedTable, StoreError> {
+        let table = self.open_table(spec)?;
+        let found = match table.view() {
+            TableView::I32(v) => digest_table(v),
+            TableView::I64(v) => digest_table(v),
+        };
+        if found != spec.digest {
+            return Err(StoreError::Digest { path: table.path.clone(), expected: spec.digest, found });
+        }
+        Ok(table)
+    }
+}
+
+/// Bytes of element data of a table of `spec`.
+fn data_bytes(spec: &TableSpec) -> usize {
+    spec.shape[0] * spec.shape[1] * spec.dtype.itemsize()
+}
+
+/// The `.npy` 1.0 header for `spec`, padded so that the data starts at a multiple of 64 bytes.
+fn npy_header(spec: &TableSpec) -> io::Result<Vec<u8>> {
+    let type_descriptor = match spec.dtype {
+        Dtype::I32 => <i32 as WritableElement>::type_descriptor(),
+        Dtype::I64 => <i64 as WritableElement>::type_descriptor(),
+    };
+    let header = Header { type_descriptor, layout: Layout::Standard, shape: spec.shape.to_vec() };
+    header.to_bytes().map_err(io::Error::other)
+}
+
+/// Writes `table` in C order, little-endian, through a bounded buffer (in place when it is
+/// C-contiguous on a little-endian host).
+pub fn write_c_order<T: TableElement>(table: ArrayView2<'_, T>, out: &mut dyn Write) -> io::Result<()> {
+    if let (Some(slice), true) = (table.as_slice(), cfg!(target_endian = "little")) {
+        return out.write_all(bytemuck::cast_slice(slice));
+    }
+    let mut buf = vec![0u8; gridkey_digest::BUFFER_BYTES];
+    let mut used = 0;
+    for &x in table.iter() {
+        x.put_le(&mut buf[used..used + T::SIZE]);
+        used += T::SIZE;
+        if used == buf.len() {
+            out.write_all(&buf)?;
+            used = 0;
+        }
+    }
+    out.write_all(&buf[..used])
+}
+
+/// A read-only view of a mapped table.
+#[derive(Clone, Copy, Debug)]
+pub enum TableView<'a> {
+    /// An int32 table `(n, k)`, C order.
+    I32(ArrayView2<'a, i32>),
+    /// An int64 table `(n, k)`, C order.
+    I64(ArrayView2<'a, i64>),
+}
+
+/// A stored table, memory-mapped read-only; checked against its [`TableSpec`] when opened.
+#[derive(Debug)]
+pub struct MappedTable {
+    spec: TableSpec,
+    path: PathBuf,
+    mmap: Mmap,
+}
+
+impl MappedTable {
+    fn map(path: PathBuf, spec: &TableSpec) -> Result<Self, StoreError> {
+        let meta = match fs::symlink_metadata(&path) {
+            Ok(meta) => meta,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Err(StoreError::Missing { path, digest: spec.digest })
+            }
+            Err(source) => return Err(StoreError::Read { path, source }),
+        };
+        if !meta.file_type().is_file() {
+            return Err(StoreError::NotAFile { path });
+        }
+        let file = File::open(&path).map_err(|source| StoreError::Read { path: path.clone(), source })?;
+        if meta.len() == 0 {
+            return Err(StoreError::Format { path, dtype: spec.dtype, reason: "the file is empty".into() });
+        }
+        // SAFETY: the file is opened read-only and store files are never written in place
+        // (they are created under a temp name, made read-only and renamed); a file modified
+        // in place by someone else breaks the contract of DESIGN 7 and is caught by
+        // `open_verified`, not by memory unsafety in Rust code that only reads integers.
+        let mmap = unsafe { Mmap::map(&file) }.map_err(|source| StoreError::Read { path: path.clone(), source })?;
+        let table = Self { spec: *spec, path, mmap };
+        let found = match spec.dtype {
+            Dtype::I32 => ArrayView2::<i32>::view_npy(&table.mmap).map(|v| v.raw_dim()),
+            Dtype::I64 => ArrayView2::<i64>::view_npy(&table.mmap).map(|v| v.raw_dim()),
+        }
+        .map_err(|e| StoreError::Format { path: table.path.clone(), dtype: spec.dtype, reason: e.to_string() })?;
+        let found = [found[0], found[1]];
+        if found != spec.shape {
+            return Err(StoreError::Shape { path: table.path, expected: spec.shape, found });
+        }
+        Ok(table)
+    }
+
+    /// What this table was opened as.
+    pub fn spec(&self) -> &TableSpec {
+        &self.spec
+    }
+
+    /// The file it is mapped from.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The table, C order, borrowed from the mapping.
+    pub fn view(&self) -> TableView<'_> {
+        // The header was checked in `map`; these cannot fail for the same bytes.
+        match self.spec.dtype {
+            Dtype::I32 => TableView::I32(view_checked::<i32>(&self.mmap)),
+            Dtype::I64 => TableView::I64(view_checked::<i64>(&self.mmap)),
+        }
+    }
+}
+
+fn view_checked<'a, T>(bytes: &'a [u8]) -> ArrayView2<'a, T>
+where
+    ArrayView2<'a, T>: ViewNpyExt<'a>,
+{
+    match ArrayView2::<T>::view_npy(bytes) {
+        Ok(v) => v,
+        Err(e) => unreachable!("header checked when mapped: {e}"),
+    }
+}
 
