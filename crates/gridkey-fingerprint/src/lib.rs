@@ -1,1 +1,494 @@
+//! Translation key format v1 (DESIGN 4.4, ADR 0003) and the persistent translation cache
+//! (DESIGN 4.5).
+//!
+//! # What goes into a key
+//!
+//! [`KeyInputs`] is the one place that lists the inputs; [`TranslationKey::of`] hashes exactly
+//! these, in this order, with xxh3_128 over an explicit little-endian encoding ([`KeyEncoder`]:
+//! lengths as u64, no `usize`, no `HashMap` iteration, no `std::hash::Hash`):
+//!
+//! | input | why |
+//! |---|---|
+//! | [`KEY_FORMAT_VERSION`] and the table digest format version | a format change must change every key |
+//! | frontend name and version | another compiler, another translation |
+//! | program name and the program's stable encoding | the program itself |
+//! | translation options (sorted by name) | they shape the emitted code |
+//! | every offset-provider entry, in order: its name, then `Dimension{name, kind}` or `Gather{domain, local, codomain, skip_value, dtype, shape, table digest}` | translation reads the tables (domain inference) |
+//!
+//! Left out on purpose, because they vary by how compilation ran and not by what it computes:
+//!
+//! | excluded | why |
+//! |---|---|
+//! | file paths (cache directory, table files, grid file) | the same tables at another path are the same input |
+//! | runner mode and worker count | the point of gridkey: serial, thread and process compile alike |
+//! | memory order, strides, byte order and integer width of the runtime tables | compile-time tables are canonical (ADR 0006) |
+//! | array library, device, host/device residence | only the digest of the content is seen |
+//! | time, host name, process id | never an input |
+//!
+//! A value that travels with a key input but must not enter the key is wrapped in
+//! [`Excluded`], whose encoding is empty.
+//!
+//! # Architecture invariant
+//!
+//! Nothing that varies by runner, machine, path, time, memory order or array library enters a
+//! key: [`TranslationKey::of`] never sees a file path, only [`KeyInputs`]. The cache never
+//! returns an entry that does not carry its own key and checksum; anything unreadable,
+//! truncated, corrupt or of another format version is a miss.
 
+use std::collections::BTreeMap;
+use std::fmt;
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+use gridkey_digest::DIGEST_FORMAT_VERSION;
+use gridkey_offsets::{CompileTimeOffsetProvider, Entry};
+use serde::{Deserialize, Serialize};
+use xxhash_rust::xxh3::{xxh3_128, xxh3_64, Xxh3};
+
+/// Version of the translation key encoding; hashed first into every key and part of the cache
+/// directory name (`translation-v1/`). Changing a key input without bumping it is a bug.
+pub const KEY_FORMAT_VERSION: u32 = 1;
+
+/// Name of the translation cache directory under the cache directory.
+pub const TRANSLATION_DIR: &str = "translation-v1";
+
+/// Version marker of a translation cache entry file.
+pub const ENTRY_FORMAT_VERSION: u32 = 1;
+
+/// Magic bytes that start every translation cache entry.
+pub const ENTRY_MAGIC: &[u8; 4] = b"GKTE";
+
+/// Errors of keys and the translation cache.
+#[derive(Debug, thiserror::Error)]
+pub enum FingerprintError {
+    /// The cache directory could not be created.
+    #[error("cannot use translation cache directory {path}: {source}; point GRIDKEY_CACHE_DIR (or --cache-dir) at a writable directory")]
+    Directory {
+        /// The directory.
+        path: PathBuf,
+        /// The I/O error.
+        source: io::Error,
+    },
+    /// Writing an entry failed; nothing was left under the final name.
+    #[error("cannot write translation entry {path}: {source}; free space or fix permissions, nothing was left behind")]
+    Write {
+        /// The entry path.
+        path: PathBuf,
+        /// The I/O error.
+        source: io::Error,
+    },
+    /// A key text is not 32 hex digits.
+    #[error("{text:?} is not a translation key: expected 32 hex digits")]
+    ParseKey {
+        /// The text.
+        text: String,
+    },
+}
+
+/// A value that travels beside key inputs but is left out of the key on purpose; its key
+/// encoding is empty. The type makes every leave-out visible where it is declared.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Excluded<T>(pub T);
+
+impl<T> KeyEncode for Excluded<T> {
+    fn encode_key(&self, _: &mut KeyEncoder) {}
+}
+
+/// The explicit, stable encoding of key inputs: little-endian integers, u64 lengths.
+pub struct KeyEncoder {
+    state: Xxh3,
+}
+
+impl Default for KeyEncoder {
+    fn default() -> Self {
+        Self { state: Xxh3::new() }
+    }
+}
+
+impl KeyEncoder {
+    /// Adds one byte.
+    pub fn u8(&mut self, x: u8) {
+        self.state.update(&[x]);
+    }
+
+    /// Adds a u32, little-endian.
+    pub fn u32(&mut self, x: u32) {
+        self.state.update(&x.to_le_bytes());
+    }
+
+    /// Adds a u64, little-endian.
+    pub fn u64(&mut self, x: u64) {
+        self.state.update(&x.to_le_bytes());
+    }
+
+    /// Adds an i64, little-endian.
+    pub fn i64(&mut self, x: i64) {
+        self.state.update(&x.to_le_bytes());
+    }
+
+    /// Adds a byte string: its length as u64, then the bytes.
+    pub fn bytes(&mut self, b: &[u8]) {
+        self.u64(b.len() as u64);
+        self.state.update(b);
+    }
+
+    /// Adds a UTF-8 string as [`Self::bytes`].
+    pub fn str(&mut self, s: &str) {
+        self.bytes(s.as_bytes());
+    }
+
+    fn finish(&self) -> TranslationKey {
+        TranslationKey(self.state.digest128().to_be_bytes())
+    }
+}
+
+/// A value with a stable key encoding. Never derived from `std::hash::Hash`.
+pub trait KeyEncode {
+    /// Feeds this value's encoding to `e`.
+    fn encode_key(&self, e: &mut KeyEncoder);
+}
+
+/// The 128-bit translation key (format v1); displays as 32 lowercase hex digits.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct TranslationKey([u8; 16]);
+
+impl TranslationKey {
+    /// The key of `inputs`: xxh3_128 over their [`KeyEncode`] encoding.
+    pub fn of(inputs: &KeyInputs) -> Self {
+        let mut e = KeyEncoder::default();
+        inputs.encode_key(&mut e);
+        e.finish()
+    }
+
+    /// The 32 lowercase hex digits.
+    pub fn to_hex(&self) -> String {
+        self.to_string()
+    }
+}
+
+impl fmt::Display for TranslationKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for b in self.0 {
+            write!(f, "{b:02x}")?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for TranslationKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "TranslationKey({self})")
+    }
+}
+
+impl FromStr for TranslationKey {
+    type Err = FingerprintError;
+
+    /// Parses 32 hex digits.
+    fn from_str(text: &str) -> Result<Self, FingerprintError> {
+        let err = || FingerprintError::ParseKey { text: text.to_owned() };
+        if text.len() != 32 || !text.is_ascii() {
+            return Err(err());
+        }
+        let mut out = [0u8; 16];
+        for (i, byte) in out.iter_mut().enumerate() {
+            *byte = u8::from_str_radix(&text[2 * i..2 * i + 2], 16).map_err(|_| err())?;
+        }
+        Ok(Self(out))
+    }
+}
+
+/// The frontend (compiler) that translates: its name and version.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Frontend {
+    /// Name, e.g. `gridkey-stencil`.
+    pub name: String,
+    /// Version; a new version changes every key.
+    pub version: String,
+}
+
+/// Translation options: named settings that shape the emitted code, sorted by name.
+pub type TranslationOptions = BTreeMap<String, String>;
+
+/// One offset-provider entry as a key input.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum OffsetInput {
+    /// The offset names a dimension.
+    Dimension {
+        /// Offset name (`Koff`).
+        offset: String,
+        /// Dimension name (`K`).
+        name: String,
+        /// Dimension kind (`vertical`).
+        dimension_kind: String,
+    },
+    /// The offset is a gather connectivity.
+    Gather {
+        /// Offset name (`C2E`).
+        offset: String,
+        /// Domain dimension (`Cell`).
+        domain: String,
+        /// Neighbour dimension (`C2EDim`).
+        local: String,
+        /// Codomain dimension (`Edge`).
+        codomain: String,
+        /// Skip value, if any.
+        skip_value: Option<i64>,
+        /// Compile-time dtype typestr (`<i4`).
+        dtype: String,
+        /// Shape `(n, k)`.
+        shape: [u64; 2],
+        /// Table digest, 32 hex digits.
+        digest: String,
+    },
+}
+
+impl KeyEncode for OffsetInput {
+    fn encode_key(&self, e: &mut KeyEncoder) {
+        match self {
+            OffsetInput::Dimension { offset, name, dimension_kind } => {
+                e.str(offset);
+                e.u8(0);
+                e.str(name);
+                e.str(dimension_kind);
+            }
+            OffsetInput::Gather { offset, domain, local, codomain, skip_value, dtype, shape, digest } => {
+                e.str(offset);
+                e.u8(1);
+                e.str(domain);
+                e.str(local);
+                e.str(codomain);
+                match skip_value {
+                    None => e.u8(0),
+                    Some(v) => {
+                        e.u8(1);
+                        e.i64(*v);
+                    }
+                }
+                e.str(dtype);
+                e.u64(2);
+                e.u64(shape[0]);
+                e.u64(shape[1]);
+                e.str(digest);
+            }
+        }
+    }
+}
+
+/// Every input of a translation key, in key order; also the human-readable record kept beside
+/// each cache entry so that a miss can be explained (DESIGN 4.5).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyInputs {
+    /// [`KEY_FORMAT_VERSION`].
+    pub key_format_version: u32,
+    /// The table digest format version (`gridkey_digest::DIGEST_FORMAT_VERSION`).
+    pub digest_format_version: u32,
+    /// The frontend.
+    pub frontend: Frontend,
+    /// The program's name.
+    pub program: String,
+    /// The program's stable encoding, as lowercase hex (hashed as bytes).
+    pub program_encoding: String,
+    /// Translation options.
+    pub options: TranslationOptions,
+    /// The offset-provider entries, in order.
+    pub offsets: Vec<OffsetInput>,
+}
+
+impl KeyInputs {
+    /// The inputs of translating `program` (with its stable `encoding`) by `frontend` with
+    /// `options` against the compile-time offset provider `provider`.
+    pub fn new(
+        frontend: &Frontend,
+        program: &str,
+        encoding: &[u8],
+        options: &TranslationOptions,
+        provider: &CompileTimeOffsetProvider,
+    ) -> Self {
+        let offsets = provider
+            .entries()
+            .iter()
+            .map(|(offset, entry)| match entry {
+                Entry::Dimension(d) => OffsetInput::Dimension {
+                    offset: offset.clone(),
+                    name: d.name().to_owned(),
+                    dimension_kind: d.kind().as_str().to_owned(),
+                },
+                Entry::Gather(c) => OffsetInput::Gather {
+                    offset: offset.clone(),
+                    domain: c.domain().name().to_owned(),
+                    local: c.local().name().to_owned(),
+                    codomain: c.codomain().name().to_owned(),
+                    skip_value: c.skip_value(),
+                    dtype: c.dtype().typestr().to_owned(),
+                    shape: [c.shape()[0] as u64, c.shape()[1] as u64],
+                    digest: c.digest().to_hex(),
+                },
+            })
+            .collect();
+        Self {
+            key_format_version: KEY_FORMAT_VERSION,
+            digest_format_version: DIGEST_FORMAT_VERSION,
+            frontend: frontend.clone(),
+            program: program.to_owned(),
+            program_encoding: encoding.iter().map(|b| format!("{b:02x}")).collect(),
+            options: options.clone(),
+            offsets,
+        }
+    }
+
+    /// The key of these inputs.
+    pub fn key(&self) -> TranslationKey {
+        TranslationKey::of(self)
+    }
+}
+
+impl KeyEncode for KeyInputs {
+    fn encode_key(&self, e: &mut KeyEncoder) {
+        e.u32(self.key_format_version);
+        e.u32(self.digest_format_version);
+        e.str(&self.frontend.name);
+        e.str(&self.frontend.version);
+        e.str(&self.program);
+        e.str(&self.program_encoding);
+        e.u64(self.options.len() as u64);
+        for (name, value) in &self.options {
+            e.str(name);
+            e.str(value);
+        }
+        e.u64(self.offsets.len() as u64);
+        for offset in &self.offsets {
+            offset.encode_key(e);
+        }
+    }
+}
+
+/// Why a lookup missed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Miss {
+    /// No entry under this key.
+    Absent,
+    /// An entry exists but is unreadable, truncated, corrupt, for another key, or of another
+    /// format version; it will be replaced by the next [`TranslationCache::put`].
+    Invalid(String),
+}
+
+/// The persistent translation cache: `<cache>/translation-v1/<hex[0..2]>/<hex>.bin`, each
+/// entry with its key-input record `<hex>.json` beside it.
+///
+/// Entry format (ENTRY_FORMAT_VERSION 1): `b"GKTE"`, version u32 LE, the 16 key bytes,
+/// payload length u64 LE, the payload, then xxh3_64 of everything before it as u64 LE.
+#[derive(Clone, Debug)]
+pub struct TranslationCache {
+    dir: PathBuf,
+}
+
+impl TranslationCache {
+    /// Opens (creating if needed) `<cache_dir>/translation-v1`.
+    ///
+    /// Errors: [`FingerprintError::Directory`].
+    pub fn open(cache_dir: &Path) -> Result<Self, FingerprintError> {
+        let dir = cache_dir.join(TRANSLATION_DIR);
+        fs::create_dir_all(&dir).map_err(|source| FingerprintError::Directory { path: dir.clone(), source })?;
+        Ok(Self { dir })
+    }
+
+    /// The cache directory, `<cache_dir>/translation-v1`.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Path of the entry for `key`.
+    pub fn entry_path(&self, key: &TranslationKey) -> PathBuf {
+        let hex = key.to_hex();
+        self.dir.join(&hex[..2]).join(format!("{hex}.bin"))
+    }
+
+    /// Path of the key-input record for `key`.
+    pub fn record_path(&self, key: &TranslationKey) -> PathBuf {
+        self.entry_path(key).with_extension("json")
+    }
+
+    /// The payload stored under `key`, or why there is none. Never fails: an entry that cannot
+    /// be read or checked is a [`Miss::Invalid`].
+    pub fn get(&self, key: &TranslationKey) -> Result<Vec<u8>, Miss> {
+        let path = self.entry_path(key);
+        let bytes = match fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(Miss::Absent),
+            Err(e) => return Err(Miss::Invalid(format!("{}: {e}", path.display()))),
+        };
+        decode_entry(key, &bytes).map(<[u8]>::to_vec).map_err(|why| Miss::Invalid(format!("{}: {why}", path.display())))
+    }
+
+    /// Stores `payload` under the key of `inputs`, with the record of `inputs` beside it.
+    /// Both are written atomically (temp file, `sync_all`, rename), the record first.
+    ///
+    /// Errors: [`FingerprintError::Write`].
+    pub fn put(&self, inputs: &KeyInputs, payload: &[u8]) -> Result<TranslationKey, FingerprintError> {
+        let key = inputs.key();
+        let record = serde_json::to_vec_pretty(inputs).expect("key inputs serialise");
+        let record_path = self.record_path(&key);
+        gridkey_store::write_atomic(&record_path, |out| out.write_all(&record))
+            .map_err(|source| FingerprintError::Write { path: record_path, source })?;
+        let path = self.entry_path(&key);
+        let entry = encode_entry(&key, payload);
+        gridkey_store::write_atomic(&path, |out| out.write_all(&entry))
+            .map_err(|source| FingerprintError::Write { path, source })?;
+        Ok(key)
+    }
+
+    /// The key-input record stored beside `key`, if readable.
+    pub fn record(&self, key: &TranslationKey) -> Option<KeyInputs> {
+        let bytes = fs::read(self.record_path(key)).ok()?;
+        serde_json::from_slice(&bytes).ok()
+    }
+}
+
+/// The bytes of an entry file for `payload` under `key`.
+pub fn encode_entry(key: &TranslationKey, payload: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(payload.len() + 40);
+    out.extend_from_slice(ENTRY_MAGIC);
+    out.extend_from_slice(&ENTRY_FORMAT_VERSION.to_le_bytes());
+    out.extend_from_slice(&key.0);
+    out.extend_from_slice(&(payload.len() as u64).to_le_bytes());
+    out.extend_from_slice(payload);
+    let check = xxh3_64(&out);
+    out.extend_from_slice(&check.to_le_bytes());
+    out
+}
+
+/// The payload of entry bytes, checked against `key`; the error says what is wrong.
+pub fn decode_entry<'a>(key: &TranslationKey, bytes: &'a [u8]) -> Result<&'a [u8], String> {
+    const HEAD: usize = 4 + 4 + 16 + 8;
+    if bytes.len() < HEAD + 8 {
+        return Err(format!("entry is {} bytes, shorter than its header", bytes.len()));
+    }
+    if &bytes[..4] != ENTRY_MAGIC {
+        return Err("not a translation entry (bad magic)".into());
+    }
+    let version = u32::from_le_bytes(bytes[4..8].try_into().expect("4 bytes"));
+    if version != ENTRY_FORMAT_VERSION {
+        return Err(format!("entry format version {version}, this gridkey reads {ENTRY_FORMAT_VERSION}"));
+    }
+    if bytes[8..24] != key.0 {
+        return Err("entry holds another key".into());
+    }
+    let len = u64::from_le_bytes(bytes[24..32].try_into().expect("8 bytes"));
+    if len != (bytes.len() - HEAD - 8) as u64 {
+        return Err(format!("entry announces {len} payload bytes, holds {}", bytes.len() - HEAD - 8));
+    }
+    let (body, check) = bytes.split_at(bytes.len() - 8);
+    if xxh3_64(body).to_le_bytes() != check {
+        return Err("entry checksum mismatch (corrupted)".into());
+    }
+    Ok(&body[HEAD..])
+}
+
+/// xxh3_128 of `bytes` as 32 hex digits: the digest used for program encodings and sources.
+pub fn content_digest(bytes: &[u8]) -> String {
+    format!("{:032x}", xxh3_128(bytes))
+}

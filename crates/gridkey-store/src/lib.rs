@@ -163,44 +163,26 @@ impl TableStore {
         if self.open_table(spec).is_ok() {
             return Ok(path);
         }
-        let parent = path.parent().expect("a table path has a parent");
-        fs::create_dir_all(parent).map_err(|source| StoreError::Directory { path: parent.to_path_buf(), source })?;
         let write_err = |source| StoreError::Write { path: path.clone(), digest: spec.digest, source };
-        let temp = tempfile::Builder::new()
-            .prefix(TEMP_PREFIX)
-            .suffix(".npy")
-            .tempfile_in(parent)
-            .map_err(write_err)?;
         let header = npy_header(spec).map_err(write_err)?;
         let expected_len = header.len() as u64 + data_bytes(spec) as u64;
-        {
-            let mut out = BufWriter::with_capacity(1 << 20, temp.as_file());
-            out.write_all(&header).map_err(write_err)?;
-            write_data(&mut out).map_err(write_err)?;
-            out.flush().map_err(write_err)?;
+        let written = write_atomic(&path, |out| {
+            out.write_all(&header)?;
+            write_data(out)
+        });
+        match written {
+            Ok(len) if len == expected_len => Ok(path),
+            Ok(len) => {
+                // The writer broke its contract; the file is named by content it does not hold.
+                let _ = fs::remove_file(&path);
+                Err(write_err(io::Error::other(format!(
+                    "the table writer produced {len} bytes, the header announces {expected_len}"
+                ))))
+            }
+            // The name is the content: a writer that won the race wrote the same table.
+            Err(_) if self.open_table(spec).is_ok() => Ok(path),
+            Err(source) => Err(write_err(source)),
         }
-        let file = temp.as_file();
-        let written = file.metadata().map_err(write_err)?.len();
-        if written != expected_len {
-            return Err(write_err(io::Error::other(format!(
-                "the table writer produced {written} bytes, the header announces {expected_len}"
-            ))));
-        }
-        file.sync_all().map_err(write_err)?;
-        let mut perms = file.metadata().map_err(write_err)?.permissions();
-        perms.set_readonly(true);
-        file.set_permissions(perms).map_err(write_err)?;
-        match temp.persist(&path) {
-            Ok(_) => {}
-            // The name is the content: another writer that won the race wrote the same table.
-            Err(e) if self.open_table(spec).is_ok() => drop(e),
-            Err(e) => return Err(write_err(e.error)),
-        }
-        // Make the rename itself durable.
-        if let Ok(d) = File::open(parent) {
-            let _ = d.sync_all();
-        }
-        Ok(path)
     }
 
     /// Stores `table` (any layout) under `digest`, written in C order little-endian through a
@@ -238,6 +220,35 @@ impl TableStore {
         }
         Ok(table)
     }
+}
+
+/// Writes a file atomically: `write` fills a temp file (prefix [`TEMP_PREFIX`]) in the directory
+/// of `path` (created if needed), which is `sync_all`ed, made read-only and renamed to `path`,
+/// and the directory synced. Returns the number of bytes written.
+///
+/// On any error the temp file is removed and nothing appears under `path`. A process killed in
+/// the middle leaves only a temp file, which no reader ever opens. This is the one writer of
+/// every persistent file of gridkey (tables here, translation entries in gridkey-fingerprint).
+///
+/// Errors: the I/O error of the first step that failed.
+pub fn write_atomic(path: &Path, write: impl FnOnce(&mut dyn Write) -> io::Result<()>) -> io::Result<u64> {
+    let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    fs::create_dir_all(parent)?;
+    let temp = tempfile::Builder::new().prefix(TEMP_PREFIX).tempfile_in(parent)?;
+    {
+        let mut out = BufWriter::with_capacity(1 << 20, temp.as_file());
+        write(&mut out)?;
+        out.flush()?;
+    }
+    let file = temp.as_file();
+    let len = file.metadata()?.len();
+    file.sync_all()?;
+    let mut perms = file.metadata()?.permissions();
+    perms.set_readonly(true);
+    file.set_permissions(perms)?;
+    temp.persist(path).map_err(|e| e.error)?;
+    File::open(parent)?.sync_all()?;
+    Ok(len)
 }
 
 /// Bytes of element data of a table of `spec`.
