@@ -1,0 +1,305 @@
+//! The process pool: `gridkey worker` processes fed one task at a time (DESIGN 5, ADR 0004).
+//!
+//! A batch starts at most `min(jobs, tasks)` workers, reusing idle ones from earlier batches.
+//! Each worker is driven by one thread of the batch that pulls the next task from a shared
+//! queue, so a task always goes to a worker that is free. A worker that dies, or answers with
+//! anything but a valid frame, fails the task it held (with its exit status or signal and the
+//! tail of its stderr), is reaped and replaced for the next task.
+
+use std::collections::VecDeque;
+use std::io::{BufReader, Read};
+use std::marker::PhantomData;
+use std::os::unix::process::ExitStatusExt;
+use std::path::PathBuf;
+use std::process::{Child, ChildStdin, ChildStdout, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use serde::de::DeserializeOwned;
+
+use crate::protocol::{read_frame, write_frame, FromWorker, ToWorker, WireFailure, WireTask, PROTOCOL_VERSION};
+use crate::{CompilationTask, TaskError, TaskFailure};
+
+/// Bytes of a worker's stderr kept for error messages.
+pub const STDERR_TAIL_BYTES: usize = 4096;
+
+/// How to start a worker: the program (the `gridkey` binary) and its arguments (`worker`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WorkerCommand {
+    /// Path of the program.
+    pub program: PathBuf,
+    /// Arguments, e.g. `["worker"]`.
+    pub args: Vec<String>,
+}
+
+impl WorkerCommand {
+    /// `program worker`.
+    pub fn gridkey(program: PathBuf) -> Self {
+        Self { program, args: vec!["worker".to_owned()] }
+    }
+}
+
+/// A pool of worker processes producing outputs of type `O`.
+pub struct ProcessPool<O> {
+    command: WorkerCommand,
+    jobs: usize,
+    idle: Mutex<Vec<Worker>>,
+    started: Mutex<u64>,
+    _output: PhantomData<fn() -> O>,
+}
+
+struct Worker {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+    tail: Arc<Mutex<VecDeque<u8>>>,
+    stderr_reader: Option<JoinHandle<()>>,
+    pid: u32,
+}
+
+impl<O: DeserializeOwned + Send> ProcessPool<O> {
+    /// A pool of at most `jobs` workers started with `command` (none started yet).
+    pub fn new(command: WorkerCommand, jobs: usize) -> Self {
+        Self { command, jobs: jobs.max(1), idle: Mutex::new(Vec::new()), started: Mutex::new(0), _output: PhantomData }
+    }
+
+    /// Number of worker processes this pool has started so far (replacements included).
+    pub fn workers_started(&self) -> u64 {
+        *self.started.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Process ids of the idle workers.
+    pub fn idle_pids(&self) -> Vec<u32> {
+        self.idle.lock().unwrap_or_else(|p| p.into_inner()).iter().map(|w| w.pid).collect()
+    }
+
+    /// Runs every task in the workers; results in submission order.
+    pub fn run_all(&self, tasks: &[CompilationTask]) -> Vec<Result<O, TaskError>> {
+        let wires: Vec<Result<WireTask, String>> = tasks.iter().map(WireTask::from_task).collect();
+        let (task_tx, task_rx) = crossbeam_channel::unbounded::<usize>();
+        for (i, w) in wires.iter().enumerate() {
+            if w.is_ok() {
+                task_tx.send(i).expect("receiver alive");
+            }
+        }
+        drop(task_tx);
+        let queued = wires.iter().filter(|w| w.is_ok()).count();
+        let (done_tx, done_rx) = crossbeam_channel::unbounded();
+        std::thread::scope(|scope| {
+            for _ in 0..self.jobs.min(queued) {
+                let (task_rx, done_tx, wires) = (task_rx.clone(), done_tx.clone(), &wires);
+                scope.spawn(move || {
+                    let mut worker = self.idle.lock().unwrap_or_else(|p| p.into_inner()).pop();
+                    for i in task_rx {
+                        let wire = wires[i].as_ref().expect("only valid tasks are queued");
+                        let result = self.run_one(&mut worker, i as u64, wire);
+                        let _ = done_tx.send((i, result));
+                    }
+                    if let Some(w) = worker {
+                        self.idle.lock().unwrap_or_else(|p| p.into_inner()).push(w);
+                    }
+                });
+            }
+        });
+        drop(done_tx);
+        let mut results: Vec<Option<Result<O, TaskFailure>>> = wires
+            .iter()
+            .map(|w| w.as_ref().err().map(|e| Err(TaskFailure::Start(e.clone()))))
+            .collect();
+        for (i, r) in done_rx {
+            results[i] = Some(r);
+        }
+        results
+            .into_iter()
+            .zip(tasks)
+            .map(|(r, t)| {
+                r.expect("every task reports")
+                    .map_err(|cause| TaskError { program: t.program.clone(), cause })
+            })
+            .collect()
+    }
+
+    /// Runs one task on `slot`'s worker (starting one if empty); on a worker fault the worker is
+    /// reaped and `slot` left empty so the next task starts a fresh one.
+    fn run_one(&self, slot: &mut Option<Worker>, id: u64, wire: &WireTask) -> Result<O, TaskFailure> {
+        if slot.is_none() {
+            *self.started.lock().unwrap_or_else(|p| p.into_inner()) += 1;
+            *slot = Some(Worker::spawn(&self.command).map_err(TaskFailure::Start)?);
+        }
+        let worker = slot.as_mut().expect("just filled");
+        match worker.exchange(id, wire) {
+            Ok(Ok(bytes)) => postcard::from_bytes(&bytes).map_err(|e| {
+                TaskFailure::Handler(format!("the worker's output does not decode: {e}"))
+            }),
+            Ok(Err(WireFailure::Handler(e))) => Err(TaskFailure::Handler(e)),
+            Ok(Err(WireFailure::Panic(p))) => Err(TaskFailure::Panic(p)),
+            Ok(Err(WireFailure::Rehydrate(e))) => Err(TaskFailure::Rehydrate(e)),
+            Err(fault) => {
+                let worker = slot.take().expect("just used");
+                Err(worker.reap(fault))
+            }
+        }
+    }
+}
+
+impl<O> Drop for ProcessPool<O> {
+    fn drop(&mut self) {
+        let workers = std::mem::take(&mut *self.idle.lock().unwrap_or_else(|p| p.into_inner()));
+        for mut w in workers {
+            let _ = write_frame(&mut w.stdin, &ToWorker::Shutdown);
+            drop(w.stdin);
+            let deadline = Instant::now() + Duration::from_secs(2);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = w.child.try_wait() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            let _ = w.child.kill();
+            let _ = w.child.wait();
+        }
+    }
+}
+
+/// A worker that stopped answering: what the parent saw.
+enum Fault {
+    /// End of stream or an I/O error: the worker died.
+    Died,
+    /// Something that is not a frame of this protocol.
+    Garbage(String),
+}
+
+impl Worker {
+    fn spawn(command: &WorkerCommand) -> Result<Worker, String> {
+        let start_err = |reason: String| {
+            format!(
+                "cannot start build worker {}: {reason}; check that the gridkey binary is installed and runnable",
+                command.program.display()
+            )
+        };
+        let mut child = Command::new(&command.program)
+            .args(&command.args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| start_err(e.to_string()))?;
+        let pid = child.id();
+        let stdin = child.stdin.take().expect("piped");
+        let mut stdout = BufReader::new(child.stdout.take().expect("piped"));
+        let mut stderr = child.stderr.take().expect("piped");
+        let tail = Arc::new(Mutex::new(VecDeque::with_capacity(STDERR_TAIL_BYTES)));
+        let sink = tail.clone();
+        let stderr_reader = std::thread::spawn(move || {
+            let mut buf = [0u8; 1024];
+            while let Ok(n) = stderr.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                let mut t = sink.lock().unwrap_or_else(|p| p.into_inner());
+                t.extend(&buf[..n]);
+                let excess = t.len().saturating_sub(STDERR_TAIL_BYTES);
+                t.drain(..excess);
+            }
+        });
+        let hello = read_frame::<FromWorker, _>(&mut stdout);
+        let mut worker = Worker { child, stdin, stdout, tail, stderr_reader: Some(stderr_reader), pid };
+        match hello {
+            Ok(Some(FromWorker::Hello { protocol, .. })) if protocol == PROTOCOL_VERSION => Ok(worker),
+            Ok(Some(FromWorker::Hello { protocol, .. })) => {
+                let _ = worker.child.kill();
+                Err(start_err(format!("it speaks protocol {protocol}, this gridkey speaks {PROTOCOL_VERSION}")))
+            }
+            other => {
+                let fault = match other {
+                    Ok(Some(_)) => Fault::Garbage("its first frame is not a handshake".into()),
+                    Err(e) => Fault::Garbage(e.to_string()),
+                    Ok(None) => Fault::Died,
+                };
+                Err(start_err(worker.reap(fault).to_string()))
+            }
+        }
+    }
+
+    /// Sends one task and reads its answer.
+    fn exchange(&mut self, id: u64, wire: &WireTask) -> Result<Result<Vec<u8>, WireFailure>, Fault> {
+        write_frame(&mut self.stdin, &ToWorker::Task { id, task: wire.clone() }).map_err(|_| Fault::Died)?;
+        match read_frame::<FromWorker, _>(&mut self.stdout) {
+            Ok(Some(FromWorker::Done { id: got, result })) if got == id => Ok(result),
+            Ok(Some(other)) => Err(Fault::Garbage(format!("unexpected frame {other:?}"))),
+            Ok(None) => Err(Fault::Died),
+            Err(e) if e.kind() == std::io::ErrorKind::InvalidData => Err(Fault::Garbage(e.to_string())),
+            Err(_) => Err(Fault::Died),
+        }
+    }
+
+    /// Kills (if still alive) and waits for the worker; the failure to report for its task.
+    fn reap(mut self, fault: Fault) -> TaskFailure {
+        let status = match fault {
+            // A dead worker has exited or is about to: give it a moment before killing it.
+            Fault::Died => wait_briefly(&mut self.child, Duration::from_millis(500)),
+            Fault::Garbage(_) => None,
+        };
+        let status = match status {
+            Some(s) => s,
+            None => {
+                let _ = self.child.kill();
+                self.child.wait().unwrap_or_else(|_| ExitStatus::from_raw(0))
+            }
+        };
+        drop(self.stdin);
+        if let Some(reader) = self.stderr_reader.take() {
+            // The stderr pipe closes when the worker and its children are gone; do not wait
+            // for a child (a compiler) that outlives it.
+            let deadline = Instant::now() + Duration::from_millis(300);
+            while !reader.is_finished() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+        let stderr_tail = {
+            let t = self.tail.lock().unwrap_or_else(|p| p.into_inner());
+            String::from_utf8_lossy(&t.iter().copied().collect::<Vec<u8>>()).trim().to_owned()
+        };
+        let stderr_tail = if stderr_tail.is_empty() { "(nothing)".to_owned() } else { stderr_tail };
+        match fault {
+            Fault::Died => TaskFailure::WorkerDied { pid: self.pid, status: describe(status), stderr_tail },
+            Fault::Garbage(reason) => TaskFailure::Protocol { pid: self.pid, reason, stderr_tail },
+        }
+    }
+}
+
+fn wait_briefly(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Some(status);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// `exit status 3`, or `killed by signal 9 (SIGKILL)`.
+pub fn describe(status: ExitStatus) -> String {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => format!("exit status {code}"),
+        (None, Some(sig)) => format!("killed by signal {sig} ({})", signal_name(sig)),
+        (None, None) => "ended without a status".to_owned(),
+    }
+}
+
+fn signal_name(sig: i32) -> &'static str {
+    match sig {
+        libc::SIGKILL => "SIGKILL",
+        libc::SIGTERM => "SIGTERM",
+        libc::SIGINT => "SIGINT",
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGPIPE => "SIGPIPE",
+        _ => "signal",
+    }
+}

@@ -1,0 +1,262 @@
+//! The worker protocol, version [`PROTOCOL_VERSION`] (DESIGN 4.3 and 5, ADR 0004).
+//!
+//! Frames are postcard-encoded messages, COBS-framed and ended by a `0` byte, over the
+//! worker's stdin (parent to worker) and stdout (worker to parent); logs go to stderr. The
+//! worker speaks first with [`FromWorker::Hello`]; the parent checks the version. Then the
+//! parent sends [`ToWorker::Task`] frames one at a time and the worker answers each with
+//! [`FromWorker::Done`]. A compile-time connectivity crosses as [`WireOffset::Gather`]: its
+//! digest, dtype, shape and dimensions, never table bytes, so a task's payload does not grow
+//! with table size. These types are a compatibility surface: changing them bumps the version.
+
+use std::collections::BTreeMap;
+use std::io::{self, BufRead, Read, Write};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use gridkey_digest::{Dtype, TableDigest};
+use gridkey_fingerprint::Excluded;
+use gridkey_offsets::{
+    CompileTimeConnectivity, CompileTimeOffsetProvider, Dimension, DimensionKind, Entry, OffsetsError,
+};
+use gridkey_store::{TableSpec, TableStore};
+use serde::{Deserialize, Serialize};
+
+use crate::{CompilationTask, Settings};
+
+/// Version of the worker protocol; checked in the handshake.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// Largest frame accepted, in bytes; anything longer is a protocol error, not an allocation.
+pub const MAX_FRAME_BYTES: u64 = 64 << 20;
+
+/// A dimension on the wire.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WireDimension {
+    /// Its name.
+    pub name: String,
+    /// 0 horizontal, 1 vertical, 2 local.
+    pub kind: u8,
+}
+
+impl WireDimension {
+    fn from(d: &Dimension) -> Self {
+        let kind = match d.kind() {
+            DimensionKind::Horizontal => 0,
+            DimensionKind::Vertical => 1,
+            DimensionKind::Local => 2,
+        };
+        Self { name: d.name().to_owned(), kind }
+    }
+
+    fn to_dimension(&self) -> Result<Dimension, String> {
+        let kind = match self.kind {
+            0 => DimensionKind::Horizontal,
+            1 => DimensionKind::Vertical,
+            2 => DimensionKind::Local,
+            k => return Err(format!("dimension {} has unknown kind {k}", self.name)),
+        };
+        Ok(Dimension::new(self.name.clone(), kind))
+    }
+}
+
+/// An offset-provider entry on the wire (DESIGN 4.3).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum WireOffset {
+    /// The offset names a dimension.
+    Dimension {
+        /// Offset name.
+        offset: String,
+        /// The dimension.
+        dimension: WireDimension,
+    },
+    /// A compile-time connectivity, by reference to its stored table.
+    Gather {
+        /// Offset name.
+        offset: String,
+        /// Table digest bytes.
+        digest: [u8; 16],
+        /// Compile-time dtype typestr.
+        dtype: String,
+        /// Shape `(n, k)`.
+        shape: [u64; 2],
+        /// Domain dimension.
+        domain: WireDimension,
+        /// Neighbour dimension.
+        local: WireDimension,
+        /// Codomain dimension.
+        codomain: WireDimension,
+        /// Skip value.
+        skip_value: Option<i64>,
+    },
+}
+
+/// A compilation task on the wire.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WireTask {
+    /// Program name.
+    pub program: String,
+    /// Program encoding.
+    pub encoding: Vec<u8>,
+    /// Translation options.
+    pub options: BTreeMap<String, String>,
+    /// The compile-time provider's entries, in order.
+    pub offsets: Vec<WireOffset>,
+    /// The cache directory, as UTF-8.
+    pub cache_dir: String,
+    /// Declared environment variables.
+    pub vars: BTreeMap<String, String>,
+}
+
+/// Why a task failed, on the wire.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum WireFailure {
+    /// The handler's error text.
+    Handler(String),
+    /// The handler panicked.
+    Panic(String),
+    /// Rehydration failed.
+    Rehydrate(String),
+}
+
+/// Parent to worker.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ToWorker {
+    /// Run this task and answer with [`FromWorker::Done`] carrying the same id.
+    Task {
+        /// The task's id within the batch.
+        id: u64,
+        /// The task.
+        task: WireTask,
+    },
+    /// Exit cleanly.
+    Shutdown,
+}
+
+/// Worker to parent.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum FromWorker {
+    /// The first frame a worker sends.
+    Hello {
+        /// [`PROTOCOL_VERSION`] of the worker.
+        protocol: u32,
+        /// The worker's process id.
+        pid: u32,
+    },
+    /// The answer to a task: the postcard-encoded output, or the failure.
+    Done {
+        /// The id of the task.
+        id: u64,
+        /// Output bytes or failure.
+        result: Result<Vec<u8>, WireFailure>,
+    },
+}
+
+impl WireTask {
+    /// The wire form of `task`: tables by digest, no table bytes.
+    ///
+    /// Errors: the cache directory is not valid UTF-8 (a text naming it).
+    pub fn from_task(task: &CompilationTask) -> Result<Self, String> {
+        let settings = &task.settings.0;
+        let cache_dir = settings
+            .cache_dir
+            .to_str()
+            .ok_or_else(|| format!("cache directory {} is not valid UTF-8; choose another GRIDKEY_CACHE_DIR", settings.cache_dir.display()))?
+            .to_owned();
+        let offsets = task
+            .provider
+            .entries()
+            .iter()
+            .map(|(offset, entry)| match entry {
+                Entry::Dimension(d) => WireOffset::Dimension { offset: offset.clone(), dimension: WireDimension::from(d) },
+                Entry::Gather(c) => WireOffset::Gather {
+                    offset: offset.clone(),
+                    digest: *c.digest().as_bytes(),
+                    dtype: c.dtype().typestr().to_owned(),
+                    shape: [c.shape()[0] as u64, c.shape()[1] as u64],
+                    domain: WireDimension::from(c.domain()),
+                    local: WireDimension::from(c.local()),
+                    codomain: WireDimension::from(c.codomain()),
+                    skip_value: c.skip_value(),
+                },
+            })
+            .collect();
+        Ok(Self {
+            program: task.program.clone(),
+            encoding: task.encoding.clone(),
+            options: task.options.clone(),
+            offsets,
+            cache_dir,
+            vars: settings.vars.clone(),
+        })
+    }
+
+    /// Rehydrates the task: opens every table from the store in its cache directory (checked
+    /// open: header, dtype, shape, length).
+    ///
+    /// Errors: a text naming the offset and the table file that could not be opened.
+    pub fn rehydrate(self) -> Result<CompilationTask, String> {
+        let cache_dir = PathBuf::from(&self.cache_dir);
+        let store = TableStore::open(&cache_dir).map_err(|e| e.to_string())?;
+        let mut provider = CompileTimeOffsetProvider::new();
+        for wire in &self.offsets {
+            let (offset, entry) = match wire {
+                WireOffset::Dimension { offset, dimension } => (offset, Entry::Dimension(dimension.to_dimension()?)),
+                WireOffset::Gather { offset, digest, dtype, shape, domain, local, codomain, skip_value } => {
+                    let dtype = Dtype::from_typestr(dtype).ok_or_else(|| format!("offset {offset}: unknown dtype {dtype}"))?;
+                    let spec = TableSpec {
+                        digest: TableDigest::from_bytes(*digest),
+                        dtype,
+                        shape: [shape[0] as usize, shape[1] as usize],
+                    };
+                    let c = CompileTimeConnectivity::rehydrate(
+                        offset,
+                        &store,
+                        &spec,
+                        domain.to_dimension()?,
+                        local.to_dimension()?,
+                        codomain.to_dimension()?,
+                        *skip_value,
+                    )
+                    .map_err(|e: OffsetsError| e.to_string())?;
+                    (offset, Entry::Gather(Arc::new(c)))
+                }
+            };
+            provider.push(offset.clone(), entry).map_err(|e| e.to_string())?;
+        }
+        Ok(CompilationTask {
+            program: self.program,
+            encoding: self.encoding,
+            options: self.options,
+            provider: Arc::new(provider),
+            settings: Excluded(Settings { cache_dir, vars: self.vars }),
+        })
+    }
+}
+
+/// Writes one frame and flushes.
+pub fn write_frame<T: Serialize>(out: &mut impl Write, message: &T) -> io::Result<()> {
+    let bytes = postcard::to_stdvec_cobs(message).map_err(io::Error::other)?;
+    out.write_all(&bytes)?;
+    out.flush()
+}
+
+/// Reads one frame: `Ok(None)` at a clean end of stream, an `InvalidData` error for a frame
+/// that is too long, cut short or does not decode.
+pub fn read_frame<T: for<'de> Deserialize<'de>, R: BufRead>(input: &mut R) -> io::Result<Option<T>> {
+    let mut buf = Vec::new();
+    let mut limited = Read::take(&mut *input, MAX_FRAME_BYTES);
+    let n = limited.read_until(0, &mut buf)?;
+    if n == 0 {
+        return Ok(None);
+    }
+    if buf.last() != Some(&0) {
+        let why = if n as u64 >= MAX_FRAME_BYTES { "frame longer than the limit" } else { "stream ended inside a frame" };
+        return Err(io::Error::new(io::ErrorKind::InvalidData, why));
+    }
+    decode_frame(&mut buf).map(Some)
+}
+
+/// Decodes one COBS frame (with its `0` terminator) in place.
+pub fn decode_frame<T: for<'de> Deserialize<'de>>(frame: &mut [u8]) -> io::Result<T> {
+    postcard::from_bytes_cobs(frame).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("bad frame: {e}")))
+}

@@ -1,0 +1,56 @@
+//! The worker side of the protocol: what `gridkey worker` runs (DESIGN 5, ADR 0004).
+//!
+//! The worker keeps the real stdout for frames only: before anything else runs it moves its
+//! stdout to a private descriptor and points descriptor 1 at stderr, so a stray print of the
+//! handler or of a child process (the C compiler) lands in the log, never in the protocol.
+//! Each task is decoded and rehydrated inside the task, so an unreadable table fails that task
+//! only; a panic fails that task only. A closed stdin (the parent died) ends the worker.
+
+use std::fs::File;
+use std::io::{self, BufReader, BufWriter, Write};
+use std::os::fd::{AsFd, OwnedFd};
+
+use crate::protocol::{read_frame, write_frame, FromWorker, ToWorker, WireFailure, PROTOCOL_VERSION};
+use crate::{run_guarded, TaskFailure, TaskHandler};
+
+/// Serves tasks on stdin/stdout until stdin closes or a shutdown frame arrives.
+///
+/// Errors: an I/O error on the protocol streams (the parent is gone), or a frame that does not
+/// decode (the parent broke the protocol).
+pub fn serve<H: TaskHandler>(handler: &H) -> io::Result<()> {
+    let frames_out = private_stdout()?;
+    let mut out = BufWriter::new(File::from(frames_out));
+    let mut input = BufReader::new(io::stdin().lock());
+    write_frame(&mut out, &FromWorker::Hello { protocol: PROTOCOL_VERSION, pid: std::process::id() })?;
+    loop {
+        let (id, wire) = match read_frame::<ToWorker, _>(&mut input)? {
+            None | Some(ToWorker::Shutdown) => return Ok(()),
+            Some(ToWorker::Task { id, task }) => (id, task),
+        };
+        let result = match wire.rehydrate() {
+            Err(e) => Err(WireFailure::Rehydrate(e)),
+            Ok(task) => match run_guarded(handler, &task) {
+                Ok(output) => postcard::to_stdvec(&output)
+                    .map_err(|e| WireFailure::Handler(format!("cannot encode the task's output: {e}"))),
+                Err(TaskFailure::Panic(p)) => Err(WireFailure::Panic(p)),
+                Err(other) => Err(WireFailure::Handler(other.to_string())),
+            },
+        };
+        write_frame(&mut out, &FromWorker::Done { id, result })?;
+    }
+}
+
+/// Moves stdout to a new descriptor (close-on-exec) for frames, and makes descriptor 1 a copy
+/// of stderr.
+fn private_stdout() -> io::Result<OwnedFd> {
+    let frames = io::stdout().as_fd().try_clone_to_owned()?;
+    // SAFETY: dup2 on two descriptors this process owns (2 and 1); it only replaces what
+    // descriptor 1 refers to, which from now on nothing in this process uses for frames.
+    let rc = unsafe { libc::dup2(2, 1) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // Make sure no frame-bound data is buffered in std's stdout handle.
+    io::stdout().flush()?;
+    Ok(frames)
+}
