@@ -1,0 +1,204 @@
+//! The table store against real files: round trips, the `.npy` layout NumPy expects, and every
+//! kind of bad file giving its typed error (ADR 0002).
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::Command;
+
+use gridkey_digest::{digest_table, Dtype};
+use gridkey_store::{StoreError, TableSpec, TableStore, TableView};
+use ndarray::{Array2, ShapeBuilder};
+
+fn table(n: usize, k: usize) -> Array2<i32> {
+    Array2::from_shape_fn((n, k), |(i, j)| (i * 7 + j * 3) as i32 % 1000 - 1)
+}
+
+fn stored(store: &TableStore, t: &Array2<i32>) -> TableSpec {
+    let digest = digest_table(t.view());
+    store.put_table(digest, t.view()).unwrap();
+    TableSpec { digest, dtype: Dtype::I32, shape: [t.nrows(), t.ncols()] }
+}
+
+/// Replaces the stored file of `spec` by `bytes` (store files are read-only).
+fn overwrite(store: &TableStore, spec: &TableSpec, bytes: &[u8]) {
+    let path = store.path_of(&spec.digest);
+    let _ = fs::remove_file(&path);
+    fs::write(&path, bytes).unwrap();
+}
+
+fn files_under(dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    for entry in fs::read_dir(dir).unwrap() {
+        let entry = entry.unwrap();
+        if entry.file_type().unwrap().is_dir() {
+            out.extend(files_under(&entry.path()));
+        } else {
+            out.push(entry.file_name().to_string_lossy().into_owned());
+        }
+    }
+    out
+}
+
+#[test]
+fn round_trip_in_c_order_with_aligned_data_and_read_only_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = TableStore::open(dir.path()).unwrap();
+    let t = table(1000, 3);
+    let spec = stored(&store, &t);
+    let path = store.path_of(&spec.digest);
+    let hex = spec.digest.to_hex();
+    assert!(path.ends_with(format!("tables-v1/{}/{hex}.npy", &hex[..2])), "{}", path.display());
+    let bytes = fs::read(&path).unwrap();
+    assert_eq!(&bytes[..6], b"\x93NUMPY");
+    let header_len = bytes.len() - 1000 * 3 * 4;
+    assert_eq!(header_len % 64, 0, "data starts at a multiple of 64 bytes");
+    let header = String::from_utf8_lossy(&bytes[10..header_len]);
+    assert!(header.contains("'descr': '<i4'") && header.contains("'fortran_order': False") && header.contains("(1000, 3)"), "{header}");
+    assert_eq!(fs::metadata(&path).unwrap().permissions().mode() & 0o222, 0, "stored tables are read-only");
+    let mapped = store.open_verified(&spec).unwrap();
+    let TableView::I32(v) = mapped.view() else { panic!("int32 table") };
+    assert_eq!(v, t.view());
+    assert!(files_under(store.dir()).iter().all(|f| !f.starts_with(".tmp-")));
+}
+
+#[test]
+fn fortran_input_is_stored_in_c_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = TableStore::open(dir.path()).unwrap();
+    let t = table(50, 4);
+    let mut f = Array2::<i32>::zeros((50, 4).f());
+    f.assign(&t);
+    let digest = digest_table(f.view());
+    store.put_table(digest, f.view()).unwrap();
+    let spec = TableSpec { digest, dtype: Dtype::I32, shape: [50, 4] };
+    let mapped = store.open_verified(&spec).unwrap();
+    let TableView::I32(v) = mapped.view() else { panic!("int32 table") };
+    assert!(v.is_standard_layout());
+    assert_eq!(v, t.view());
+}
+
+/// The single place that opens a bad file and checks which error comes back.
+fn check_bad(store: &TableStore, spec: &TableSpec, expect: fn(&StoreError) -> bool, what: &str) {
+    let err = store.open_table(spec).and_then(|_| store.open_verified(spec)).unwrap_err();
+    assert!(expect(&err), "{what}: unexpected error {err:?}");
+    let msg = err.to_string();
+    assert!(msg.contains(&spec.digest.to_hex()), "{what}: the message names the file: {msg}");
+}
+
+#[test]
+fn every_kind_of_bad_file_is_a_typed_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = TableStore::open(dir.path()).unwrap();
+    let t = table(100, 3);
+    let spec = stored(&store, &t);
+    let good = fs::read(store.path_of(&spec.digest)).unwrap();
+
+    overwrite(&store, &spec, &good[..good.len() - 5]);
+    check_bad(&store, &spec, |e| matches!(e, StoreError::Format { .. }), "truncated");
+
+    overwrite(&store, &spec, b"");
+    check_bad(&store, &spec, |e| matches!(e, StoreError::Format { .. }), "zero-length");
+
+    let mut tampered = good.clone();
+    let last = tampered.len() - 1;
+    tampered[last] ^= 0x01;
+    overwrite(&store, &spec, &tampered);
+    assert!(store.open_table(&spec).is_ok(), "a checked open does not read the data");
+    check_bad(&store, &spec, |e| matches!(e, StoreError::Digest { .. }), "tampered content");
+
+    // Another dtype under the name: an int64 table of the same shape.
+    let other = TableStore::open(&dir.path().join("other")).unwrap();
+    let wide = t.mapv(i64::from);
+    let wd = digest_table(wide.view());
+    other.put_table(wd, wide.view()).unwrap();
+    overwrite(&store, &spec, &fs::read(other.path_of(&wd)).unwrap());
+    check_bad(&store, &spec, |e| matches!(e, StoreError::Format { .. }), "other dtype");
+
+    // Another shape under the name.
+    let small = table(10, 3);
+    let sd = digest_table(small.view());
+    other.put_table(sd, small.view()).unwrap();
+    overwrite(&store, &spec, &fs::read(other.path_of(&sd)).unwrap());
+    check_bad(&store, &spec, |e| matches!(e, StoreError::Shape { found: [10, 3], .. }), "other shape");
+
+    // A directory, then a symlink, where the file should be.
+    let path = store.path_of(&spec.digest);
+    fs::remove_file(&path).unwrap();
+    fs::create_dir(&path).unwrap();
+    check_bad(&store, &spec, |e| matches!(e, StoreError::NotAFile { .. }), "directory");
+    fs::remove_dir(&path).unwrap();
+    std::os::unix::fs::symlink(other.path_of(&sd), &path).unwrap();
+    check_bad(&store, &spec, |e| matches!(e, StoreError::NotAFile { .. }), "symlink");
+    fs::remove_file(&path).unwrap();
+
+    check_bad(&store, &spec, |e| matches!(e, StoreError::Missing { .. }), "missing");
+}
+
+#[test]
+fn put_replaces_a_bad_file_under_the_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = TableStore::open(dir.path()).unwrap();
+    let t = table(100, 3);
+    let spec = stored(&store, &t);
+    let good = fs::read(store.path_of(&spec.digest)).unwrap();
+    overwrite(&store, &spec, &good[..100]);
+    store.put_table(spec.digest, t.view()).unwrap();
+    store.open_verified(&spec).unwrap();
+}
+
+#[test]
+fn a_failed_write_leaves_nothing_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = TableStore::open(dir.path()).unwrap();
+    let t = table(10, 3);
+    let spec = TableSpec { digest: digest_table(t.view()), dtype: Dtype::I32, shape: [10, 3] };
+    let err = store
+        .put_with(&spec, |out| {
+            out.write_all(&[0u8; 16])?;
+            Err(std::io::Error::new(std::io::ErrorKind::StorageFull, "no space left on device"))
+        })
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Write { .. }), "{err:?}");
+    assert!(err.to_string().contains("no space left"), "{err}");
+    let err = store.put_with(&spec, |out| out.write_all(&[0u8; 8])).unwrap_err();
+    assert!(err.to_string().contains("header announces"), "{err}");
+    assert_eq!(files_under(store.dir()), Vec::<String>::new(), "no temp file, no final file");
+}
+
+#[test]
+fn a_cache_path_that_is_a_file_is_a_directory_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("cache");
+    fs::write(&file, b"not a directory").unwrap();
+    let err = TableStore::open(&file).unwrap_err();
+    assert!(matches!(err, StoreError::Directory { .. }), "{err:?}");
+    assert!(err.to_string().contains("GRIDKEY_CACHE_DIR"), "{err}");
+}
+
+#[test]
+fn numpy_reads_a_stored_table_back_equal() {
+    let has_numpy = Command::new("python3").args(["-c", "import numpy"]).output().is_ok_and(|o| o.status.success());
+    if !has_numpy {
+        eprintln!("skipped: numpy is not installed (pip install numpy to run this check)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let store = TableStore::open(dir.path()).unwrap();
+    for t in [table(1000, 3), table(0, 6), table(7, 1)] {
+        let spec = stored(&store, &t);
+        let wide = t.mapv(i64::from);
+        let wd = digest_table(wide.view());
+        store.put_table(wd, wide.view()).unwrap();
+        for (path, dtype) in [(store.path_of(&spec.digest), "int32"), (store.path_of(&wd), "int64")] {
+            let script = "import sys, numpy as np\n\
+                a = np.load(sys.argv[1], mmap_mode='r')\n\
+                print(a.dtype, a.shape[0], a.shape[1], bool(a.flags['C_CONTIGUOUS']), int(a.astype('i8').sum()), ','.join(str(int(x)) for x in a.ravel()[:5]))";
+            let out = Command::new("python3").args(["-c", script]).arg(&path).output().unwrap();
+            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+            let first: Vec<String> = t.iter().take(5).map(|x| x.to_string()).collect();
+            let expect = format!("{dtype} {} {} True {} {}", t.nrows(), t.ncols(), t.iter().map(|&x| i64::from(x)).sum::<i64>(), first.join(","));
+            assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), expect.trim());
+        }
+    }
+}
