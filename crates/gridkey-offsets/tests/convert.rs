@@ -1,0 +1,140 @@
+//! Conversion to the compile-time view: canonical tables for every runtime layout and width
+//! (ADR 0006), entries and order kept, the memo validated by identity.
+
+use std::sync::Arc;
+
+use gridkey_digest::{digest_table, Dtype};
+use gridkey_offsets::{
+    compile_time_offset_provider, CompileTimeTable, Connectivity, Dimension, DimensionKind, Entry, HostCopySource,
+    IndexTable, OffsetProvider, OffsetsError, TableSource,
+};
+use gridkey_store::{TableSpec, TableStore};
+use ndarray::{s, Array2, ShapeBuilder};
+use proptest::prelude::*;
+
+fn conn(source: TableSource) -> Arc<Connectivity> {
+    Arc::new(
+        Connectivity::new(Dimension::horizontal("Cell"), Dimension::local("C2EDim"), Dimension::horizontal("Edge"), Some(-1), source)
+            .unwrap(),
+    )
+}
+
+fn layouts(t: &Array2<i32>) -> Vec<(&'static str, TableSource)> {
+    let mut f = Array2::<i32>::zeros(t.raw_dim().f());
+    f.assign(t);
+    // A strided view: every second row of a table twice as tall.
+    let mut tall = Array2::<i32>::from_elem((t.nrows() * 2, t.ncols()), 99);
+    tall.slice_mut(s![..;2, ..]).assign(t);
+    let strided = tall.into_shared().slice_move(s![..;2, ..]);
+    vec![
+        ("C order", TableSource::Host(IndexTable::I32(t.clone().into_shared()))),
+        ("Fortran order", TableSource::Host(IndexTable::I32(f.into_shared()))),
+        ("strided", TableSource::Host(IndexTable::I32(strided))),
+        ("int64", TableSource::Host(IndexTable::I64(t.mapv(i64::from).into_shared()))),
+        ("host copy", TableSource::HostCopy(HostCopySource::new(IndexTable::I32(t.clone().into_shared())))),
+    ]
+}
+
+/// The single place that converts one connectivity and reads back what the view holds.
+fn convert(store: &TableStore, source: TableSource) -> (TableSpec, Array2<i64>) {
+    let mut p = OffsetProvider::new();
+    p.push("C2E", Entry::Gather(conn(source))).unwrap();
+    let ct = compile_time_offset_provider(&p, store).unwrap();
+    let c = ct.gather("C2E").unwrap();
+    let values = match c.table() {
+        CompileTimeTable::I32(v) => v.mapv(i64::from),
+        CompileTimeTable::I64(v) => v.to_owned(),
+    };
+    (*c.spec(), values)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(32))]
+    #[test]
+    fn every_layout_and_width_gives_the_canonical_int32_table(
+        (n, k, values) in (0usize..30, 1usize..7).prop_flat_map(|(n, k)| (Just(n), Just(k), proptest::collection::vec(-1i32..5000, n * k)))
+    ) {
+        let t = Array2::from_shape_vec((n, k), values).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let store = TableStore::open(dir.path()).unwrap();
+        let expect = TableSpec { digest: digest_table(t.view()), dtype: Dtype::I32, shape: [n, k] };
+        for (name, source) in layouts(&t) {
+            let (spec, values) = convert(&store, source);
+            prop_assert_eq!(spec, expect, "{}", name);
+            prop_assert_eq!(values, t.mapv(i64::from), "{}", name);
+        }
+    }
+}
+
+#[test]
+fn an_int64_table_with_an_index_beyond_int32_stays_int64() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = TableStore::open(dir.path()).unwrap();
+    let t = Array2::from_shape_vec((2, 2), vec![0i64, 1, -1, 1 << 40]).unwrap();
+    let (spec, values) = convert(&store, TableSource::Host(IndexTable::I64(t.clone().into_shared())));
+    assert_eq!(spec.dtype, Dtype::I64);
+    assert_eq!(spec.digest, digest_table(t.view()));
+    assert_eq!(values, t);
+}
+
+#[test]
+fn the_view_keeps_every_entry_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = TableStore::open(dir.path()).unwrap();
+    let t = Array2::from_shape_fn((5, 3), |(i, j)| (i + j) as i32);
+    let mut p = OffsetProvider::new();
+    p.push("V2E", Entry::Gather(conn(TableSource::Host(IndexTable::I32(t.clone().into_shared()))))).unwrap();
+    p.push("Koff", Entry::Dimension(Dimension::new("K", DimensionKind::Vertical))).unwrap();
+    p.push("C2E", Entry::Gather(conn(TableSource::Host(IndexTable::I32(t.into_shared()))))).unwrap();
+    let ct = compile_time_offset_provider(&p, &store).unwrap();
+    let names: Vec<&str> = ct.entries().iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, ["V2E", "Koff", "C2E"]);
+    assert!(matches!(ct.get("Koff"), Some(Entry::Dimension(d)) if d.name() == "K" && d.kind() == DimensionKind::Vertical));
+    let c = ct.gather("C2E").unwrap();
+    assert_eq!((c.domain().name(), c.local().name(), c.codomain().name(), c.skip_value()), ("Cell", "C2EDim", "Edge", Some(-1)));
+}
+
+#[test]
+fn a_reused_address_is_not_mistaken_for_the_old_connectivity() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = TableStore::open(dir.path()).unwrap();
+    for round in 0..20 {
+        let t = Array2::from_elem((4, 2), round);
+        let mut p = OffsetProvider::new();
+        p.push("E2C", Entry::Gather(conn(TableSource::Host(IndexTable::I32(t.clone().into_shared()))))).unwrap();
+        let ct = compile_time_offset_provider(&p, &store).unwrap();
+        assert_eq!(ct.gather("E2C").unwrap().digest(), digest_table(t.view()), "round {round}");
+    }
+}
+
+#[test]
+fn duplicate_offsets_and_bad_dimension_kinds_are_errors() {
+    let mut p = OffsetProvider::new();
+    p.push("Koff", Entry::Dimension(Dimension::new("K", DimensionKind::Vertical))).unwrap();
+    let err = p.push("Koff", Entry::Dimension(Dimension::new("K", DimensionKind::Vertical))).unwrap_err();
+    assert!(matches!(err, OffsetsError::DuplicateOffset { ref offset } if offset == "Koff"), "{err:?}");
+    let table = TableSource::Host(IndexTable::I32(Array2::zeros((1, 1)).into_shared()));
+    let err = Connectivity::new(Dimension::horizontal("Cell"), Dimension::horizontal("C2EDim"), Dimension::horizontal("Edge"), None, table)
+        .unwrap_err();
+    assert!(matches!(err, OffsetsError::DimensionKind { what: "local", .. }), "{err:?}");
+}
+
+#[test]
+fn rehydrating_a_missing_table_names_the_offset_and_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = TableStore::open(dir.path()).unwrap();
+    let t = Array2::from_elem((3, 3), 1i32);
+    let spec = TableSpec { digest: digest_table(t.view()), dtype: Dtype::I32, shape: [3, 3] };
+    let err = gridkey_offsets::CompileTimeConnectivity::rehydrate(
+        "C2E",
+        &store,
+        &spec,
+        Dimension::horizontal("Cell"),
+        Dimension::local("C2EDim"),
+        Dimension::horizontal("Edge"),
+        None,
+    )
+    .unwrap_err();
+    let msg = err.to_string();
+    assert!(msg.starts_with("offset C2E:") && msg.contains(&spec.digest.to_hex()), "{msg}");
+}
