@@ -139,7 +139,8 @@ impl KeyEncoder {
         self.bytes(s.as_bytes());
     }
 
-    fn finish(&self) -> TranslationKey {
+    /// The key of everything fed so far.
+    pub fn finish(&self) -> TranslationKey {
         TranslationKey(self.state.digest128().to_be_bytes())
     }
 }
