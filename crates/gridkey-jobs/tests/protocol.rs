@@ -1,0 +1,119 @@
+//! Worker protocol v1 (ADR 0004): frames round-trip, anything else is an error, and a task's
+//! payload does not grow with table size.
+
+use std::io::Cursor;
+use std::path::Path;
+use std::sync::Arc;
+
+use gridkey_fingerprint::{Excluded, TranslationOptions};
+use gridkey_jobs::protocol::{read_frame, write_frame, FromWorker, ToWorker, WireFailure, WireTask};
+use gridkey_jobs::{CompilationTask, Settings};
+use gridkey_offsets::{compile_time_offset_provider, Connectivity, Dimension, DimensionKind, Entry, IndexTable, OffsetProvider, TableSource};
+use gridkey_store::TableStore;
+use ndarray::Array2;
+use proptest::prelude::*;
+
+fn task(cache: &Path, rows: usize) -> CompilationTask {
+    let mut p = OffsetProvider::new();
+    let t = Array2::from_shape_fn((rows, 3), |(i, j)| ((i + j) % rows) as i32);
+    let c = Connectivity::new(
+        Dimension::horizontal("Cell"),
+        Dimension::local("C2EDim"),
+        Dimension::horizontal("Edge"),
+        None,
+        TableSource::Host(IndexTable::I32(t.into_shared())),
+    )
+    .unwrap();
+    p.push("C2E", Entry::Gather(Arc::new(c))).unwrap();
+    p.push("Koff", Entry::Dimension(Dimension::new("K", DimensionKind::Vertical))).unwrap();
+    let ct = compile_time_offset_provider(&p, &TableStore::open(cache).unwrap()).unwrap();
+    CompilationTask {
+        program: "div".into(),
+        encoding: vec![1, 2, 3],
+        options: TranslationOptions::new(),
+        provider: Arc::new(ct),
+        settings: Excluded(Settings { cache_dir: cache.to_path_buf(), vars: [("CC".to_owned(), "cc".to_owned())].into() }),
+    }
+}
+
+fn frame_len(task: &CompilationTask) -> usize {
+    let mut out = Vec::new();
+    write_frame(&mut out, &ToWorker::Task { id: 0, task: WireTask::from_task(task).unwrap() }).unwrap();
+    out.len()
+}
+
+#[test]
+fn a_task_frame_does_not_grow_with_table_size() {
+    // Same digits in both row counts, so the varint encoding of the shape has the same length.
+    let dir = tempfile::tempdir().unwrap();
+    let small = frame_len(&task(dir.path(), 20480));
+    let big = frame_len(&task(dir.path(), 2_048_000));
+    assert_eq!(small, big, "no table bytes travel");
+    assert!(small < 400, "a task frame is {small} bytes");
+}
+
+#[test]
+fn a_task_round_trips_and_rehydrates_the_same_provider() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = task(dir.path(), 100);
+    let wire = WireTask::from_task(&t).unwrap();
+    let mut buf = Vec::new();
+    write_frame(&mut buf, &ToWorker::Task { id: 9, task: wire.clone() }).unwrap();
+    let back: ToWorker = read_frame(&mut Cursor::new(buf)).unwrap().unwrap();
+    assert_eq!(back, ToWorker::Task { id: 9, task: wire.clone() });
+    let again = wire.rehydrate().unwrap();
+    assert_eq!(again.program, "div");
+    assert_eq!(again.settings.0, t.settings.0);
+    let (a, b) = (t.provider.gather("C2E").unwrap(), again.provider.gather("C2E").unwrap());
+    assert_eq!(a.spec(), b.spec());
+    assert_eq!(again.provider.entries().len(), 2);
+}
+
+#[test]
+fn a_missing_table_fails_rehydration_naming_the_offset() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = task(dir.path(), 100);
+    let spec = *t.provider.gather("C2E").unwrap().spec();
+    let path = TableStore::open(dir.path()).unwrap().path_of(&spec.digest);
+    std::fs::remove_file(&path).unwrap();
+    let err = WireTask::from_task(&t).unwrap().rehydrate().unwrap_err();
+    assert!(err.contains("offset C2E") && err.contains(&path.display().to_string()), "{err}");
+}
+
+#[test]
+fn clean_end_garbage_and_cut_frames() {
+    let none: Option<FromWorker> = read_frame(&mut Cursor::new(Vec::new())).unwrap();
+    assert!(none.is_none(), "end of stream before a frame is a clean end");
+    let err = read_frame::<FromWorker, _>(&mut Cursor::new(b"hello world\n\0".to_vec())).unwrap_err();
+    assert_eq!(err.kind(), std::io::ErrorKind::InvalidData);
+    let mut buf = Vec::new();
+    write_frame(&mut buf, &FromWorker::Done { id: 1, result: Err(WireFailure::Panic("boom".into())) }).unwrap();
+    buf.pop();
+    let err = read_frame::<FromWorker, _>(&mut Cursor::new(buf)).unwrap_err();
+    assert!(err.to_string().contains("ended inside a frame"), "{err}");
+}
+
+proptest! {
+    #[test]
+    fn decoding_arbitrary_bytes_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+        let mut input = Cursor::new(bytes);
+        for _ in 0..4 {
+            match read_frame::<ToWorker, _>(&mut input) {
+                Ok(Some(_)) => {}
+                Ok(None) | Err(_) => break,
+            }
+        }
+    }
+
+    #[test]
+    fn results_round_trip(id in any::<u64>(), ok in proptest::collection::vec(any::<u8>(), 0..100), text in ".*") {
+        for result in [Ok(ok.clone()), Err(WireFailure::Handler(text.clone())), Err(WireFailure::Rehydrate(text.clone()))] {
+            let msg = FromWorker::Done { id, result };
+            let mut buf = Vec::new();
+            write_frame(&mut buf, &msg).unwrap();
+            prop_assert_eq!(buf.iter().filter(|&&b| b == 0).count(), 1, "one terminator, no zero inside");
+            let back: FromWorker = read_frame(&mut Cursor::new(buf)).unwrap().unwrap();
+            prop_assert_eq!(back, msg);
+        }
+    }
+}
