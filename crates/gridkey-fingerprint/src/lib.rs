@@ -493,3 +493,100 @@ pub fn decode_entry<'a>(key: &TranslationKey, bytes: &'a [u8]) -> Result<&'a [u8
 pub fn content_digest(bytes: &[u8]) -> String {
     format!("{:032x}", xxh3_128(bytes))
 }
+
+/// One key input that differs between two keys: which input, and its value in each.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InputChange {
+    /// The input, e.g. `offset C2E: table digest`, `option opt_level`, `frontend version`.
+    pub input: String,
+    /// Its value under the first key (`absent` when it has none).
+    pub before: String,
+    /// Its value under the second key (`absent` when it has none).
+    pub after: String,
+}
+
+impl fmt::Display for InputChange {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {} -> {}", self.input, self.before, self.after)
+    }
+}
+
+/// The inputs that differ between `a` and `b`, in key order (versions, frontend, program,
+/// options, then offsets by name, then their order). Empty when the inputs are identical.
+pub fn diff_inputs(a: &KeyInputs, b: &KeyInputs) -> Vec<InputChange> {
+    let mut out = Vec::new();
+    let mut push = |input: &str, before: String, after: String| {
+        if before != after {
+            out.push(InputChange { input: input.to_owned(), before, after });
+        }
+    };
+    push("key format version", a.key_format_version.to_string(), b.key_format_version.to_string());
+    push("digest format version", a.digest_format_version.to_string(), b.digest_format_version.to_string());
+    push("frontend name", a.frontend.name.clone(), b.frontend.name.clone());
+    push("frontend version", a.frontend.version.clone(), b.frontend.version.clone());
+    push("program name", a.program.clone(), b.program.clone());
+    push(
+        "program encoding digest",
+        content_digest(a.program_encoding.as_bytes()),
+        content_digest(b.program_encoding.as_bytes()),
+    );
+    let names: std::collections::BTreeSet<&String> = a.options.keys().chain(b.options.keys()).collect();
+    for name in names {
+        let value = |o: &TranslationOptions| o.get(name).cloned().unwrap_or_else(|| "absent".to_owned());
+        push(&format!("option {name}"), value(&a.options), value(&b.options));
+    }
+    let find = |k: &KeyInputs, name: &str| k.offsets.iter().find(|o| offset_name(o) == name).cloned();
+    let mut seen = std::collections::BTreeSet::new();
+    for name in a.offsets.iter().chain(&b.offsets).map(offset_name) {
+        if !seen.insert(name.to_owned()) {
+            continue;
+        }
+        let (x, y) = (find(a, name), find(b, name));
+        for (field, before, after) in offset_fields(x.as_ref(), y.as_ref()) {
+            push(&format!("offset {name}: {field}"), before, after);
+        }
+    }
+    let order = |k: &KeyInputs| k.offsets.iter().map(offset_name).collect::<Vec<_>>().join(", ");
+    let sorted = |k: &KeyInputs| {
+        let mut names: Vec<&str> = k.offsets.iter().map(offset_name).collect();
+        names.sort_unstable();
+        names.join(", ")
+    };
+    // Order matters only when the same names are there in another order.
+    if sorted(a) == sorted(b) {
+        push("offset order", order(a), order(b));
+    }
+    out
+}
+
+fn offset_name(o: &OffsetInput) -> &str {
+    match o {
+        OffsetInput::Dimension { offset, .. } | OffsetInput::Gather { offset, .. } => offset,
+    }
+}
+
+/// `(field, before, after)` for each field of an offset entry; `absent` for a missing entry.
+fn offset_fields(a: Option<&OffsetInput>, b: Option<&OffsetInput>) -> Vec<(&'static str, String, String)> {
+    fn fields(o: Option<&OffsetInput>) -> Vec<(&'static str, String)> {
+        match o {
+            None => vec![("entry", "absent".to_owned())],
+            Some(OffsetInput::Dimension { name, dimension_kind, .. }) => {
+                vec![("entry", "dimension".to_owned()), ("dimension", format!("{name} ({dimension_kind})"))]
+            }
+            Some(OffsetInput::Gather { domain, local, codomain, skip_value, dtype, shape, digest, .. }) => vec![
+                ("entry", "gather".to_owned()),
+                ("domain", format!("({domain}, {local})")),
+                ("codomain", codomain.clone()),
+                ("skip value", skip_value.map_or("none".to_owned(), |v| v.to_string())),
+                ("dtype", dtype.clone()),
+                ("shape", format!("({}, {})", shape[0], shape[1])),
+                ("table digest", digest.clone()),
+            ],
+        }
+    }
+    let (fa, fb) = (fields(a), fields(b));
+    if fa[0].1 != fb[0].1 {
+        return vec![("entry", fa[0].1.clone(), fb[0].1.clone())];
+    }
+    fa.into_iter().zip(fb).skip(1).map(|((f, x), (_, y))| (f, x, y)).collect()
+}

@@ -266,3 +266,26 @@ proptest! {
         prop_assert!(decode_entry(&key, &cut).is_err());
     }
 }
+
+#[test]
+fn diff_names_exactly_the_changed_inputs() {
+    use gridkey_fingerprint::diff_inputs;
+    let a = base();
+    assert!(diff_inputs(&a, &a).is_empty(), "identical inputs");
+    let mut b = a.clone();
+    b.options.insert("opt_level".into(), "3".into());
+    let d = diff_inputs(&a, &b);
+    assert_eq!(d.len(), 1, "{d:?}");
+    assert_eq!(d[0].to_string(), "option opt_level 2 -> 3");
+    let mut c = a.clone();
+    if let OffsetInput::Gather { digest, shape, .. } = &mut c.offsets[0] {
+        *digest = "3b03".repeat(8);
+        *shape = [162, 6];
+    }
+    c.offsets.swap(0, 2);
+    let d: Vec<String> = diff_inputs(&a, &c).iter().map(ToString::to_string).collect();
+    assert_eq!(d.len(), 3, "{d:?}");
+    assert!(d[0].starts_with("offset C2E: shape (6, 3) -> (162, 6)"), "{d:?}");
+    assert!(d[1].starts_with("offset C2E: table digest ") && d[1].ends_with(&"3b03".repeat(8)), "{d:?}");
+    assert_eq!(d[2], "offset order C2E, Koff, E2C -> E2C, Koff, C2E");
+}
