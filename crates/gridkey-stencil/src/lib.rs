@@ -1,1 +1,62 @@
+//! The reference frontend (DESIGN 6): a stencil compiler for ICON-style unstructured-mesh
+//! programs that exercises the gridkey pipeline the way a real compiler would.
+//!
+//! 1. **IR** ([`Program`]): stages `out[i] = REDUCE_k (w[i,k] * src[T[i,k]])` over the neighbour
+//!    table `T` of an offset, skipping missing neighbours, with `REDUCE` a sum or a mean.
+//!    [`icon_programs`] are the eight programs of the main job.
+//! 2. **Domain inference** ([`infer_domains`]): reads the compile-time tables (`shape[0]`,
+//!    `min`, `max + 1`, skip presence) into [`DomainFacts`], the work GT4Py's domain inference
+//!    does.
+//! 3. **Code generation** ([`emit_c`], [`translate`]): C source with those facts as constants and
+//!    one exported entry point with a fixed ABI that reads the runtime tables in place.
+//! 4. **Compile** ([`compile`]): translation key, translation cache, translate on a miss, then the
+//!    system C compiler into a shared library in the build cache `<cache>/build-v1/`.
+//! 5. **Execution** ([`Kernel`]): loads the library and runs it on the runtime offset provider;
+//!    [`evaluate_reference`] is the plain Rust evaluation it is checked against.
+//!
+//! # Architecture invariant
+//!
+//! Translation sees only the compile-time offset provider (the types say so: [`translate`] and
+//! [`compile`] take a [`CompileTimeOffsetProvider`]); execution only the runtime one
+//! ([`Kernel::run`] takes an [`OffsetProvider`]). The emitted C source depends only on the
+//! program, the options and the facts domain inference reads from the tables: no time, no path,
+//! no runner, no memory order or integer width of the runtime tables. [`infer_domains_runtime`]
+//! computes the same facts straight from the runtime tables, only to prove that.
+//! This crate consumes the lower gridkey crates only through their public API.
+//!
+//! [`CompileTimeOffsetProvider`]: gridkey_offsets::CompileTimeOffsetProvider
+//! [`OffsetProvider`]: gridkey_offsets::OffsetProvider
 
+#![warn(missing_docs)]
+
+mod compile;
+mod emit;
+mod error;
+mod exec;
+mod icon;
+mod infer;
+mod ir;
+
+pub use compile::{
+    build_key, compile, CompileConfig, CompileOutcome, BUILD_DIR, BUILD_FORMAT_VERSION,
+};
+pub use emit::{check_options, emit_c, translate, StencilOptions, ABI_VERSION, OPT_LEVEL};
+pub use error::{Need, Side, StencilError};
+pub use exec::{
+    dimension_sizes, evaluate_reference, make_inputs, max_relative_error, Fields, Kernel,
+};
+pub use icon::icon_programs;
+pub use infer::{infer_domains, infer_domains_runtime, DomainFacts, TableFacts};
+pub use ir::{FieldDecl, FieldRole, FieldShape, Program, Reduce, Stage, IR_FORMAT_VERSION};
+
+/// The frontend's name, hashed into every translation key (DESIGN 4.4).
+pub const FRONTEND_NAME: &str = "gridkey-stencil";
+
+/// This frontend as a translation-key input: [`FRONTEND_NAME`] and the crate version, so that a
+/// new release of the frontend changes every key.
+pub fn frontend() -> gridkey_fingerprint::Frontend {
+    gridkey_fingerprint::Frontend {
+        name: FRONTEND_NAME.to_owned(),
+        version: env!("CARGO_PKG_VERSION").to_owned(),
+    }
+}

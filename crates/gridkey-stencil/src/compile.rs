@@ -1,0 +1,334 @@
+//! The compile step: translation key, translation cache, translation, build cache.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use gridkey_fingerprint::{KeyInputs, Miss, TranslationCache, TranslationKey, TranslationOptions};
+use gridkey_offsets::CompileTimeOffsetProvider;
+use serde::{Deserialize, Serialize};
+use xxhash_rust::xxh3::Xxh3;
+
+use crate::{check_options, frontend, translate, Program, StencilError};
+
+/// Version of the build cache layout and key; part of its directory name, [`BUILD_DIR`].
+pub const BUILD_FORMAT_VERSION: u32 = 1;
+
+/// Name of the build cache directory under the cache directory.
+pub const BUILD_DIR: &str = "build-v1";
+
+/// Flags every build gets besides the optimisation level.
+const SHARED_FLAGS: [&str; 2] = ["-shared", "-fPIC"];
+
+/// Bytes of compiler stderr kept in [`StencilError::Compiler`].
+const STDERR_TAIL: usize = 2000;
+
+/// How [`compile`] runs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CompileConfig {
+    /// The cache directory: translation cache in `translation-v1/`, shared libraries in
+    /// [`BUILD_DIR`].
+    pub cache_dir: PathBuf,
+    /// The C compiler command, split on whitespace (so `ccache gcc` works).
+    pub cc: String,
+    /// Debug switch: on a translation-cache hit, translate again and compare byte for byte;
+    /// a difference is [`StencilError::VerifyMismatch`].
+    pub verify_hits: bool,
+}
+
+impl CompileConfig {
+    /// `cache_dir`, the compiler from the environment variable `CC` (`cc` when unset or blank),
+    /// `verify_hits` off.
+    pub fn from_env(cache_dir: impl Into<PathBuf>) -> Self {
+        let cc = std::env::var("CC")
+            .ok()
+            .filter(|cc| !cc.trim().is_empty())
+            .unwrap_or_else(|| "cc".to_owned());
+        Self {
+            cache_dir: cache_dir.into(),
+            cc,
+            verify_hits: false,
+        }
+    }
+}
+
+/// What [`compile`] did for one program. Crosses the worker protocol, hence serde.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CompileOutcome {
+    /// The program's name.
+    pub program: String,
+    /// The translation key (serialised as 32 hex digits).
+    #[serde(with = "key_hex")]
+    pub key: TranslationKey,
+    /// `true`: translation-cache miss, translated here; `false`: hit.
+    pub translated: bool,
+    /// Seconds spent on the translation-cache lookup and, on a miss (or with `verify_hits`),
+    /// translating.
+    pub translate_seconds: f64,
+    /// `true`: the C compiler ran; `false`: build-cache hit.
+    pub built: bool,
+    /// Seconds spent on the build-cache lookup and building.
+    pub build_seconds: f64,
+    /// The shared library, `<cache_dir>/build-v1/<hex>.so`.
+    pub artifact: PathBuf,
+    /// On a translation-cache miss, why the entry was not usable.
+    pub miss_reason: Option<String>,
+}
+
+mod key_hex {
+    use gridkey_fingerprint::TranslationKey;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(key: &TranslationKey, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&key.to_hex())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<TranslationKey, D::Error> {
+        let text = String::deserialize(d)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// Compiles `program` against the compile-time offset provider:
+///
+/// 1. key = [`KeyInputs::new`]`(`[`frontend`]`(), name, `[`Program::encode`]`, options, provider).key()`;
+/// 2. translation cache `<cache_dir>/translation-v1`: a hit is the C source; a miss (absent,
+///    or unreadable, corrupt, not UTF-8) translates with [`translate`] and stores the source;
+/// 3. build cache: `<cache_dir>/build-v1/<`[`build_key`]`>.so`; when absent, the compiler
+///    `cc -O<level> -shared -fPIC -o <temp in build-v1> kernel.c` runs in a temporary
+///    directory and the library is renamed into place, so no partial library is ever visible
+///    under a final name.
+///
+/// Errors: [`check_options`] and [`translate`] errors; [`StencilError::Cache`] when the
+/// translation cache cannot be written; [`StencilError::VerifyMismatch`];
+/// [`StencilError::Io`] for the build cache; [`StencilError::Compiler`] when the compiler is
+/// missing or fails (nothing is left in `build-v1`).
+pub fn compile(
+    program: &Program,
+    provider: &CompileTimeOffsetProvider,
+    options: &TranslationOptions,
+    config: &CompileConfig,
+) -> Result<CompileOutcome, StencilError> {
+    let opts = check_options(options)?;
+    let started = Instant::now();
+    let inputs = KeyInputs::new(
+        &frontend(),
+        program.name(),
+        &program.encode(),
+        options,
+        provider,
+    );
+    let key = inputs.key();
+    let cache = TranslationCache::open(&config.cache_dir)?;
+    let cached = cache.get(&key).and_then(|bytes| {
+        String::from_utf8(bytes)
+            .map_err(|e| Miss::Invalid(format!("entry is not UTF-8 C source: {e}")))
+    });
+    let (source, miss_reason) = match cached {
+        Ok(source) => {
+            if config.verify_hits {
+                let fresh = translate(program, provider, options)?;
+                if fresh != source {
+                    let first_difference = fresh
+                        .bytes()
+                        .zip(source.bytes())
+                        .position(|(a, b)| a != b)
+                        .unwrap_or(fresh.len().min(source.len()));
+                    return Err(StencilError::VerifyMismatch {
+                        program: program.name().to_owned(),
+                        key,
+                        first_difference,
+                    });
+                }
+            }
+            (source, None)
+        }
+        Err(miss) => {
+            let reason = match miss {
+                Miss::Absent => format!("no translation entry for key {key}"),
+                Miss::Invalid(why) => format!("unusable translation entry: {why}"),
+            };
+            let source = translate(program, provider, options)?;
+            cache.put(&inputs, source.as_bytes())?;
+            (source, Some(reason))
+        }
+    };
+    let translate_seconds = started.elapsed().as_secs_f64();
+
+    let started = Instant::now();
+    let cc: Vec<String> = config.cc.split_whitespace().map(str::to_owned).collect();
+    let mut flags = opts.cflags();
+    flags.extend(SHARED_FLAGS.iter().map(|f| (*f).to_owned()));
+    let dir = config.cache_dir.join(BUILD_DIR);
+    let artifact = dir.join(format!("{}.so", build_key(&source, &cc, &flags)));
+    let built = if artifact.is_file() {
+        false
+    } else {
+        build(
+            program.name(),
+            &config.cc,
+            &cc,
+            &flags,
+            &source,
+            &dir,
+            &artifact,
+        )?;
+        true
+    };
+    Ok(CompileOutcome {
+        program: program.name().to_owned(),
+        key,
+        translated: miss_reason.is_some(),
+        translate_seconds,
+        built,
+        build_seconds: started.elapsed().as_secs_f64(),
+        artifact,
+        miss_reason,
+    })
+}
+
+/// The build-cache key of a library: xxh3_128 (32 hex digits) over [`BUILD_FORMAT_VERSION`],
+/// the C source, the compiler command words and the flags, each length-prefixed (u64 LE).
+///
+/// Left out on purpose: the compiler's version and the machine (clear `build-v1` after
+/// changing the compiler behind the same command), and every path.
+pub fn build_key(source: &str, cc: &[String], flags: &[String]) -> String {
+    let mut h = Xxh3::new();
+    let mut bytes = |b: &[u8]| {
+        h.update(&(b.len() as u64).to_le_bytes());
+        h.update(b);
+    };
+    bytes(b"gridkey-stencil build");
+    bytes(&BUILD_FORMAT_VERSION.to_le_bytes());
+    bytes(source.as_bytes());
+    for list in [cc, flags] {
+        bytes(&(list.len() as u64).to_le_bytes());
+        for word in list {
+            bytes(word.as_bytes());
+        }
+    }
+    format!("{:032x}", h.digest128())
+}
+
+/// Runs the compiler into a temp file in `dir` and renames it to `artifact`.
+fn build(
+    program: &str,
+    cc_text: &str,
+    cc: &[String],
+    flags: &[String],
+    source: &str,
+    dir: &Path,
+    artifact: &Path,
+) -> Result<(), StencilError> {
+    let io_err = |action, path: &Path| {
+        let program = program.to_owned();
+        let path = path.to_path_buf();
+        move |source| StencilError::Io {
+            program,
+            action,
+            path,
+            source,
+        }
+    };
+    let compiler_err = |status, stderr_tail| StencilError::Compiler {
+        cc: cc_text.to_owned(),
+        program: program.to_owned(),
+        status,
+        stderr_tail,
+    };
+    let Some((exe, pre_args)) = cc.split_first() else {
+        return Err(compiler_err(
+            None,
+            "the compiler command is empty".to_owned(),
+        ));
+    };
+    fs::create_dir_all(dir).map_err(io_err("create", dir))?;
+    let work = tempfile::Builder::new()
+        .prefix("gridkey-stencil-")
+        .tempdir()
+        .map_err(io_err("create", &std::env::temp_dir()))?;
+    let src_path = work.path().join("kernel.c");
+    fs::write(&src_path, source).map_err(io_err("write", &src_path))?;
+    // The library is written straight into a temp file of the build cache, so the final
+    // rename is atomic; dropping `out` on any error removes it.
+    let out = tempfile::Builder::new()
+        .prefix(gridkey_store::TEMP_PREFIX)
+        .suffix(".so")
+        .tempfile_in(dir)
+        .map_err(io_err("create a temp file in", dir))?;
+    let run = Command::new(exe)
+        .args(pre_args)
+        .args(flags)
+        .arg("-o")
+        .arg(out.path())
+        .arg("kernel.c")
+        .current_dir(work.path())
+        .output();
+    let output = match run {
+        Ok(output) => output,
+        Err(e) => return Err(compiler_err(None, format!("cannot run {exe}: {e}"))),
+    };
+    if !output.status.success() {
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        return Err(compiler_err(
+            output.status.code(),
+            tail(stderr.trim_end(), STDERR_TAIL).to_owned(),
+        ));
+    }
+    let written = fs::metadata(out.path()).map_err(io_err("read", out.path()))?;
+    if written.len() == 0 {
+        return Err(compiler_err(
+            output.status.code(),
+            "the compiler exited successfully but wrote no library".to_owned(),
+        ));
+    }
+    fs::File::open(out.path())
+        .and_then(|f| f.sync_all())
+        .map_err(io_err("sync", out.path()))?;
+    // A concurrent build of the same key renames the same content over it: harmless.
+    out.persist(artifact)
+        .map_err(|e| io_err("rename into", artifact)(e.error))?;
+    Ok(())
+}
+
+/// The last `max` bytes of `text`, cut at a character boundary.
+fn tail(text: &str, max: usize) -> &str {
+    let mut start = text.len().saturating_sub(max);
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    &text[start..]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tail_cuts_at_char_boundary() {
+        assert_eq!(tail("abc", 10), "abc");
+        assert_eq!(tail("abcdef", 2), "ef");
+        assert_eq!(tail("aé", 1), "");
+    }
+
+    #[test]
+    fn build_key_depends_on_every_input() {
+        let s = |v: &[&str]| v.iter().map(|x| (*x).to_owned()).collect::<Vec<_>>();
+        let base = build_key("int x;", &s(&["cc"]), &s(&["-O2"]));
+        assert_eq!(base.len(), 32);
+        assert_eq!(base, build_key("int x;", &s(&["cc"]), &s(&["-O2"])));
+        assert_ne!(base, build_key("int y;", &s(&["cc"]), &s(&["-O2"])));
+        assert_ne!(base, build_key("int x;", &s(&["gcc"]), &s(&["-O2"])));
+        assert_ne!(base, build_key("int x;", &s(&["cc"]), &s(&["-O3"])));
+        // Word boundaries are part of the key: "ccache gcc" is not "ccacheg cc".
+        assert_ne!(
+            build_key("", &s(&["ccache", "gcc"]), &[]),
+            build_key("", &s(&["ccacheg", "cc"]), &[])
+        );
+        assert_ne!(
+            build_key("", &s(&["cc", "-O2"]), &[]),
+            build_key("", &s(&["cc"]), &s(&["-O2"]))
+        );
+    }
+}

@@ -1,0 +1,478 @@
+//! Execution on the runtime offset provider: the built kernel and the plain Rust reference.
+
+use std::collections::BTreeMap;
+use std::ffi::{c_char, c_void, CStr};
+use std::path::{Path, PathBuf};
+
+use gridkey_fingerprint::content_digest;
+use gridkey_offsets::{Entry, IndexTable, OffsetProvider};
+use ndarray::ArrayView2;
+use xxhash_rust::xxh3::xxh3_64;
+
+use crate::emit::status;
+use crate::infer::resolve;
+use crate::{
+    infer_domains_runtime, FieldRole, FieldShape, Need, Program, Reduce, StencilError, ABI_VERSION,
+};
+
+/// Field values by field name: f64, dense fields one value per element, sparse fields
+/// `rows · cols` values in C order.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Fields(pub BTreeMap<String, Vec<f64>>);
+
+impl Fields {
+    /// The values of field `name`.
+    pub fn get(&self, name: &str) -> Option<&[f64]> {
+        self.0.get(name).map(Vec::as_slice)
+    }
+}
+
+/// For each dimension that is the domain of a gather in `provider`, the rows of the first such
+/// table in provider order (metadata only, no table is read).
+pub fn dimension_sizes(provider: &OffsetProvider) -> BTreeMap<String, usize> {
+    let mut sizes = BTreeMap::new();
+    for (_, entry) in provider.entries() {
+        if let Entry::Gather(c) = entry {
+            sizes
+                .entry(c.domain().name().to_owned())
+                .or_insert(c.shape()[0]);
+        }
+    }
+    sizes
+}
+
+/// splitmix64: a small, fixed PRNG, so inputs are the same on every machine and release.
+struct SplitMix64(u64);
+
+impl SplitMix64 {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `[0.5, 1.5)`.
+    fn value(&mut self) -> f64 {
+        0.5 + (self.next() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
+    }
+}
+
+/// Deterministic input fields for `program` on the runtime tables of `provider`: every input
+/// field, sized as the program needs (a field on a dimension the program only reads through a
+/// table gets the dimension's size from [`dimension_sizes`] when that covers the largest index),
+/// with values in `[0.5, 1.5)` from splitmix64 seeded by `seed` and the field's name (so a
+/// field's values do not depend on the other fields).
+///
+/// Errors: those of [`infer_domains_runtime`].
+pub fn make_inputs(
+    program: &Program,
+    provider: &OffsetProvider,
+    seed: u64,
+) -> Result<Fields, StencilError> {
+    let facts = infer_domains_runtime(program, provider)?;
+    let needs = facts.field_needs(program)?;
+    let sizes = dimension_sizes(provider);
+    let mut fields = Fields::default();
+    for (field, need) in program.fields().iter().zip(needs) {
+        if program.role(&field.name) != Some(FieldRole::Input) {
+            continue;
+        }
+        let len = match (need, &field.shape) {
+            (Need::AtLeast(n), FieldShape::Dense { dim }) => {
+                sizes.get(dim).copied().unwrap_or(n).max(n)
+            }
+            (need, _) => need.min_len(),
+        };
+        let mut rng = SplitMix64(seed ^ xxh3_64(field.name.as_bytes()));
+        fields
+            .0
+            .insert(field.name.clone(), (0..len).map(|_| rng.value()).collect());
+    }
+    Ok(fields)
+}
+
+/// The ABI structs of [`crate::emit_c`], mirrored.
+#[repr(C)]
+struct GkTable {
+    data: *const c_void,
+    rows: i64,
+    cols: i64,
+    stride0: i64,
+    stride1: i64,
+    width: i32,
+}
+
+#[repr(C)]
+struct GkField {
+    data: *mut f64,
+    len: i64,
+}
+
+#[repr(C)]
+#[derive(Default)]
+struct GkStatus {
+    kind: i32,
+    slot: i32,
+    expected: i64,
+    expected_max: i64,
+    found: i64,
+    row: i64,
+    col: i64,
+}
+
+type RunFn = unsafe extern "C" fn(*const GkTable, *const GkField, *mut GkStatus) -> i32;
+type AbiFn = unsafe extern "C" fn() -> i32;
+type DigestFn = unsafe extern "C" fn() -> *const c_char;
+
+/// A loaded kernel: the shared library of one program, ready to run on runtime tables.
+pub struct Kernel {
+    program: Program,
+    artifact: PathBuf,
+    run: RunFn,
+    // Keeps the code behind `run` mapped; dropped last.
+    _library: libloading::Library,
+}
+
+impl std::fmt::Debug for Kernel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Kernel")
+            .field("program", &self.program.name())
+            .field("artifact", &self.artifact)
+            .finish()
+    }
+}
+
+impl Kernel {
+    /// Loads the shared library `artifact` (from [`crate::compile`]) for `program`, checking
+    /// that it has kernel ABI [`ABI_VERSION`] and was generated from this very program (the
+    /// library reports the digest of [`Program::encode`]).
+    ///
+    /// Loading runs the library's initialisers: load only libraries this crate built.
+    ///
+    /// Errors: [`StencilError::Load`] naming the program and file.
+    pub fn load(artifact: &Path, program: &Program) -> Result<Kernel, StencilError> {
+        let err = |reason: String| StencilError::Load {
+            program: program.name().to_owned(),
+            artifact: artifact.to_path_buf(),
+            reason,
+        };
+        // dlopen searches the library path for a bare file name; a path with a slash it opens.
+        let path = if artifact.parent().is_some_and(|p| !p.as_os_str().is_empty()) {
+            artifact.to_path_buf()
+        } else {
+            Path::new(".").join(artifact)
+        };
+        // SAFETY: the library was generated by `emit_c` and built by `compile`; its only
+        // initialisers are the C runtime's.
+        let library = unsafe { libloading::Library::new(&path) }.map_err(|e| err(e.to_string()))?;
+        // SAFETY: the symbols are declared in the emitted C with exactly these signatures.
+        let (abi, digest, run) = unsafe {
+            let abi = *library
+                .get::<AbiFn>("gk_abi_version")
+                .map_err(|e| err(e.to_string()))?;
+            let digest = *library
+                .get::<DigestFn>("gk_program_digest")
+                .map_err(|e| err(e.to_string()))?;
+            let run = *library
+                .get::<RunFn>("gk_run")
+                .map_err(|e| err(e.to_string()))?;
+            (abi, digest, run)
+        };
+        // SAFETY: both functions take no argument and return a constant.
+        let found_abi = unsafe { abi() };
+        if found_abi != ABI_VERSION {
+            return Err(err(format!(
+                "kernel ABI {found_abi}, this frontend runs ABI {ABI_VERSION}"
+            )));
+        }
+        // SAFETY: `gk_program_digest` returns a pointer to a NUL-terminated string literal.
+        let found = unsafe { CStr::from_ptr(digest()) }
+            .to_string_lossy()
+            .into_owned();
+        let want = content_digest(&program.encode());
+        if found != want {
+            return Err(err(format!(
+                "it was built from program encoding {found}, not {want} (another program)"
+            )));
+        }
+        Ok(Kernel {
+            program: program.clone(),
+            artifact: artifact.to_path_buf(),
+            run,
+            _library: library,
+        })
+    }
+
+    /// The program this kernel computes.
+    pub fn program(&self) -> &Program {
+        &self.program
+    }
+
+    /// Runs the kernel on the runtime tables of `provider` with `inputs`, returning the output
+    /// fields. Host tables are passed in place, whatever their strides and integer width; a
+    /// [`gridkey_offsets::HostCopySource`] is copied to the host once
+    /// ([`gridkey_offsets::Connectivity::host_table`]). Temporaries and outputs are allocated
+    /// here, sized from the runtime tables; the kernel checks every size against what it was
+    /// compiled for before it reads anything.
+    ///
+    /// Errors: [`StencilError::MissingOffset`], [`StencilError::NotAGather`],
+    /// [`StencilError::DimensionMismatch`] (checked here); [`StencilError::MissingField`] for an
+    /// input not given; from the kernel: [`StencilError::TableExtent`] when a runtime table's rows
+    /// or cols differ from the compiled ones, [`StencilError::FieldLength`],
+    /// [`StencilError::IndexOutOfRange`], [`StencilError::KernelStatus`].
+    pub fn run(&self, provider: &OffsetProvider, inputs: &Fields) -> Result<Fields, StencilError> {
+        let program = &self.program;
+        let name = || program.name().to_owned();
+        let gathers = resolve(program, provider)?;
+        let offsets = program.offsets();
+        let host: Vec<IndexTable> = gathers.iter().map(|c| c.host_table()).collect();
+        let tables: Vec<GkTable> = host
+            .iter()
+            .map(|t| {
+                let (data, dim, strides, width) = match t {
+                    IndexTable::I32(a) => (a.as_ptr().cast::<c_void>(), a.dim(), a.strides(), 4),
+                    IndexTable::I64(a) => (a.as_ptr().cast::<c_void>(), a.dim(), a.strides(), 8),
+                };
+                GkTable {
+                    data,
+                    rows: dim.0 as i64,
+                    cols: dim.1 as i64,
+                    stride0: strides[0] as i64,
+                    stride1: strides[1] as i64,
+                    width,
+                }
+            })
+            .collect();
+        // Temporaries and outputs: dense on the domain of the stage that writes them.
+        let mut owned: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+        for stage in program.stages() {
+            let rows = host[offsets
+                .iter()
+                .position(|o| *o == stage.offset)
+                .expect("an offset of the program")]
+            .shape()[0];
+            owned.insert(stage.output.as_str(), vec![0.0; rows]);
+        }
+        let mut fields = Vec::with_capacity(program.fields().len());
+        for field in program.fields() {
+            let (data, len) =
+                match owned.get_mut(field.name.as_str()) {
+                    Some(values) => (values.as_mut_ptr(), values.len()),
+                    None => {
+                        let values = inputs.0.get(&field.name).ok_or_else(|| {
+                            StencilError::MissingField {
+                                program: name(),
+                                field: field.name.clone(),
+                            }
+                        })?;
+                        // The kernel writes only stage outputs, never an input: the cast to *mut
+                        // is only to share one struct between both.
+                        (values.as_ptr().cast_mut(), values.len())
+                    }
+                };
+            fields.push(GkField {
+                data,
+                len: len as i64,
+            });
+        }
+        let mut st = GkStatus::default();
+        // SAFETY: `tables` point at live tables (`host` holds them) whose rows, cols, strides
+        // and width are stated truthfully; `fields` at live buffers of the stated lengths,
+        // outputs and temporaries exclusively borrowed. The kernel checks rows, cols, width and
+        // lengths against its constants before it reads or writes, and every index before use.
+        let rc = unsafe { (self.run)(tables.as_ptr(), fields.as_ptr(), &mut st) };
+        drop(fields);
+        if rc != status::OK {
+            return Err(self.status_error(rc, &st, &offsets));
+        }
+        let mut out = Fields::default();
+        for (field, values) in owned {
+            if program.role(field) == Some(FieldRole::Output) {
+                out.0.insert(field.to_owned(), values);
+            }
+        }
+        Ok(out)
+    }
+
+    fn status_error(&self, rc: i32, st: &GkStatus, offsets: &[String]) -> StencilError {
+        let program = self.program.name().to_owned();
+        let slot = usize::try_from(st.slot).ok();
+        let offset = slot.and_then(|s| offsets.get(s)).cloned();
+        let field = slot
+            .and_then(|s| self.program.fields().get(s))
+            .map(|f| f.name.clone());
+        let unknown = StencilError::KernelStatus {
+            program: program.clone(),
+            code: rc,
+            slot: st.slot,
+        };
+        match (rc, offset, field) {
+            (status::TABLE_ROWS | status::TABLE_COLS, Some(offset), _) => {
+                StencilError::TableExtent {
+                    program,
+                    offset,
+                    axis: if rc == status::TABLE_ROWS {
+                        "rows"
+                    } else {
+                        "cols"
+                    },
+                    compiled: st.expected as u64,
+                    runtime: st.found as u64,
+                }
+            }
+            (status::FIELD_EXACT | status::FIELD_AT_LEAST, _, Some(field)) => {
+                let n = st.expected as usize;
+                let need = if rc == status::FIELD_EXACT {
+                    Need::Exactly(n)
+                } else {
+                    Need::AtLeast(n)
+                };
+                StencilError::FieldLength {
+                    program,
+                    field,
+                    need,
+                    found: st.found as usize,
+                }
+            }
+            (status::INDEX, Some(offset), _) => StencilError::IndexOutOfRange {
+                program,
+                offset,
+                row: st.row as u64,
+                col: st.col as u64,
+                index: st.found,
+                min: st.expected,
+                max: st.expected_max,
+            },
+            _ => unknown,
+        }
+    }
+}
+
+/// Evaluates `program` in plain Rust on the runtime tables of `provider`, independently of the
+/// C path: tables read through ndarray indexing in whatever layout and width they have, the
+/// stages in order, neighbours summed in slot order `k = 0, 1, ...` as the kernel does. Returns
+/// the output fields.
+///
+/// Errors: those of [`infer_domains_runtime`]; [`StencilError::MissingField`];
+/// [`StencilError::FieldLength`] when an input does not have the length the tables imply.
+pub fn evaluate_reference(
+    program: &Program,
+    provider: &OffsetProvider,
+    inputs: &Fields,
+) -> Result<Fields, StencilError> {
+    let facts = infer_domains_runtime(program, provider)?;
+    let needs = facts.field_needs(program)?;
+    let gathers = resolve(program, provider)?;
+    let offsets = program.offsets();
+    let name = || program.name().to_owned();
+    let mut values: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    for (field, need) in program.fields().iter().zip(needs) {
+        if program.role(&field.name) != Some(FieldRole::Input) {
+            continue;
+        }
+        let v = inputs
+            .0
+            .get(&field.name)
+            .ok_or_else(|| StencilError::MissingField {
+                program: name(),
+                field: field.name.clone(),
+            })?;
+        if !need.accepts(v.len()) {
+            return Err(StencilError::FieldLength {
+                program: name(),
+                field: field.name.clone(),
+                need,
+                found: v.len(),
+            });
+        }
+        values.insert(field.name.clone(), v.clone());
+    }
+    for stage in program.stages() {
+        let c = gathers[offsets
+            .iter()
+            .position(|o| *o == stage.offset)
+            .expect("an offset of the program")];
+        let table = c.host_table();
+        let src = &values[&stage.source];
+        let weights = stage.weights.as_ref().map(|w| values[w].as_slice());
+        let out = match &table {
+            IndexTable::I32(a) => reduce(a.view(), c.skip_value(), src, weights, stage.reduce),
+            IndexTable::I64(a) => reduce(a.view(), c.skip_value(), src, weights, stage.reduce),
+        };
+        let out = out.map_err(|(row, col, index)| StencilError::IndexOutOfRange {
+            program: name(),
+            offset: stage.offset.clone(),
+            row: row as u64,
+            col: col as u64,
+            index,
+            min: 0,
+            max: src.len() as i64 - 1,
+        })?;
+        values.insert(stage.output.clone(), out);
+    }
+    Ok(Fields(
+        values
+            .into_iter()
+            .filter(|(f, _)| program.role(f) == Some(FieldRole::Output))
+            .collect(),
+    ))
+}
+
+/// One stage in Rust; an index outside `src` is returned as `(row, col, index)` (inference
+/// has already ruled it out, this keeps the reference free of panics).
+fn reduce<T: Copy + Into<i64>>(
+    table: ArrayView2<'_, T>,
+    skip_value: Option<i64>,
+    src: &[f64],
+    weights: Option<&[f64]>,
+    how: Reduce,
+) -> Result<Vec<f64>, (usize, usize, i64)> {
+    let (rows, cols) = table.dim();
+    (0..rows)
+        .map(|i| {
+            let (mut acc, mut n) = (0.0, 0u32);
+            for k in 0..cols {
+                let j: i64 = table[[i, k]].into();
+                if Some(j) == skip_value {
+                    continue;
+                }
+                let x = *usize::try_from(j)
+                    .ok()
+                    .and_then(|j| src.get(j))
+                    .ok_or((i, k, j))?;
+                acc += weights.map_or(x, |w| w[i * cols + k] * x);
+                n += 1;
+            }
+            Ok(match how {
+                Reduce::Sum => acc,
+                Reduce::Mean if n > 0 => acc / f64::from(n),
+                Reduce::Mean => 0.0,
+            })
+        })
+        .collect()
+}
+
+/// The largest relative difference between `got` and `want` over the fields of `want`:
+/// `|a − b| / max(|b|, f64::MIN_POSITIVE)`. A field missing from `got`, a length difference or a
+/// NaN gives infinity; no field gives 0.
+pub fn max_relative_error(got: &Fields, want: &Fields) -> f64 {
+    let mut worst = 0.0f64;
+    for (name, b) in &want.0 {
+        let Some(a) = got.0.get(name) else {
+            return f64::INFINITY;
+        };
+        if a.len() != b.len() {
+            return f64::INFINITY;
+        }
+        for (&x, &y) in a.iter().zip(b) {
+            let e = (x - y).abs() / y.abs().max(f64::MIN_POSITIVE);
+            if e.is_nan() {
+                return f64::INFINITY;
+            }
+            worst = worst.max(e);
+        }
+    }
+    worst
+}
