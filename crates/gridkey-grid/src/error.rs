@@ -67,12 +67,13 @@ pub enum GridError {
 
     /// The `netcdf3` reader (the pure-Rust netCDF-3 crate) refused the file or failed to read a
     /// variable.
-    #[error("{}: the netCDF-3 reader failed: {source}", path.display())]
+    #[error("{}: the netCDF-3 reader failed: {reason}", path.display())]
     Netcdf {
         /// The path as given.
         path: PathBuf,
-        /// The reader's error.
-        source: netcdf3::ReadError,
+        /// The reader's error, as text: `netcdf3::ReadError` holds `Rc`s, and a `GridError` must
+        /// be `Send + Sync` to cross threads and into `anyhow`.
+        reason: String,
     },
 
     /// The `netcdf3` reader panicked on this file. The header walk is meant to make this

@@ -495,7 +495,7 @@ impl Ctx<'_> {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(source)) => Err(GridError::Netcdf {
                 path: self.path(),
-                source,
+                reason: format!("{source:?}"),
             }),
             Err(payload) => {
                 let message = payload

@@ -548,3 +548,10 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn grid_errors_cross_threads() {
+    // A GridError travels into anyhow and across runner threads: it must be Send + Sync.
+    fn send_sync<T: Send + Sync + 'static>() {}
+    send_sync::<GridError>();
+}
