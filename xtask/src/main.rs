@@ -1,1 +1,244 @@
-fn main() {}
+//! `cargo xtask`: project automation.
+//!
+//! `cargo xtask modes [--grid FILE]` is the mode-equivalence proof of README "The proof":
+//! 1. the key of every program is identical across the three build-jobs modes, and across
+//!    runtime tables given in C order, Fortran order, as int64 and through the host-copy source;
+//! 2. for each of the six ordered pairs of modes (A, B), a cache filled in mode A serves mode B
+//!    with 0 translations;
+//! 3. the C source translated against the compile-time view is byte-identical to the source
+//!    translated directly against each runtime variant of the tables.
+//!
+//! Every stored table is opened with the verifying open (digest recomputed) along the way.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+use std::sync::Arc;
+
+use anyhow::{bail, Context, Result};
+use gridkey::{RunConfig, RunReport, StencilHandler};
+use gridkey_fingerprint::{KeyInputs, TranslationOptions};
+use gridkey_grid::{read_grid, Grid};
+use gridkey_jobs::{BuildJobs, BuildJobsMode, Runner, WorkerCommand};
+use gridkey_offsets::{
+    compile_time_offset_provider, Connectivity, Entry, HostCopySource, IndexTable, OffsetProvider, TableSource,
+};
+use gridkey_stencil::Program;
+use gridkey_store::TableStore;
+use ndarray::{Array2, ShapeBuilder};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask sits in the workspace root").to_path_buf()
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        Some("modes") => modes(&args[1..]),
+        _ => {
+            eprintln!("usage: cargo xtask modes [--grid FILE]");
+            return ExitCode::from(2);
+        }
+    };
+    match result {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("xtask: error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn grid_arg(args: &[String]) -> Result<PathBuf> {
+    match args {
+        [] => Ok(root().join(gridkey::SHIPPED_GRID)),
+        [flag, path] if flag == "--grid" => Ok(PathBuf::from(path)),
+        _ => bail!("unexpected arguments {args:?}: expected [--grid FILE]"),
+    }
+}
+
+/// Builds the `gridkey` binary (release) and returns its path: process-mode workers run it.
+fn build_gridkey() -> Result<PathBuf> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let status = Command::new(cargo)
+        .args(["build", "--release", "--quiet", "--package", "gridkey", "--bin", "gridkey"])
+        .current_dir(root())
+        .status()
+        .context("cannot run cargo to build the gridkey binary")?;
+    if !status.success() {
+        bail!("building the gridkey binary failed ({status})");
+    }
+    let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root().join("target"), PathBuf::from);
+    Ok(target.join("release").join("gridkey"))
+}
+
+fn modes(args: &[String]) -> Result<bool> {
+    let grid_path = grid_arg(args)?;
+    let gridkey_bin = build_gridkey()?;
+    let grid = read_grid(&grid_path)?;
+    let programs = gridkey_stencil::icon_programs();
+    let options = TranslationOptions::new();
+    let jobs = gridkey_jobs::default_jobs().max(2) as i64;
+    let runners: Vec<Runner<StencilHandler>> = BuildJobsMode::ALL
+        .iter()
+        .map(|&mode| {
+            Runner::new(BuildJobs::new(mode, jobs), Arc::new(StencilHandler), WorkerCommand::gridkey(gridkey_bin.clone()))
+        })
+        .collect();
+    let mut ok = true;
+    println!("grid: {} ({} programs, {} offsets)", grid_path.display(), programs.len(), grid.provider().len());
+
+    // (1) Keys across modes, each on a fresh cache.
+    let mut keys: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
+    for runner in &runners {
+        let cache = tempfile::tempdir()?;
+        let report = run_mode(&grid, &programs, runner, cache.path(), &grid_path, &options)?;
+        ok &= check_verified(&report);
+        for p in &report.programs {
+            keys.entry(p.program.clone()).or_default().insert(format!("mode {}", report.mode), p.key.clone().unwrap_or_default());
+        }
+    }
+
+    // (1) Keys across runtime layouts, and (3) C source against the runtime tables.
+    let mut sources_identical = 0;
+    let mut source_checks = 0;
+    for (variant, provider) in runtime_variants(&grid)? {
+        let cache = tempfile::tempdir()?;
+        let store = TableStore::open(cache.path())?;
+        let ct = compile_time_offset_provider(&provider, &store)?;
+        for (_, entry) in ct.entries() {
+            if let Entry::Gather(c) = entry {
+                store.open_verified(c.spec()).context("verifying open of a stored table")?;
+            }
+        }
+        for program in &programs {
+            let key = KeyInputs::new(&gridkey_stencil::frontend(), program.name(), &program.encode(), &options, &ct).key();
+            keys.entry(program.name().to_owned()).or_default().insert(format!("tables {variant}"), key.to_hex());
+            let compiled = gridkey_stencil::translate(program, &ct, &options)?;
+            let direct = gridkey_stencil::emit_c(program, &gridkey_stencil::infer_domains_runtime(program, &provider)?, &options);
+            source_checks += 1;
+            if compiled.as_bytes() == direct.as_bytes() {
+                sources_identical += 1;
+            } else {
+                ok = false;
+                println!("C source differs for {} with {variant} runtime tables", program.name());
+            }
+        }
+    }
+    let mut identical_programs = 0;
+    println!("\n(1) translation keys per program across modes and runtime table layouts");
+    for (program, by_source) in &keys {
+        let distinct: std::collections::BTreeSet<&String> = by_source.values().collect();
+        let same = distinct.len() == 1 && !by_source.values().any(String::is_empty);
+        identical_programs += usize::from(same);
+        ok &= same;
+        let key = by_source.values().next().map_or("-", String::as_str);
+        println!("  {program:<12} {key}  {} sources, {}", by_source.len(), if same { "identical" } else { "DIFFER" });
+        if !same {
+            for (source, key) in by_source {
+                println!("      {source:<18} {key}");
+            }
+        }
+    }
+
+    // (2) Six ordered pairs of modes.
+    println!("\n(2) fill a fresh cache in mode A, run in mode B");
+    println!("  {:<8} {:<8} {:>14} {:>14} {:>8}", "A", "B", "A translated", "B translated", "B hits");
+    let mut pairs_hit = 0;
+    let mut retranslations = 0;
+    for a in &runners {
+        for b in &runners {
+            if a.mode() == b.mode() {
+                continue;
+            }
+            let cache = tempfile::tempdir()?;
+            let fill = run_mode(&grid, &programs, a, cache.path(), &grid_path, &options)?;
+            let warm = run_mode(&grid, &programs, b, cache.path(), &grid_path, &options)?;
+            ok &= check_verified(&fill) & check_verified(&warm);
+            let n = warm.translations();
+            retranslations += n;
+            if n == 0 && warm.hits() == programs.len() {
+                pairs_hit += 1;
+            }
+            println!(
+                "  {:<8} {:<8} {:>14} {:>14} {:>8}",
+                a.mode().as_str(),
+                b.mode().as_str(),
+                fill.translations(),
+                n,
+                warm.hits()
+            );
+        }
+    }
+    println!("\n(3) C source from the compile-time view equals the source from the runtime tables: {sources_identical}/{source_checks}");
+
+    ok &= pairs_hit == 6 && retranslations == 0 && identical_programs == programs.len();
+    println!(
+        "\nmode equivalence: {pairs_hit}/6 pairs hit, {retranslations} re-translations, keys identical for {identical_programs} programs"
+    );
+    Ok(ok)
+}
+
+fn run_mode(
+    grid: &Grid,
+    programs: &[Program],
+    runner: &Runner<StencilHandler>,
+    cache_dir: &Path,
+    grid_path: &Path,
+    options: &TranslationOptions,
+) -> Result<RunReport> {
+    let config = RunConfig {
+        grid: grid_path.to_path_buf(),
+        cache_dir: cache_dir.to_path_buf(),
+        jobs: BuildJobs::new(runner.mode(), 2),
+        worker: WorkerCommand::gridkey(PathBuf::new()),
+        options: options.clone(),
+    };
+    Ok(gridkey::run_with(grid, programs, runner, &config, 0.0)?)
+}
+
+fn check_verified(report: &RunReport) -> bool {
+    for p in report.programs.iter().filter(|p| !p.verified) {
+        println!("  {} mode: {} did not verify: {}", report.mode, p.program, p.error.as_deref().unwrap_or("-"));
+    }
+    report.all_verified()
+}
+
+/// The grid's runtime provider with its tables in C order, Fortran order, as int64, and
+/// behind a host-copy source; dimension entries as they are.
+fn runtime_variants(grid: &Grid) -> Result<Vec<(&'static str, OffsetProvider)>> {
+    type Make = fn(&ndarray::ArcArray2<i32>) -> TableSource;
+    let makers: [(&'static str, Make); 4] = [
+        ("C order", |a| TableSource::Host(IndexTable::I32(a.as_standard_layout().into_owned().into_shared()))),
+        ("Fortran order", |a| {
+            let mut f = Array2::<i32>::zeros(a.raw_dim().f());
+            f.assign(a);
+            TableSource::Host(IndexTable::I32(f.into_shared()))
+        }),
+        ("int64", |a| TableSource::Host(IndexTable::I64(a.mapv(i64::from).into_shared()))),
+        ("host copy", |a| TableSource::HostCopy(HostCopySource::new(IndexTable::I32(a.clone())))),
+    ];
+    let mut out = Vec::new();
+    for (name, make) in makers {
+        let mut provider = OffsetProvider::new();
+        for (offset, entry) in grid.provider().entries() {
+            let entry = match entry {
+                Entry::Dimension(d) => Entry::Dimension(d.clone()),
+                Entry::Gather(c) => {
+                    let IndexTable::I32(a) = c.host_table() else { bail!("grid tables are int32") };
+                    Entry::Gather(Arc::new(Connectivity::new(
+                        c.domain().clone(),
+                        c.local().clone(),
+                        c.codomain().clone(),
+                        c.skip_value(),
+                        make(&a),
+                    )?))
+                }
+            };
+            provider.push(offset.clone(), entry)?;
+        }
+        out.push((name, provider));
+    }
+    Ok(out)
+}

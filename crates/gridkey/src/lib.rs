@@ -1,0 +1,338 @@
+//! The gridkey application: the main job (`gridkey run`) and the grid table listing
+//! (`gridkey tables`) as library functions, shared by the `gridkey` binary and `cargo xtask`.
+//!
+//! The main job follows the pipeline of DESIGN 2: read the grid into a runtime offset provider,
+//! convert it once to its compile-time view in the cache directory, build a
+//! [`CompilationTask`] per program, run them with the chosen [`Runner`] (the frontend's compile
+//! step is [`StencilHandler`]), then load each artifact and run it on the **runtime** provider,
+//! checked against the plain Rust evaluation.
+//!
+//! # Architecture invariant
+//!
+//! This crate composes the others through their public APIs and does not print: the binary
+//! (`src/main.rs`) is the only place that prints for people.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use gridkey_fingerprint::{Excluded, TranslationOptions};
+use gridkey_grid::{read_grid, Grid, GridError};
+use gridkey_jobs::{BuildJobs, CompilationTask, Runner, Settings, TaskHandler, WorkerCommand};
+use gridkey_offsets::{compile_time_offset_provider, CompileTimeOffsetProvider, OffsetsError};
+use gridkey_stencil::{CompileConfig, CompileOutcome, Program};
+use gridkey_store::{StoreError, TableStore};
+use serde::{Deserialize, Serialize};
+
+/// The ICON grid shipped in the repository, relative to the repository root.
+pub const SHIPPED_GRID: &str = "data/grids/icon_grid_0013_R02B04_R.nc";
+
+/// Environment variables of the parent that shape a compilation and travel with every task.
+pub const DECLARED_VARS: &[&str] = &["CC", ENV_VERIFY_HITS];
+
+/// Set to `1` to translate again on every translation-cache hit and compare byte for byte.
+pub const ENV_VERIFY_HITS: &str = "GRIDKEY_VERIFY_CACHE_HITS";
+
+/// Largest relative error accepted between the built kernel and the Rust evaluation (f64).
+pub const TOLERANCE: f64 = 1e-12;
+
+/// Seed of the input fields of the main job.
+pub const INPUT_SEED: u64 = 20_261_129;
+
+/// Errors of the application layer.
+#[derive(Debug, thiserror::Error)]
+pub enum AppError {
+    /// The grid could not be read.
+    #[error(transparent)]
+    Grid(#[from] GridError),
+    /// The cache directory is unusable.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// Converting the offset provider failed.
+    #[error(transparent)]
+    Offsets(#[from] OffsetsError),
+    /// The cache directory could not be made absolute.
+    #[error("cannot resolve cache directory {path}: {source}; pass an existing, writable --cache-dir")]
+    CacheDir {
+        /// The directory.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+}
+
+/// The frontend's compile step for the runners: decodes the program and calls
+/// [`gridkey_stencil::compile`] with the settings that travelled with the task.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct StencilHandler;
+
+impl TaskHandler for StencilHandler {
+    type Output = CompileOutcome;
+
+    fn handle(&self, task: &CompilationTask) -> Result<CompileOutcome, String> {
+        let program = Program::decode(&task.encoding).map_err(|e| e.to_string())?;
+        let settings = &task.settings.0;
+        let config = CompileConfig {
+            cache_dir: settings.cache_dir.clone(),
+            cc: settings.vars.get("CC").cloned().unwrap_or_else(|| "cc".to_owned()),
+            verify_hits: settings.vars.get(ENV_VERIFY_HITS).is_some_and(|v| v == "1"),
+        };
+        gridkey_stencil::compile(&program, &task.provider, &task.options, &config).map_err(|e| e.to_string())
+    }
+}
+
+/// What the main job needs.
+#[derive(Clone, Debug)]
+pub struct RunConfig {
+    /// The grid file (ICON or MPAS netCDF-3).
+    pub grid: PathBuf,
+    /// The cache directory.
+    pub cache_dir: PathBuf,
+    /// Runner mode and worker count.
+    pub jobs: BuildJobs,
+    /// How to start a process-mode worker.
+    pub worker: WorkerCommand,
+    /// Translation options for every program.
+    pub options: TranslationOptions,
+}
+
+/// The outcome of one program in the main job.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ProgramReport {
+    /// Program name.
+    pub program: String,
+    /// Translation key (32 hex digits), when compilation got that far.
+    pub key: Option<String>,
+    /// Whether the translation cache had the entry.
+    pub cache_hit: bool,
+    /// Whether the program was translated in this run.
+    pub translated: bool,
+    /// Whether the shared library was built in this run (false: build-cache hit).
+    pub built: bool,
+    /// Seconds spent translating (0 on a hit).
+    pub translate_seconds: f64,
+    /// Seconds spent building.
+    pub build_seconds: f64,
+    /// Largest relative error of the kernel against the Rust evaluation.
+    pub max_rel_error: Option<f64>,
+    /// Whether the program compiled, ran and matched within [`TOLERANCE`].
+    pub verified: bool,
+    /// Why it did not, if it did not.
+    pub error: Option<String>,
+}
+
+/// The outcome of the main job.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct RunReport {
+    /// The grid file.
+    pub grid: PathBuf,
+    /// Runner mode.
+    pub mode: String,
+    /// Worker count.
+    pub jobs: usize,
+    /// Seconds to read the grid.
+    pub read_seconds: f64,
+    /// Seconds to convert the offset provider to its compile-time view.
+    pub convert_seconds: f64,
+    /// Seconds to compile all programs (the runner's batch).
+    pub compile_seconds: f64,
+    /// Seconds to run and verify all programs.
+    pub verify_seconds: f64,
+    /// One report per program, in program order.
+    pub programs: Vec<ProgramReport>,
+}
+
+impl RunReport {
+    /// Whether every program verified.
+    pub fn all_verified(&self) -> bool {
+        self.programs.iter().all(|p| p.verified)
+    }
+
+    /// Number of translation-cache hits.
+    pub fn hits(&self) -> usize {
+        self.programs.iter().filter(|p| p.cache_hit).count()
+    }
+
+    /// Number of translations done in this run.
+    pub fn translations(&self) -> usize {
+        self.programs.iter().filter(|p| p.translated).count()
+    }
+}
+
+/// The tasks of compiling `programs` against `provider` with `options`, built in `cache_dir`.
+pub fn tasks_for(
+    programs: &[Program],
+    provider: &Arc<CompileTimeOffsetProvider>,
+    options: &TranslationOptions,
+    cache_dir: &Path,
+) -> Vec<CompilationTask> {
+    let settings = Settings::capture(cache_dir, DECLARED_VARS);
+    programs
+        .iter()
+        .map(|p| CompilationTask {
+            program: p.name().to_owned(),
+            encoding: p.encode(),
+            options: options.clone(),
+            provider: provider.clone(),
+            settings: Excluded(settings.clone()),
+        })
+        .collect()
+}
+
+/// Runs the main job: every program of [`gridkey_stencil::icon_programs`] on the grid.
+///
+/// Errors: an unreadable grid, an unusable cache directory, a failed conversion. A program that
+/// fails to compile or verify does not make this an error: it is reported in its
+/// [`ProgramReport`].
+pub fn run(config: &RunConfig) -> Result<RunReport, AppError> {
+    let t = Instant::now();
+    let grid = read_grid(&config.grid)?;
+    let read_seconds = t.elapsed().as_secs_f64();
+    let programs = gridkey_stencil::icon_programs();
+    let runner = Runner::new(config.jobs, Arc::new(StencilHandler), config.worker.clone());
+    run_with(&grid, &programs, &runner, config, read_seconds)
+}
+
+/// The main job on an already-read grid with an existing runner (reused across calls).
+///
+/// Errors: as [`run`].
+pub fn run_with(
+    grid: &Grid,
+    programs: &[Program],
+    runner: &Runner<StencilHandler>,
+    config: &RunConfig,
+    read_seconds: f64,
+) -> Result<RunReport, AppError> {
+    let store = TableStore::open(&config.cache_dir)?;
+    let cache_dir = std::fs::canonicalize(&config.cache_dir)
+        .map_err(|source| AppError::CacheDir { path: config.cache_dir.clone(), source })?;
+    let t = Instant::now();
+    let ct = Arc::new(compile_time_offset_provider(grid.provider(), &store)?);
+    let convert_seconds = t.elapsed().as_secs_f64();
+
+    let tasks = tasks_for(programs, &ct, &config.options, &cache_dir);
+    let t = Instant::now();
+    let outcomes = runner.run_all(&tasks);
+    let compile_seconds = t.elapsed().as_secs_f64();
+
+    let t = Instant::now();
+    let reports = programs
+        .iter()
+        .zip(outcomes)
+        .map(|(program, outcome)| match outcome {
+            Ok(outcome) => verify(program, grid, outcome),
+            Err(e) => ProgramReport {
+                program: program.name().to_owned(),
+                key: None,
+                cache_hit: false,
+                translated: false,
+                built: false,
+                translate_seconds: 0.0,
+                build_seconds: 0.0,
+                max_rel_error: None,
+                verified: false,
+                error: Some(e.to_string()),
+            },
+        })
+        .collect();
+    Ok(RunReport {
+        grid: config.grid.clone(),
+        mode: runner.mode().to_string(),
+        jobs: config.jobs.jobs,
+        read_seconds,
+        convert_seconds,
+        compile_seconds,
+        verify_seconds: t.elapsed().as_secs_f64(),
+        programs: reports,
+    })
+}
+
+/// Loads the artifact, runs it on the runtime provider and compares with the Rust evaluation.
+fn verify(program: &Program, grid: &Grid, outcome: CompileOutcome) -> ProgramReport {
+    let mut report = ProgramReport {
+        program: outcome.program.clone(),
+        key: Some(outcome.key.to_hex()),
+        cache_hit: !outcome.translated,
+        translated: outcome.translated,
+        built: outcome.built,
+        translate_seconds: outcome.translate_seconds,
+        build_seconds: outcome.build_seconds,
+        max_rel_error: None,
+        verified: false,
+        error: None,
+    };
+    let checked = (|| {
+        let provider = grid.provider();
+        let inputs = gridkey_stencil::make_inputs(program, provider, INPUT_SEED)?;
+        let kernel = gridkey_stencil::Kernel::load(&outcome.artifact, program)?;
+        let got = kernel.run(provider, &inputs)?;
+        let want = gridkey_stencil::evaluate_reference(program, provider, &inputs)?;
+        Ok::<f64, gridkey_stencil::StencilError>(gridkey_stencil::max_relative_error(&got, &want))
+    })();
+    match checked {
+        Ok(err) => {
+            report.max_rel_error = Some(err);
+            report.verified = err < TOLERANCE;
+            if !report.verified {
+                report.error = Some(format!("max relative error {err:e} exceeds {TOLERANCE:e}"));
+            }
+        }
+        Err(e) => report.error = Some(e.to_string()),
+    }
+    report
+}
+
+/// One row of `gridkey tables`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TableRow {
+    /// Offset name (`C2E`).
+    pub offset: String,
+    /// Domain dimension (`Cell`).
+    pub domain: String,
+    /// Codomain dimension (`Edge`).
+    pub codomain: String,
+    /// Shape `(n, k)`.
+    pub shape: [usize; 2],
+    /// NumPy typestr of the canonical table (`<i4`).
+    pub dtype: String,
+    /// Number of skip entries (`-1`).
+    pub skip_count: usize,
+    /// Table digest (format v1), 32 hex digits.
+    pub digest: String,
+}
+
+/// The connectivities of a grid, with their table digests (format v1).
+///
+/// Errors: [`AppError::Grid`].
+pub fn tables(grid_path: &Path) -> Result<Vec<TableRow>, AppError> {
+    let grid = read_grid(grid_path)?;
+    Ok(table_rows(&grid))
+}
+
+/// The rows of `gridkey tables` for a grid already read.
+pub fn table_rows(grid: &Grid) -> Vec<TableRow> {
+    grid.tables()
+        .iter()
+        .map(|info| {
+            let c = grid.provider().gather(&info.offset).expect("every table of a grid is a gather");
+            let table = c.host_table();
+            let digest = match &table {
+                gridkey_offsets::IndexTable::I32(a) => gridkey_digest::digest_table(a.view()),
+                gridkey_offsets::IndexTable::I64(a) => gridkey_digest::digest_table(a.view()),
+            };
+            TableRow {
+                offset: info.offset.clone(),
+                domain: info.domain.clone(),
+                codomain: info.codomain.clone(),
+                shape: info.shape,
+                dtype: table_dtype(&table).to_owned(),
+                skip_count: info.skip_count,
+                digest: digest.to_hex(),
+            }
+        })
+        .collect()
+}
+
+fn table_dtype(table: &gridkey_offsets::IndexTable) -> &'static str {
+    table.dtype().typestr()
+}

@@ -1,0 +1,97 @@
+//! The `gridkey` binary as a user runs it: the main job, `tables`, and bad input.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn data(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../data").join(rel)
+}
+
+fn gridkey(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_gridkey"));
+    cmd.args(args);
+    for var in ["GRIDKEY_BUILD_JOBS_MODE", "GRIDKEY_BUILD_JOBS", "GRIDKEY_CACHE_DIR", "CC"] {
+        cmd.env_remove(var);
+    }
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().unwrap()
+}
+
+fn text(o: &Output) -> (String, String) {
+    (String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned())
+}
+
+#[test]
+fn tables_json_gives_the_golden_digests() {
+    let golden: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(data("golden/table-digests-v1.json")).unwrap()).unwrap();
+    for grid in ["oQU480.231010.nc", "icon_grid_0013_R02B04_R.nc"] {
+        let out = gridkey(&["tables", "--grid", data(&format!("grids/{grid}")).to_str().unwrap(), "--json"], &[]);
+        assert!(out.status.success(), "{:?}", text(&out));
+        let rows: Vec<serde_json::Map<String, serde_json::Value>> = serde_json::from_slice(&out.stdout).unwrap();
+        let expect = golden["grids"][grid]["tables"].as_object().unwrap();
+        assert_eq!(rows.len(), expect.len());
+        for row in rows {
+            let keys: Vec<&str> = row.keys().map(String::as_str).collect();
+            let mut sorted = keys.clone();
+            sorted.sort_unstable();
+            assert_eq!(sorted, ["codomain", "digest", "domain", "dtype", "offset", "shape", "skip_count"]);
+            let g = &expect[row["offset"].as_str().unwrap()];
+            for field in ["domain", "codomain", "shape", "dtype", "skip_count", "digest"] {
+                assert_eq!(row[field], g[field], "{grid} {} {field}", row["offset"]);
+            }
+        }
+    }
+}
+
+#[test]
+fn the_main_job_verifies_every_program_and_hits_the_cache_the_second_time() {
+    let cache = tempfile::tempdir().unwrap();
+    let grid = data("grids/oQU480.231010.nc");
+    let args = ["run", "--grid", grid.to_str().unwrap(), "--cache-dir", cache.path().to_str().unwrap()];
+    let first = gridkey(&args, &[("GRIDKEY_BUILD_JOBS_MODE", "thread"), ("GRIDKEY_BUILD_JOBS", "2")]);
+    let (stdout, stderr) = text(&first);
+    assert!(first.status.success(), "{stdout}\n{stderr}");
+    assert_eq!(stdout.lines().filter(|l| l.ends_with("  verified")).count(), 8, "{stdout}");
+    assert!(stdout.contains("8/8 programs verified") && stdout.contains("(thread mode, 2 jobs): 0 cache hits, 8 translations"), "{stdout}");
+    let second = gridkey(&args, &[("GRIDKEY_BUILD_JOBS_MODE", "process")]);
+    let (stdout, stderr) = text(&second);
+    assert!(second.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("8 cache hits, 0 translations, 0 builds"), "{stdout}");
+}
+
+/// The single place that runs a failing command and checks its exit code and message.
+fn check_fails(args: &[&str], env: &[(&str, &str)], code: i32, needles: &[&str]) {
+    let out = gridkey(args, env);
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(code), "{args:?}\n{stdout}\n{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    for n in needles {
+        assert!(stderr.contains(n) || stdout.contains(n), "{args:?}: {n:?} not in\n{stdout}\n{stderr}");
+    }
+}
+
+#[test]
+fn bad_input_is_a_clear_error() {
+    let cache = tempfile::tempdir().unwrap();
+    let c = cache.path().to_str().unwrap();
+    check_fails(&["run", "--grid", "/nonexistent/grid.nc", "--cache-dir", c], &[], 2, &["/nonexistent/grid.nc", "--grid"]);
+    let readme = data("grids/README.md");
+    check_fails(&["tables", "--grid", readme.to_str().unwrap()], &[], 2, &["README.md", "netCDF-3"]);
+    check_fails(&["run", "--cache-dir", c], &[("GRIDKEY_BUILD_JOBS_MODE", "fast")], 2, &["GRIDKEY_BUILD_JOBS_MODE", "serial, thread or process"]);
+    let file = cache.path().join("a-file");
+    std::fs::write(&file, b"").unwrap();
+    check_fails(&["run", "--cache-dir", file.to_str().unwrap()], &[], 2, &["a-file", "writable"]);
+}
+
+#[test]
+fn a_failing_c_compiler_fails_each_program_and_leaves_no_artifact() {
+    let cache = tempfile::tempdir().unwrap();
+    let grid = data("grids/oQU480.231010.nc");
+    let args = ["run", "--grid", grid.to_str().unwrap(), "--cache-dir", cache.path().to_str().unwrap(), "--mode", "process", "--jobs", "2"];
+    check_fails(&args, &[("CC", "false")], 1, &["0/8 programs verified", "CC"]);
+    let build = cache.path().join("build-v1");
+    let left: Vec<_> = std::fs::read_dir(&build).map(|d| d.flatten().map(|e| e.file_name()).collect()).unwrap_or_default();
+    assert!(left.is_empty(), "nothing left in build-v1: {left:?}");
+}
