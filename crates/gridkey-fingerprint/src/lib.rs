@@ -442,6 +442,31 @@ impl TranslationCache {
         Ok(key)
     }
 
+    /// Every key that has a key-input record in the cache, sorted; unreadable directories and
+    /// names that are not keys are passed over.
+    pub fn keys(&self) -> Vec<TranslationKey> {
+        let mut out = Vec::new();
+        let Ok(shards) = fs::read_dir(&self.dir) else { return out };
+        for shard in shards.flatten() {
+            let Ok(files) = fs::read_dir(shard.path()) else { continue };
+            for file in files.flatten() {
+                let name = file.file_name();
+                let Some(stem) = name.to_str().and_then(|n| n.strip_suffix(".json")) else { continue };
+                if let Ok(key) = stem.parse::<TranslationKey>() {
+                    out.push(key);
+                }
+            }
+        }
+        out.sort();
+        out
+    }
+
+    /// The keys whose hex text starts with `prefix` (case-insensitive), sorted.
+    pub fn keys_with_prefix(&self, prefix: &str) -> Vec<TranslationKey> {
+        let prefix = prefix.to_ascii_lowercase();
+        self.keys().into_iter().filter(|k| k.to_hex().starts_with(&prefix)).collect()
+    }
+
     /// The key-input record stored beside `key`, if readable.
     pub fn record(&self, key: &TranslationKey) -> Option<KeyInputs> {
         let bytes = fs::read(self.record_path(key)).ok()?;

@@ -12,11 +12,13 @@
 //! This crate composes the others through their public APIs and does not print: the binary
 //! (`src/main.rs`) is the only place that prints for people.
 
+pub mod explain;
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
-use gridkey_fingerprint::{Excluded, TranslationOptions};
+use gridkey_fingerprint::{Excluded, FingerprintError, TranslationCache, TranslationOptions};
 use gridkey_grid::{read_grid, Grid, GridError};
 use gridkey_jobs::{BuildJobs, CompilationTask, Runner, Settings, TaskHandler, WorkerCommand};
 use gridkey_offsets::{compile_time_offset_provider, CompileTimeOffsetProvider, OffsetsError};
@@ -51,6 +53,41 @@ pub enum AppError {
     /// Converting the offset provider failed.
     #[error(transparent)]
     Offsets(#[from] OffsetsError),
+    /// The translation cache could not be opened.
+    #[error(transparent)]
+    Cache(#[from] FingerprintError),
+    /// No cached key starts with the given prefix.
+    #[error("no translation-cache entry in {dir} has a key starting with {prefix:?}; list keys with `gridkey run` or check --cache-dir")]
+    UnknownKey {
+        /// The prefix given.
+        prefix: String,
+        /// The translation cache directory searched.
+        dir: PathBuf,
+    },
+    /// Several cached keys start with the given prefix.
+    #[error("key prefix {prefix:?} is ambiguous: it matches {matches:?}; give more digits")]
+    AmbiguousKey {
+        /// The prefix given.
+        prefix: String,
+        /// The keys it matches.
+        matches: Vec<String>,
+    },
+    /// A cached key has no readable record of its inputs.
+    #[error("translation-cache entry {key} has no readable key-input record at {path}; it was written by another tool or damaged")]
+    MissingRecord {
+        /// The key.
+        key: String,
+        /// The expected record path.
+        path: PathBuf,
+    },
+    /// A program name that is not one of the shipped programs.
+    #[error("there is no program {name:?}; the programs are {known:?}")]
+    UnknownProgram {
+        /// The name given.
+        name: String,
+        /// The known names.
+        known: Vec<String>,
+    },
     /// The cache directory could not be made absolute.
     #[error("cannot resolve cache directory {path}: {source}; pass an existing, writable --cache-dir")]
     CacheDir {
@@ -119,6 +156,8 @@ pub struct ProgramReport {
     pub verified: bool,
     /// Why it did not, if it did not.
     pub error: Option<String>,
+    /// For a miss, the nearest other cached entry of the program and the inputs that differ.
+    pub miss_hint: Option<String>,
 }
 
 /// The outcome of the main job.
@@ -151,6 +190,16 @@ impl RunReport {
     /// Number of translation-cache hits.
     pub fn hits(&self) -> usize {
         self.programs.iter().filter(|p| p.cache_hit).count()
+    }
+
+    /// Number of translation-cache misses.
+    pub fn misses(&self) -> usize {
+        self.programs.iter().filter(|p| p.key.is_some() && !p.cache_hit).count()
+    }
+
+    /// Number of shared libraries built in this run.
+    pub fn builds(&self) -> usize {
+        self.programs.iter().filter(|p| p.built).count()
     }
 
     /// Number of translations done in this run.
@@ -216,11 +265,15 @@ pub fn run_with(
     let compile_seconds = t.elapsed().as_secs_f64();
 
     let t = Instant::now();
+    let cache = TranslationCache::open(&cache_dir)?;
     let reports = programs
         .iter()
         .zip(outcomes)
         .map(|(program, outcome)| match outcome {
-            Ok(outcome) => verify(program, grid, outcome),
+            Ok(outcome) => {
+                let hint = if outcome.translated { explain::miss_hint(&cache, &outcome.key) } else { None };
+                ProgramReport { miss_hint: hint, ..verify(program, grid, outcome) }
+            }
             Err(e) => ProgramReport {
                 program: program.name().to_owned(),
                 key: None,
@@ -232,6 +285,7 @@ pub fn run_with(
                 max_rel_error: None,
                 verified: false,
                 error: Some(e.to_string()),
+                miss_hint: None,
             },
         })
         .collect();
@@ -260,6 +314,7 @@ fn verify(program: &Program, grid: &Grid, outcome: CompileOutcome) -> ProgramRep
         max_rel_error: None,
         verified: false,
         error: None,
+        miss_hint: None,
     };
     let checked = (|| {
         let provider = grid.provider();

@@ -1,4 +1,4 @@
-//! The `gridkey` command line (README "Usage"): `run`, `tables`, `worker`.
+//! The `gridkey` command line (README "Usage"): `run`, `explain`, `tables`, `worker`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -32,7 +32,31 @@ enum Command {
         /// Cache directory (default: GRIDKEY_CACHE_DIR, else .gridkey_cache).
         #[arg(long)]
         cache_dir: Option<PathBuf>,
+        /// Translation option NAME=VALUE for every program (repeatable), e.g. opt_level=3.
+        #[arg(long = "option", value_name = "NAME=VALUE", value_parser = parse_option)]
+        options: Vec<(String, String)>,
         /// Print the report as JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Say which key inputs differ between two cached keys, or why a program misses the cache.
+    Explain {
+        /// Two cached keys, each given by a unique prefix of its hex digits.
+        #[arg(num_args = 0..=2, value_name = "KEY")]
+        keys: Vec<String>,
+        /// Explain the miss of this program against the grid instead (nearest cached entry).
+        #[arg(long, value_name = "PROGRAM", conflicts_with = "keys")]
+        miss: Option<String>,
+        /// With --miss: the grid (default: the shipped ICON grid).
+        #[arg(long, requires = "miss")]
+        grid: Option<PathBuf>,
+        /// With --miss: translation option NAME=VALUE (repeatable).
+        #[arg(long = "option", value_name = "NAME=VALUE", value_parser = parse_option, requires = "miss")]
+        options: Vec<(String, String)>,
+        /// Cache directory (default: GRIDKEY_CACHE_DIR, else .gridkey_cache).
+        #[arg(long)]
+        cache_dir: Option<PathBuf>,
+        /// Print JSON (README "gridkey explain" documents the fields).
         #[arg(long)]
         json: bool,
     },
@@ -49,6 +73,13 @@ enum Command {
     /// The process-mode build worker (started by `gridkey run`, not for people).
     #[command(hide = true)]
     Worker,
+}
+
+fn parse_option(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_owned(), v.to_owned())),
+        _ => Err(format!("{s:?} is not NAME=VALUE")),
+    }
 }
 
 fn parse_mode(s: &str) -> Result<BuildJobsMode, String> {
@@ -88,7 +119,38 @@ fn dispatch(command: Command) -> Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Command::Run { grid, mode, jobs, cache_dir, json } => {
+        Command::Explain { keys, miss, grid, options, cache_dir, json } => {
+            let cache_dir = cache_dir.unwrap_or_else(gridkey_jobs::cache_dir_from_env);
+            if let Some(program) = miss {
+                let options = options.into_iter().collect();
+                let e = gridkey::explain::explain_miss(&cache_dir, &program, &grid.unwrap_or_else(default_grid), &options)?;
+                if json {
+                    println!("{}", serde_json::to_string_pretty(&e)?);
+                } else if e.cached {
+                    println!("{} key {}: in the cache, no miss to explain", e.program, e.key);
+                } else if let Some(nearest) = &e.nearest {
+                    println!("{} key {} is not cached; nearest cached entry {nearest} ({} candidates) differs in:", e.program, e.key, e.candidates);
+                    print_changes(&e.differences);
+                } else {
+                    println!("{} key {} is not cached, and no other entry of {} is: a first translation", e.program, e.key, e.program);
+                }
+                return Ok(ExitCode::SUCCESS);
+            }
+            let [a, b] = keys.as_slice() else {
+                anyhow::bail!("give two keys (unique prefixes), or --miss PROGRAM");
+            };
+            let e = gridkey::explain::explain_keys(&cache_dir, a, b)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&e)?);
+            } else if e.identical {
+                println!("{} and {}: identical inputs", e.a, e.b);
+            } else {
+                println!("{} -> {}:", e.a, e.b);
+                print_changes(&e.differences);
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Run { grid, mode, jobs, cache_dir, options, json } => {
             let env = BuildJobs::from_env()?;
             let jobs = BuildJobs::new(mode.unwrap_or(env.mode), jobs.unwrap_or(env.jobs as i64));
             let config = RunConfig {
@@ -96,7 +158,7 @@ fn dispatch(command: Command) -> Result<ExitCode> {
                 cache_dir: cache_dir.unwrap_or_else(gridkey_jobs::cache_dir_from_env),
                 jobs,
                 worker: WorkerCommand::gridkey(std::env::current_exe().context("cannot find the gridkey executable")?),
-                options: Default::default(),
+                options: options.into_iter().collect(),
             };
             let report = gridkey::run(&config)?;
             if json {
@@ -117,6 +179,12 @@ fn default_grid() -> PathBuf {
         return here;
     }
     PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../..")).join(SHIPPED_GRID)
+}
+
+fn print_changes(changes: &[gridkey_fingerprint::InputChange]) {
+    for c in changes {
+        println!("  {c}");
+    }
 }
 
 fn print_report(report: &RunReport) {
@@ -143,20 +211,23 @@ fn print_report(report: &RunReport) {
         );
     }
     let verified = report.programs.iter().filter(|p| p.verified).count();
-    let built = report.programs.iter().filter(|p| p.built).count();
     println!(
-        "{verified}/{} programs verified on {} ({} mode, {} jobs): {} cache hits, {} translations, {} builds; \
+        "{verified}/{} programs verified on {} ({} mode, {} jobs): {} cache hits, {} misses, {} translations, {} builds; \
          read {:.3} s, convert {:.3} s, compile {:.3} s, verify {:.3} s",
         report.programs.len(),
         report.grid.display(),
         report.mode,
         report.jobs,
         report.hits(),
+        report.misses(),
         report.translations(),
-        built,
+        report.builds(),
         report.read_seconds,
         report.convert_seconds,
         report.compile_seconds,
         report.verify_seconds,
     );
+    for hint in report.programs.iter().filter_map(|p| p.miss_hint.as_deref()) {
+        println!("hint: {hint}");
+    }
 }
