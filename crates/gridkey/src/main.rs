@@ -178,7 +178,8 @@ fn default_grid() -> PathBuf {
     if here.exists() {
         return here;
     }
-    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../..")).join(SHIPPED_GRID)
+    let beside_sources = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../..")).join(SHIPPED_GRID);
+    std::fs::canonicalize(&beside_sources).unwrap_or(beside_sources)
 }
 
 fn print_changes(changes: &[gridkey_fingerprint::InputChange]) {
