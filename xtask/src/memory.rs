@@ -34,8 +34,16 @@ const CELLS: usize = 20_971_520;
 const EDGES: usize = 31_457_280;
 const VERTICES: usize = 10_485_762;
 
-/// The ICON connectivities: offset, domain (name, size), codomain (name, size), neighbours.
-const TABLES: [(&str, (&str, usize), (&str, usize), usize); 8] = [
+/// One ICON connectivity: offset, domain (name, size), codomain (name, size), neighbours.
+type TableShape = (
+    &'static str,
+    (&'static str, usize),
+    (&'static str, usize),
+    usize,
+);
+
+/// The ICON connectivities at R02B09 sizes.
+const TABLES: [TableShape; 8] = [
     ("C2E", ("Cell", CELLS), ("Edge", EDGES), 3),
     ("C2V", ("Cell", CELLS), ("Vertex", VERTICES), 3),
     ("C2E2C", ("Cell", CELLS), ("Cell", CELLS), 3),
@@ -103,7 +111,7 @@ pub fn memory(args: &[String], gridkey_bin: &Path) -> Result<bool> {
         "provider",
         "tables MiB",
         "pid",
-        FIELDS.map(|f| format!("{f:>13}")).join("")
+        FIELDS.map(|f| format!("{f:>14}")).join("")
     );
     let mut private_by_size = Vec::new();
     for (label, divide) in [("no tables", 0), ("R2B9 / scale", scale), ("R2B9", 1)] {
@@ -149,12 +157,17 @@ pub fn memory(args: &[String], gridkey_bin: &Path) -> Result<bool> {
             );
             worst_private = worst_private.max(private(&r.memory));
         }
+        let label = if divide > 1 {
+            format!("R2B9 / {divide}")
+        } else {
+            label.to_owned()
+        };
         println!("  ({label}: tables made, stored, mapped and read by the parent in {made:.1} s)");
-        private_by_size.push((label, bytes, worst_private));
+        private_by_size.push((bytes, worst_private));
         drop(provider);
     }
-    let (_, _, base) = private_by_size[0];
-    let (_, full_bytes, full) = private_by_size[2];
+    let (_, base) = private_by_size[0];
+    let (full_bytes, full) = private_by_size[2];
     let growth = full.saturating_sub(base);
     println!(
         "\nprivate (Private_Clean + Private_Dirty) per worker: {:.1} MiB without tables, {:.1} MiB with {:.0} MiB of mapped tables: grew by {:.1} MiB",
