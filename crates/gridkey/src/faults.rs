@@ -12,6 +12,7 @@
 //! | `panic…` | panics (the worker catches it) |
 //! | `exit…` | writes `test-faults: exiting on request` to stderr and exits with status 3 |
 //! | `garbage…` | writes bytes that are not a frame on its protocol stream, then answers |
+//! | `chatty…` | prints a line on its standard output (descriptor 1, which the worker points at stderr), then answers |
 //! | `hang…` | writes its pid to the file in option `pidfile` (if given), then sleeps option `seconds` (default 3600) and answers |
 //! | `memory…` | reads every element of every table (so every page is resident), then answers with its own `/proc/self/smaps_rollup` |
 //!
@@ -99,6 +100,10 @@ impl TaskHandler for FaultHandler {
                 let _ = out.write_all(b"this is not a frame\0");
                 let _ = out.flush();
             }
+        }
+        if name.starts_with("chatty") {
+            println!("test-faults: a stray line on stdout");
+            let _ = std::io::stdout().flush();
         }
         if name.starts_with("hang") {
             if let Some(path) = task.options.get("pidfile") {

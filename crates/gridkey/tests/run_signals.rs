@@ -246,3 +246,41 @@ fn a_worker_killed_from_outside_fails_one_program_and_the_next_run_hits_the_cach
         "{stdout}"
     );
 }
+
+#[test]
+fn the_build_timeout_kills_hung_compilations_and_fails_each_program() {
+    let cache = tempfile::tempdir().unwrap();
+    let cc = slow_cc(cache.path(), 60);
+    let mut cmd = gridkey_run(cache.path(), Some(&cc), true);
+    cmd.env("GRIDKEY_BUILD_TIMEOUT", "0.5");
+    let run = cmd.spawn().unwrap();
+    let run_pid = run.id();
+    let out = run.wait_with_output().unwrap();
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    for p in report["programs"].as_array().unwrap() {
+        let error = p["error"].as_str().unwrap();
+        assert!(
+            error.contains("ran past the timeout of 0.5 s (GRIDKEY_BUILD_TIMEOUT) and was killed"),
+            "{error}"
+        );
+    }
+    assert!(children(run_pid).is_empty());
+    // No sleeping compiler is left behind: each was killed with its worker's process group.
+    let left: Vec<_> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(|e| {
+            !exited(
+                e.file_name()
+                    .to_str()
+                    .and_then(|s| s.parse().ok())
+                    .unwrap_or(0),
+            )
+        })
+        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+        .filter(|cmd| String::from_utf8_lossy(cmd).contains(&cc))
+        .collect();
+    assert!(left.is_empty(), "{} compiler processes left", left.len());
+}

@@ -142,7 +142,8 @@ fn each_fault_fails_its_task_alone_and_the_worker_is_replaced() {
         ("ok-8", "ok"),
         ("hang-9", "sigkill"),
         ("ok-10", "ok"),
-        ("ok-11", "ok"),
+        ("chatty-11", "ok"),
+        ("ok-12", "ok"),
     ];
     let pidfile_text = pidfile.to_str().unwrap().to_owned();
     let tasks: Vec<_> = plan
