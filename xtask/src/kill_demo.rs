@@ -113,6 +113,16 @@ fn busy_worker(run: &Child) -> Result<u32> {
         {
             return Ok(w);
         }
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", run.id())).unwrap_or_default();
+        if stat
+            .rsplit_once(')')
+            .is_none_or(|(_, rest)| rest.trim_start().starts_with('Z'))
+        {
+            bail!(
+                "gridkey run (pid {}) ended before a worker could be caught running its C compiler",
+                run.id()
+            );
+        }
         std::thread::sleep(Duration::from_millis(2));
     }
     bail!(

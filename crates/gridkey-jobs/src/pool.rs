@@ -237,9 +237,8 @@ impl<O> Drop for ProcessPool<O> {
                 ..
             } = w;
             drop(stdin);
-            if wait_briefly(&mut child, Duration::from_secs(2)).is_none() {
-                kill_group(pid);
-            }
+            exit_unreaped(pid, Duration::from_secs(2));
+            kill_group(pid);
             forget_live(pid);
             let _ = child.wait();
         }
@@ -384,21 +383,19 @@ impl Worker {
     /// Kills (if still alive) and waits for the worker and its process group; the failure to
     /// report for its task.
     fn reap(mut self, fault: Fault) -> TaskFailure {
-        let status = match fault {
-            // A dead worker has exited or is about to: give it a moment before killing it.
-            Fault::Died => wait_briefly(&mut self.child, Duration::from_millis(500)),
-            Fault::Garbage(_) | Fault::Timeout(_) => None,
-        };
-        // Whatever the worker left running (a C compiler) goes with it.
+        if let Fault::Died = fault {
+            // A dead worker has exited or is about to: give it a moment before killing it, so
+            // that its own exit status is what gets reported.
+            exit_unreaped(self.pid, Duration::from_millis(500));
+        }
+        // Whatever the worker left running (a C compiler) goes with it. The worker is not
+        // reaped yet, so its pid (the group id) cannot have been reused.
         kill_group(self.pid);
         forget_live(self.pid);
-        let status = match status {
-            Some(s) => s,
-            None => self
-                .child
-                .wait()
-                .unwrap_or_else(|_| ExitStatus::from_raw(0)),
-        };
+        let status = self
+            .child
+            .wait()
+            .unwrap_or_else(|_| ExitStatus::from_raw(0));
         drop(self.stdin);
         if let Some(reader) = self.stderr_reader.take() {
             // The stderr pipe closes when the worker and its children are gone; do not wait
@@ -439,14 +436,24 @@ impl Worker {
     }
 }
 
-fn wait_briefly(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
+/// Waits up to `limit` for the child `pid` to exit, without reaping it (`WNOWAIT`), so its pid
+/// stays reserved for a following `kill_group`. Returns whether it exited.
+fn exit_unreaped(pid: u32, limit: Duration) -> bool {
     let deadline = Instant::now() + limit;
     loop {
-        if let Ok(Some(status)) = child.try_wait() {
-            return Some(status);
-        }
-        if Instant::now() >= deadline {
-            return None;
+        // SAFETY: waitid(2) on our own child, writing into a zeroed siginfo_t we own.
+        let exited = unsafe {
+            let mut info: libc::siginfo_t = std::mem::zeroed();
+            let rc = libc::waitid(
+                libc::P_PID,
+                pid as libc::id_t,
+                &mut info,
+                libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+            );
+            rc == 0 && info.si_pid() != 0
+        };
+        if exited || Instant::now() >= deadline {
+            return exited;
         }
         std::thread::sleep(Duration::from_millis(5));
     }
