@@ -9,6 +9,12 @@
 //!    translated directly against each runtime variant of the tables.
 //!
 //! Every stored table is opened with the verifying open (digest recomputed) along the way.
+//!
+//! `cargo xtask memory` (worker start time and per-worker memory with mapped tables) and
+//! `cargo xtask kill-demo` (a worker killed in the middle of `gridkey run`): see their modules.
+
+mod kill_demo;
+mod memory;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -27,7 +33,7 @@ use gridkey_stencil::Program;
 use gridkey_store::TableStore;
 use ndarray::{Array2, ShapeBuilder};
 
-fn root() -> PathBuf {
+pub(crate) fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask sits in the workspace root").to_path_buf()
 }
 
@@ -35,8 +41,12 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
         Some("modes") => modes(&args[1..]),
+        Some("memory") => build_gridkey().and_then(|bin| memory::memory(&args[1..], &bin)),
+        Some("kill-demo") => build_gridkey().and_then(|bin| kill_demo::kill_demo(&args[1..], &bin)),
         _ => {
-            eprintln!("usage: cargo xtask modes [--grid FILE]");
+            eprintln!(
+                "usage: cargo xtask modes [--grid FILE]\n       cargo xtask memory [--scale N] [--workers W] [--starts S]\n       cargo xtask kill-demo [--grid FILE]"
+            );
             return ExitCode::from(2);
         }
     };
@@ -50,7 +60,7 @@ fn main() -> ExitCode {
     }
 }
 
-fn grid_arg(args: &[String]) -> Result<PathBuf> {
+pub(crate) fn grid_arg(args: &[String]) -> Result<PathBuf> {
     match args {
         [] => Ok(root().join(gridkey::SHIPPED_GRID)),
         [flag, path] if flag == "--grid" => Ok(PathBuf::from(path)),

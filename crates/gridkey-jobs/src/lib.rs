@@ -9,7 +9,9 @@
 //! Settings come from the environment ([`BuildJobs::from_env`]):
 //! `GRIDKEY_BUILD_JOBS_MODE` = `serial` | `thread` | `process` (default `process`),
 //! `GRIDKEY_BUILD_JOBS` = worker count (default the available cores, at most 32; 0 or less
-//! means serial), `GRIDKEY_CACHE_DIR` (default `.gridkey_cache` in the current directory).
+//! means serial), `GRIDKEY_CACHE_DIR` (default `.gridkey_cache` in the current directory),
+//! `GRIDKEY_BUILD_TIMEOUT` (seconds a process-mode task may run before its worker is killed
+//! and replaced; off by default, ADR 0010).
 //!
 //! # Architecture invariant
 //!
@@ -28,13 +30,14 @@ use std::fmt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use gridkey_fingerprint::{Excluded, TranslationOptions};
 use gridkey_offsets::CompileTimeOffsetProvider;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-pub use pool::{ProcessPool, WorkerCommand};
+pub use pool::{stop_all_workers, ProcessPool, WorkerCommand};
 
 /// Environment variable choosing the runner mode.
 pub const ENV_MODE: &str = "GRIDKEY_BUILD_JOBS_MODE";
@@ -42,6 +45,8 @@ pub const ENV_MODE: &str = "GRIDKEY_BUILD_JOBS_MODE";
 pub const ENV_JOBS: &str = "GRIDKEY_BUILD_JOBS";
 /// Environment variable giving the cache directory.
 pub const ENV_CACHE_DIR: &str = "GRIDKEY_CACHE_DIR";
+/// Environment variable giving the per-task timeout of process mode, in seconds.
+pub const ENV_TIMEOUT: &str = "GRIDKEY_BUILD_TIMEOUT";
 /// Default cache directory, relative to the current directory.
 pub const DEFAULT_CACHE_DIR: &str = ".gridkey_cache";
 /// Largest worker count taken from the number of cores.
@@ -122,6 +127,9 @@ pub struct BuildJobs {
     pub mode: BuildJobsMode,
     /// Number of threads or worker processes (at least 1 unless serial).
     pub jobs: usize,
+    /// Per-task timeout of process mode (`GRIDKEY_BUILD_TIMEOUT`); `None`: no limit. Serial and
+    /// thread modes cannot stop a task and ignore it (ADR 0010).
+    pub timeout: Option<Duration>,
 }
 
 impl BuildJobs {
@@ -142,7 +150,11 @@ impl BuildJobs {
             })?,
             _ => default_jobs() as i64,
         };
-        Ok(Self::new(mode, jobs))
+        let timeout = match var(ENV_TIMEOUT) {
+            Some(v) if !v.trim().is_empty() => parse_timeout(&v)?,
+            _ => None,
+        };
+        Ok(Self::new(mode, jobs).with_timeout(timeout))
     }
 
     /// [`Self::from_vars`] over the process environment.
@@ -150,14 +162,33 @@ impl BuildJobs {
         Self::from_vars(|k| std::env::var(k).ok())
     }
 
-    /// `mode` with `jobs` workers; 0 or fewer workers means serial.
+    /// `mode` with `jobs` workers and no timeout; 0 or fewer workers means serial.
     pub fn new(mode: BuildJobsMode, jobs: i64) -> Self {
         if jobs <= 0 || mode == BuildJobsMode::Serial {
-            Self { mode: BuildJobsMode::Serial, jobs: 1 }
+            Self { mode: BuildJobsMode::Serial, jobs: 1, timeout: None }
         } else {
-            Self { mode, jobs: jobs as usize }
+            Self { mode, jobs: jobs as usize, timeout: None }
         }
     }
+
+    /// The same settings with a per-task timeout (`None`: no limit).
+    pub fn with_timeout(self, timeout: Option<Duration>) -> Self {
+        Self { timeout, ..self }
+    }
+}
+
+/// Parses `GRIDKEY_BUILD_TIMEOUT`: seconds (a decimal number); 0 means no limit.
+fn parse_timeout(value: &str) -> Result<Option<Duration>, JobsError> {
+    let bad = || JobsError::BadSetting {
+        var: ENV_TIMEOUT,
+        value: value.to_owned(),
+        accepted: "a number of seconds (0 or unset: no limit)",
+    };
+    let seconds: f64 = value.trim().parse().map_err(|_| bad())?;
+    if !seconds.is_finite() || seconds < 0.0 {
+        return Err(bad());
+    }
+    Ok((seconds > 0.0).then(|| Duration::from_secs_f64(seconds)))
 }
 
 /// The available cores, at most [`MAX_DEFAULT_JOBS`].
@@ -219,7 +250,7 @@ pub trait TaskHandler: Send + Sync {
 }
 
 /// Why a task failed.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
 pub enum TaskFailure {
     /// The handler returned an error.
     #[error("{0}")]
@@ -250,19 +281,47 @@ pub enum TaskFailure {
         /// The last bytes the worker wrote to stderr.
         stderr_tail: String,
     },
+    /// The task ran past the per-task timeout; its worker was killed and replaced.
+    #[error("build worker (pid {pid}) ran past the timeout of {seconds} s ({ENV_TIMEOUT}) and was killed; its stderr ended with: {stderr_tail}")]
+    Timeout {
+        /// Process id of the worker.
+        pid: u32,
+        /// The timeout, in seconds.
+        seconds: f64,
+        /// The last bytes the worker wrote to stderr.
+        stderr_tail: String,
+    },
     /// No worker could be started for the task.
     #[error("{0}")]
     Start(String),
 }
 
 /// A failed task: the program and the cause.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
 #[error("program {program}: {cause}")]
 pub struct TaskError {
     /// The program's name.
     pub program: String,
     /// What went wrong.
     pub cause: TaskFailure,
+}
+
+/// Told when each task of a batch starts and ends, from the threads that run (or drive) the
+/// tasks, so calls may come from several threads at once. Indices are positions in the batch.
+pub trait Progress: Sync {
+    /// Task `index` (program `program`) started.
+    fn started(&self, index: usize, program: &str);
+    /// Task `index` ended; `ok` is false when it failed.
+    fn finished(&self, index: usize, program: &str, ok: bool);
+}
+
+/// A [`Progress`] that ignores everything.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoProgress;
+
+impl Progress for NoProgress {
+    fn started(&self, _: usize, _: &str) {}
+    fn finished(&self, _: usize, _: &str, _: bool) {}
 }
 
 /// Runs the handler on one task in this thread, turning a panic into a failure.
@@ -304,7 +363,7 @@ impl<H: TaskHandler + 'static> Runner<H> {
         match jobs.mode {
             BuildJobsMode::Serial => Runner::Serial(handler),
             BuildJobsMode::Thread => Runner::Thread { handler, jobs: jobs.jobs },
-            BuildJobsMode::Process => Runner::Process(ProcessPool::new(worker, jobs.jobs)),
+            BuildJobsMode::Process => Runner::Process(ProcessPool::new(worker, jobs.jobs).with_timeout(jobs.timeout)),
         }
     }
 
@@ -320,22 +379,46 @@ impl<H: TaskHandler + 'static> Runner<H> {
     /// Runs every task; the results are in submission order. One task's failure does not
     /// stop the others.
     pub fn run_all(&self, tasks: &[CompilationTask]) -> Vec<Result<H::Output, TaskError>> {
+        self.run_all_with(tasks, &NoProgress)
+    }
+
+    /// [`Self::run_all`], telling `progress` when each task starts and ends.
+    pub fn run_all_with(&self, tasks: &[CompilationTask], progress: &dyn Progress) -> Vec<Result<H::Output, TaskError>> {
         let fail = |task: &CompilationTask, cause| TaskError { program: task.program.clone(), cause };
         match self {
-            Runner::Serial(handler) => {
-                tasks.iter().map(|t| run_guarded(handler.as_ref(), t).map_err(|c| fail(t, c))).collect()
-            }
-            Runner::Thread { handler, jobs } => run_threads(handler.as_ref(), *jobs, tasks)
+            Runner::Serial(handler) => tasks
+                .iter()
+                .enumerate()
+                .map(|(i, t)| observed(progress, i, t, || run_guarded(handler.as_ref(), t)).map_err(|c| fail(t, c)))
+                .collect(),
+            Runner::Thread { handler, jobs } => run_threads(handler.as_ref(), *jobs, tasks, progress)
                 .into_iter()
                 .zip(tasks)
                 .map(|(r, t)| r.map_err(|c| fail(t, c)))
                 .collect(),
-            Runner::Process(pool) => pool.run_all(tasks),
+            Runner::Process(pool) => pool.run_all_with(tasks, progress),
         }
     }
 }
 
-fn run_threads<H: TaskHandler>(handler: &H, jobs: usize, tasks: &[CompilationTask]) -> Vec<Result<H::Output, TaskFailure>> {
+fn observed<T>(
+    progress: &dyn Progress,
+    index: usize,
+    task: &CompilationTask,
+    run: impl FnOnce() -> Result<T, TaskFailure>,
+) -> Result<T, TaskFailure> {
+    progress.started(index, &task.program);
+    let result = run();
+    progress.finished(index, &task.program, result.is_ok());
+    result
+}
+
+fn run_threads<H: TaskHandler>(
+    handler: &H,
+    jobs: usize,
+    tasks: &[CompilationTask],
+    progress: &dyn Progress,
+) -> Vec<Result<H::Output, TaskFailure>> {
     let (task_tx, task_rx) = crossbeam_channel::unbounded::<usize>();
     for i in 0..tasks.len() {
         task_tx.send(i).expect("receiver alive");
@@ -347,7 +430,7 @@ fn run_threads<H: TaskHandler>(handler: &H, jobs: usize, tasks: &[CompilationTas
             let (task_rx, done_tx) = (task_rx.clone(), done_tx.clone());
             scope.spawn(move || {
                 for i in task_rx {
-                    let _ = done_tx.send((i, run_guarded(handler, &tasks[i])));
+                    let _ = done_tx.send((i, observed(progress, i, &tasks[i], || run_guarded(handler, &tasks[i]))));
                 }
             });
         }

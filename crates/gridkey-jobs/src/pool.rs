@@ -1,28 +1,60 @@
-//! The process pool: `gridkey worker` processes fed one task at a time (DESIGN 5, ADR 0004).
+//! The process pool: `gridkey worker` processes fed one task at a time (DESIGN 5, ADR 0004,
+//! ADR 0010).
 //!
 //! A batch starts at most `min(jobs, tasks)` workers, reusing idle ones from earlier batches.
 //! Each worker is driven by one thread of the batch that pulls the next task from a shared
-//! queue, so a task always goes to a worker that is free. A worker that dies, or answers with
-//! anything but a valid frame, fails the task it held (with its exit status or signal and the
-//! tail of its stderr), is reaped and replaced for the next task.
+//! queue as soon as its worker is free, so a task always goes to a live worker with nothing to
+//! do (the least busy one: a worker holds at most one task). A worker that dies, answers with
+//! anything but a valid frame, or runs past the per-task timeout fails the task it held (with
+//! its exit status or signal and the tail of its stderr), is reaped with its process group and
+//! replaced for the next task.
+//!
+//! Every worker runs in its own process group, so that killing a worker also kills the C
+//! compiler it started. The pool keeps a process-wide list of its live workers, so that an
+//! interrupt handler can stop them all ([`stop_all_workers`]); a worker whose parent dies stops
+//! itself ([`crate::worker`]).
 
-use std::collections::VecDeque;
+use std::collections::{BTreeSet, VecDeque};
 use std::io::{BufReader, Read};
 use std::marker::PhantomData;
-use std::os::unix::process::ExitStatusExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::PathBuf;
-use std::process::{Child, ChildStdin, ChildStdout, Command, ExitStatus, Stdio};
+use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use crossbeam_channel::{Receiver, RecvTimeoutError};
 use serde::de::DeserializeOwned;
 
-use crate::protocol::{read_frame, write_frame, FromWorker, ToWorker, WireFailure, WireTask, PROTOCOL_VERSION};
-use crate::{CompilationTask, TaskError, TaskFailure};
+use crate::protocol::{
+    read_frame, write_frame, FromWorker, ToWorker, WireFailure, WireTask, PROTOCOL_VERSION,
+};
+use crate::{CompilationTask, NoProgress, Progress, TaskError, TaskFailure};
 
 /// Bytes of a worker's stderr kept for error messages.
 pub const STDERR_TAIL_BYTES: usize = 4096;
+
+/// Environment variable through which the pool tells a worker its parent's process id; the
+/// worker stops when its parent changes (the parent died).
+pub const ENV_WORKER_PARENT: &str = "GRIDKEY_WORKER_PARENT";
+
+/// Process ids (equal to their process-group ids) of the live workers of every pool in this
+/// process.
+static LIVE_WORKERS: Mutex<BTreeSet<i32>> = Mutex::new(BTreeSet::new());
+
+/// Kills every live worker of every pool of this process, with its process group (SIGKILL),
+/// and returns how many there were. Meant for an interrupt handler that then exits: the pools
+/// see their workers die and fail the tasks they held. Persistent files stay consistent
+/// because every cache write is an atomic rename (DESIGN 4.2).
+pub fn stop_all_workers() -> usize {
+    let live = std::mem::take(&mut *LIVE_WORKERS.lock().unwrap_or_else(|p| p.into_inner()));
+    for &pid in &live {
+        // SAFETY: kill(2) on a process group this process created; no memory is involved.
+        unsafe { libc::kill(-pid, libc::SIGKILL) };
+    }
+    live.len()
+}
 
 /// How to start a worker: the program (the `gridkey` binary) and its arguments (`worker`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -36,7 +68,10 @@ pub struct WorkerCommand {
 impl WorkerCommand {
     /// `program worker`.
     pub fn gridkey(program: PathBuf) -> Self {
-        Self { program, args: vec!["worker".to_owned()] }
+        Self {
+            program,
+            args: vec!["worker".to_owned()],
+        }
     }
 }
 
@@ -44,6 +79,7 @@ impl WorkerCommand {
 pub struct ProcessPool<O> {
     command: WorkerCommand,
     jobs: usize,
+    timeout: Option<Duration>,
     idle: Mutex<Vec<Worker>>,
     started: Mutex<u64>,
     _output: PhantomData<fn() -> O>,
@@ -52,16 +88,32 @@ pub struct ProcessPool<O> {
 struct Worker {
     child: Child,
     stdin: ChildStdin,
-    stdout: BufReader<ChildStdout>,
+    frames: Receiver<std::io::Result<Option<FromWorker>>>,
     tail: Arc<Mutex<VecDeque<u8>>>,
     stderr_reader: Option<JoinHandle<()>>,
     pid: u32,
 }
 
 impl<O: DeserializeOwned + Send> ProcessPool<O> {
-    /// A pool of at most `jobs` workers started with `command` (none started yet).
+    /// A pool of at most `jobs` workers started with `command` (none started yet), without a
+    /// per-task timeout.
     pub fn new(command: WorkerCommand, jobs: usize) -> Self {
-        Self { command, jobs: jobs.max(1), idle: Mutex::new(Vec::new()), started: Mutex::new(0), _output: PhantomData }
+        Self {
+            command,
+            jobs: jobs.max(1),
+            timeout: None,
+            idle: Mutex::new(Vec::new()),
+            started: Mutex::new(0),
+            _output: PhantomData,
+        }
+    }
+
+    /// The same pool with a per-task timeout (seconds of wall time from sending the task to its
+    /// answer; `None`: wait for ever). A worker past it is killed with its process group and
+    /// replaced; its task fails with [`TaskFailure::Timeout`] (ADR 0010).
+    pub fn with_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.timeout = timeout;
+        self
     }
 
     /// Number of worker processes this pool has started so far (replacements included).
@@ -71,11 +123,26 @@ impl<O: DeserializeOwned + Send> ProcessPool<O> {
 
     /// Process ids of the idle workers.
     pub fn idle_pids(&self) -> Vec<u32> {
-        self.idle.lock().unwrap_or_else(|p| p.into_inner()).iter().map(|w| w.pid).collect()
+        self.idle
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .map(|w| w.pid)
+            .collect()
     }
 
     /// Runs every task in the workers; results in submission order.
     pub fn run_all(&self, tasks: &[CompilationTask]) -> Vec<Result<O, TaskError>> {
+        self.run_all_with(tasks, &NoProgress)
+    }
+
+    /// [`Self::run_all`], telling `progress` when each task starts and ends (from the threads
+    /// that drive the workers).
+    pub fn run_all_with(
+        &self,
+        tasks: &[CompilationTask],
+        progress: &dyn Progress,
+    ) -> Vec<Result<O, TaskError>> {
         let wires: Vec<Result<WireTask, String>> = tasks.iter().map(WireTask::from_task).collect();
         let (task_tx, task_rx) = crossbeam_channel::unbounded::<usize>();
         for (i, w) in wires.iter().enumerate() {
@@ -86,6 +153,12 @@ impl<O: DeserializeOwned + Send> ProcessPool<O> {
         drop(task_tx);
         let queued = wires.iter().filter(|w| w.is_ok()).count();
         let (done_tx, done_rx) = crossbeam_channel::unbounded();
+        for (i, w) in wires.iter().enumerate() {
+            if w.is_err() {
+                progress.started(i, &tasks[i].program);
+                progress.finished(i, &tasks[i].program, false);
+            }
+        }
         std::thread::scope(|scope| {
             for _ in 0..self.jobs.min(queued) {
                 let (task_rx, done_tx, wires) = (task_rx.clone(), done_tx.clone(), &wires);
@@ -93,7 +166,9 @@ impl<O: DeserializeOwned + Send> ProcessPool<O> {
                     let mut worker = self.idle.lock().unwrap_or_else(|p| p.into_inner()).pop();
                     for i in task_rx {
                         let wire = wires[i].as_ref().expect("only valid tasks are queued");
+                        progress.started(i, &tasks[i].program);
                         let result = self.run_one(&mut worker, i as u64, wire);
+                        progress.finished(i, &tasks[i].program, result.is_ok());
                         let _ = done_tx.send((i, result));
                     }
                     if let Some(w) = worker {
@@ -114,21 +189,28 @@ impl<O: DeserializeOwned + Send> ProcessPool<O> {
             .into_iter()
             .zip(tasks)
             .map(|(r, t)| {
-                r.expect("every task reports")
-                    .map_err(|cause| TaskError { program: t.program.clone(), cause })
+                r.expect("every task reports").map_err(|cause| TaskError {
+                    program: t.program.clone(),
+                    cause,
+                })
             })
             .collect()
     }
 
     /// Runs one task on `slot`'s worker (starting one if empty); on a worker fault the worker is
     /// reaped and `slot` left empty so the next task starts a fresh one.
-    fn run_one(&self, slot: &mut Option<Worker>, id: u64, wire: &WireTask) -> Result<O, TaskFailure> {
+    fn run_one(
+        &self,
+        slot: &mut Option<Worker>,
+        id: u64,
+        wire: &WireTask,
+    ) -> Result<O, TaskFailure> {
         if slot.is_none() {
             *self.started.lock().unwrap_or_else(|p| p.into_inner()) += 1;
             *slot = Some(Worker::spawn(&self.command).map_err(TaskFailure::Start)?);
         }
         let worker = slot.as_mut().expect("just filled");
-        match worker.exchange(id, wire) {
+        match worker.exchange(id, wire, self.timeout) {
             Ok(Ok(bytes)) => postcard::from_bytes(&bytes).map_err(|e| {
                 TaskFailure::Handler(format!("the worker's output does not decode: {e}"))
             }),
@@ -148,16 +230,17 @@ impl<O> Drop for ProcessPool<O> {
         let workers = std::mem::take(&mut *self.idle.lock().unwrap_or_else(|p| p.into_inner()));
         for mut w in workers {
             let _ = write_frame(&mut w.stdin, &ToWorker::Shutdown);
-            drop(w.stdin);
-            let deadline = Instant::now() + Duration::from_secs(2);
-            while Instant::now() < deadline {
-                if let Ok(Some(_)) = w.child.try_wait() {
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(5));
-            }
-            let _ = w.child.kill();
-            let _ = w.child.wait();
+            let Worker {
+                mut child,
+                stdin,
+                pid,
+                ..
+            } = w;
+            drop(stdin);
+            exit_unreaped(pid, Duration::from_secs(2));
+            kill_group(pid);
+            forget_live(pid);
+            let _ = child.wait();
         }
     }
 }
@@ -168,6 +251,21 @@ enum Fault {
     Died,
     /// Something that is not a frame of this protocol.
     Garbage(String),
+    /// No answer within the per-task timeout.
+    Timeout(Duration),
+}
+
+fn kill_group(pid: u32) {
+    // SAFETY: kill(2) on the process group of a worker this process started and has not
+    // reaped yet (the group id is the worker's pid, which cannot be reused before the wait).
+    unsafe { libc::kill(-(pid as i32), libc::SIGKILL) };
+}
+
+fn forget_live(pid: u32) {
+    LIVE_WORKERS
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .remove(&(pid as i32));
 }
 
 impl Worker {
@@ -180,12 +278,18 @@ impl Worker {
         };
         let mut child = Command::new(&command.program)
             .args(&command.args)
+            .env(ENV_WORKER_PARENT, std::process::id().to_string())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
+            .process_group(0)
             .spawn()
             .map_err(|e| start_err(e.to_string()))?;
         let pid = child.id();
+        LIVE_WORKERS
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(pid as i32);
         let stdin = child.stdin.take().expect("piped");
         let mut stdout = BufReader::new(child.stdout.take().expect("piped"));
         let mut stderr = child.stderr.take().expect("piped");
@@ -203,13 +307,33 @@ impl Worker {
                 t.drain(..excess);
             }
         });
-        let hello = read_frame::<FromWorker, _>(&mut stdout);
-        let mut worker = Worker { child, stdin, stdout, tail, stderr_reader: Some(stderr_reader), pid };
-        match hello {
-            Ok(Some(FromWorker::Hello { protocol, .. })) if protocol == PROTOCOL_VERSION => Ok(worker),
+        // Frames are read by their own thread, so that waiting for an answer can time out.
+        let (frame_tx, frames) = crossbeam_channel::unbounded();
+        std::thread::spawn(move || loop {
+            let frame = read_frame::<FromWorker, _>(&mut stdout);
+            let last = !matches!(frame, Ok(Some(_)));
+            if frame_tx.send(frame).is_err() || last {
+                break;
+            }
+        });
+        let worker = Worker {
+            child,
+            stdin,
+            frames,
+            tail,
+            stderr_reader: Some(stderr_reader),
+            pid,
+        };
+        match worker.frames.recv().unwrap_or(Ok(None)) {
+            Ok(Some(FromWorker::Hello { protocol, .. })) if protocol == PROTOCOL_VERSION => {
+                Ok(worker)
+            }
             Ok(Some(FromWorker::Hello { protocol, .. })) => {
-                let _ = worker.child.kill();
-                Err(start_err(format!("it speaks protocol {protocol}, this gridkey speaks {PROTOCOL_VERSION}")))
+                let reason = format!(
+                    "it speaks protocol {protocol}, this gridkey speaks {PROTOCOL_VERSION}"
+                );
+                let _ = worker.reap(Fault::Garbage(reason.clone()));
+                Err(start_err(reason))
             }
             other => {
                 let fault = match other {
@@ -222,36 +346,60 @@ impl Worker {
         }
     }
 
-    /// Sends one task and reads its answer.
-    fn exchange(&mut self, id: u64, wire: &WireTask) -> Result<Result<Vec<u8>, WireFailure>, Fault> {
-        write_frame(&mut self.stdin, &ToWorker::Task { id, task: wire.clone() }).map_err(|_| Fault::Died)?;
-        match read_frame::<FromWorker, _>(&mut self.stdout) {
+    /// Sends one task and waits for its answer, at most `timeout`.
+    fn exchange(
+        &mut self,
+        id: u64,
+        wire: &WireTask,
+        timeout: Option<Duration>,
+    ) -> Result<Result<Vec<u8>, WireFailure>, Fault> {
+        write_frame(
+            &mut self.stdin,
+            &ToWorker::Task {
+                id,
+                task: wire.clone(),
+            },
+        )
+        .map_err(|_| Fault::Died)?;
+        let frame = match timeout {
+            None => self.frames.recv().map_err(|_| Fault::Died)?,
+            Some(limit) => match self.frames.recv_timeout(limit) {
+                Ok(frame) => frame,
+                Err(RecvTimeoutError::Timeout) => return Err(Fault::Timeout(limit)),
+                Err(RecvTimeoutError::Disconnected) => return Err(Fault::Died),
+            },
+        };
+        match frame {
             Ok(Some(FromWorker::Done { id: got, result })) if got == id => Ok(result),
             Ok(Some(other)) => Err(Fault::Garbage(format!("unexpected frame {other:?}"))),
             Ok(None) => Err(Fault::Died),
-            Err(e) if e.kind() == std::io::ErrorKind::InvalidData => Err(Fault::Garbage(e.to_string())),
+            Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+                Err(Fault::Garbage(e.to_string()))
+            }
             Err(_) => Err(Fault::Died),
         }
     }
 
-    /// Kills (if still alive) and waits for the worker; the failure to report for its task.
+    /// Kills (if still alive) and waits for the worker and its process group; the failure to
+    /// report for its task.
     fn reap(mut self, fault: Fault) -> TaskFailure {
-        let status = match fault {
-            // A dead worker has exited or is about to: give it a moment before killing it.
-            Fault::Died => wait_briefly(&mut self.child, Duration::from_millis(500)),
-            Fault::Garbage(_) => None,
-        };
-        let status = match status {
-            Some(s) => s,
-            None => {
-                let _ = self.child.kill();
-                self.child.wait().unwrap_or_else(|_| ExitStatus::from_raw(0))
-            }
-        };
+        if let Fault::Died = fault {
+            // A dead worker has exited or is about to: give it a moment before killing it, so
+            // that its own exit status is what gets reported.
+            exit_unreaped(self.pid, Duration::from_millis(500));
+        }
+        // Whatever the worker left running (a C compiler) goes with it. The worker is not
+        // reaped yet, so its pid (the group id) cannot have been reused.
+        kill_group(self.pid);
+        forget_live(self.pid);
+        let status = self
+            .child
+            .wait()
+            .unwrap_or_else(|_| ExitStatus::from_raw(0));
         drop(self.stdin);
         if let Some(reader) = self.stderr_reader.take() {
             // The stderr pipe closes when the worker and its children are gone; do not wait
-            // for a child (a compiler) that outlives it.
+            // for a child that escaped the process group.
             let deadline = Instant::now() + Duration::from_millis(300);
             while !reader.is_finished() && Instant::now() < deadline {
                 std::thread::sleep(Duration::from_millis(5));
@@ -259,24 +407,53 @@ impl Worker {
         }
         let stderr_tail = {
             let t = self.tail.lock().unwrap_or_else(|p| p.into_inner());
-            String::from_utf8_lossy(&t.iter().copied().collect::<Vec<u8>>()).trim().to_owned()
+            String::from_utf8_lossy(&t.iter().copied().collect::<Vec<u8>>())
+                .trim()
+                .to_owned()
         };
-        let stderr_tail = if stderr_tail.is_empty() { "(nothing)".to_owned() } else { stderr_tail };
+        let stderr_tail = if stderr_tail.is_empty() {
+            "(nothing)".to_owned()
+        } else {
+            stderr_tail
+        };
         match fault {
-            Fault::Died => TaskFailure::WorkerDied { pid: self.pid, status: describe(status), stderr_tail },
-            Fault::Garbage(reason) => TaskFailure::Protocol { pid: self.pid, reason, stderr_tail },
+            Fault::Died => TaskFailure::WorkerDied {
+                pid: self.pid,
+                status: describe(status),
+                stderr_tail,
+            },
+            Fault::Garbage(reason) => TaskFailure::Protocol {
+                pid: self.pid,
+                reason,
+                stderr_tail,
+            },
+            Fault::Timeout(limit) => TaskFailure::Timeout {
+                pid: self.pid,
+                seconds: limit.as_secs_f64(),
+                stderr_tail,
+            },
         }
     }
 }
 
-fn wait_briefly(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
+/// Waits up to `limit` for the child `pid` to exit, without reaping it (`WNOWAIT`), so its pid
+/// stays reserved for a following `kill_group`. Returns whether it exited.
+fn exit_unreaped(pid: u32, limit: Duration) -> bool {
     let deadline = Instant::now() + limit;
     loop {
-        if let Ok(Some(status)) = child.try_wait() {
-            return Some(status);
-        }
-        if Instant::now() >= deadline {
-            return None;
+        // SAFETY: waitid(2) on our own child, writing into a zeroed siginfo_t we own.
+        let exited = unsafe {
+            let mut info: libc::siginfo_t = std::mem::zeroed();
+            let rc = libc::waitid(
+                libc::P_PID,
+                pid as libc::id_t,
+                &mut info,
+                libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+            );
+            rc == 0 && info.si_pid() != 0
+        };
+        if exited || Instant::now() >= deadline {
+            return exited;
         }
         std::thread::sleep(Duration::from_millis(5));
     }

@@ -4,12 +4,18 @@
 //! stdout to a private descriptor and points descriptor 1 at stderr, so a stray print of the
 //! handler or of a child process (the C compiler) lands in the log, never in the protocol.
 //! Each task is decoded and rehydrated inside the task, so an unreadable table fails that task
-//! only; a panic fails that task only. A closed stdin (the parent died) ends the worker.
+//! only; a panic fails that task only. A closed stdin (the parent died) ends an idle worker;
+//! a watchdog thread ends a busy one: it checks every [`WATCHDOG_PERIOD`] whether the parent
+//! is still the process that started the worker (`GRIDKEY_WORKER_PARENT`, else the parent at
+//! start) and, when it is not, kills the worker's process group, C compiler included (ADR 0010).
 
 use std::fs::File;
 use std::io::{self, BufReader, BufWriter, Write};
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::time::Duration;
 
+use crate::pool::ENV_WORKER_PARENT;
 use crate::protocol::{read_frame, write_frame, FromWorker, ToWorker, WireFailure, PROTOCOL_VERSION};
 use crate::{run_guarded, TaskFailure, TaskHandler};
 
@@ -18,7 +24,9 @@ use crate::{run_guarded, TaskFailure, TaskHandler};
 /// Errors: an I/O error on the protocol streams (the parent is gone), or a frame that does not
 /// decode (the parent broke the protocol).
 pub fn serve<H: TaskHandler>(handler: &H) -> io::Result<()> {
+    start_watchdog();
     let frames_out = private_stdout()?;
+    FRAMES_FD.store(frames_out.as_raw_fd(), Ordering::SeqCst);
     let mut out = BufWriter::new(File::from(frames_out));
     let mut input = BufReader::new(io::stdin().lock());
     write_frame(&mut out, &FromWorker::Hello { protocol: PROTOCOL_VERSION, pid: std::process::id() })?;
@@ -38,6 +46,43 @@ pub fn serve<H: TaskHandler>(handler: &H) -> io::Result<()> {
         };
         write_frame(&mut out, &FromWorker::Done { id, result })?;
     }
+}
+
+/// How often the watchdog checks that the parent is alive: a worker outlives a killed parent
+/// by at most this long (plus scheduling delay).
+pub const WATCHDOG_PERIOD: Duration = Duration::from_millis(50);
+
+static FRAMES_FD: AtomicI32 = AtomicI32::new(-1);
+
+/// The descriptor the worker writes its frames to, once [`serve`] has started. Only for a
+/// fault-injection handler that breaks the protocol on purpose (`gridkey worker --handler
+/// test-faults`, ADR 0010); anything else written there corrupts the stream.
+pub fn protocol_descriptor() -> Option<RawFd> {
+    let fd = FRAMES_FD.load(Ordering::SeqCst);
+    (fd >= 0).then_some(fd)
+}
+
+/// Starts the thread that ends the worker when its parent dies (the worker is then re-parented,
+/// so `getppid` changes).
+fn start_watchdog() {
+    // SAFETY: getppid, getpid and getpgrp cannot fail and touch no memory.
+    let at_start = unsafe { libc::getppid() };
+    let parent = std::env::var(ENV_WORKER_PARENT).ok().and_then(|v| v.parse::<i32>().ok()).unwrap_or(at_start);
+    std::thread::spawn(move || loop {
+        // SAFETY: as above.
+        if unsafe { libc::getppid() } != parent {
+            // Kill the whole group (the worker and its C compiler) only when the worker leads
+            // it, as the pool arranges; a worker started by hand just exits.
+            // SAFETY: kill(2) and _exit(2) on this process; nothing runs after them.
+            unsafe {
+                if libc::getpgrp() == libc::getpid() {
+                    libc::kill(0, libc::SIGKILL);
+                }
+                libc::_exit(1);
+            }
+        }
+        std::thread::sleep(WATCHDOG_PERIOD);
+    });
 }
 
 /// Moves stdout to a new descriptor (close-on-exec) for frames, and makes descriptor 1 a copy

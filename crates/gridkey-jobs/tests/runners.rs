@@ -88,3 +88,77 @@ fn settings_from_the_environment() {
     check(Some("processes"), None, Err("GRIDKEY_BUILD_JOBS_MODE=\"processes\" is not valid: expected serial, thread or process"));
     check(Some("thread"), Some("many"), Err("GRIDKEY_BUILD_JOBS=\"many\" is not valid"));
 }
+
+/// The single place that parses `GRIDKEY_BUILD_TIMEOUT` and checks the outcome.
+fn check_timeout(value: &str, expect: Result<Option<f64>, &str>) {
+    let got = BuildJobs::from_vars(|k| (k == "GRIDKEY_BUILD_TIMEOUT").then(|| value.to_owned()));
+    match (got, expect) {
+        (Ok(j), Ok(seconds)) => {
+            assert_eq!(j.timeout.map(|d| d.as_secs_f64()), seconds, "{value:?}")
+        }
+        (Err(e), Err(text)) => assert!(e.to_string().contains(text), "{e}"),
+        (got, expect) => panic!("{value:?}: got {got:?}, expected {expect:?}"),
+    }
+}
+
+#[test]
+fn timeout_from_the_environment() {
+    check_timeout("", Ok(None));
+    check_timeout("0", Ok(None));
+    check_timeout("30", Ok(Some(30.0)));
+    check_timeout(" 2.5 ", Ok(Some(2.5)));
+    check_timeout(
+        "-1",
+        Err("GRIDKEY_BUILD_TIMEOUT=\"-1\" is not valid: expected a number of seconds"),
+    );
+    check_timeout("ten", Err("GRIDKEY_BUILD_TIMEOUT=\"ten\" is not valid"));
+    check_timeout("inf", Err("GRIDKEY_BUILD_TIMEOUT=\"inf\" is not valid"));
+}
+
+/// Records every progress event.
+#[derive(Default)]
+struct Recorder(std::sync::Mutex<Vec<(usize, String, Option<bool>)>>);
+
+impl gridkey_jobs::Progress for Recorder {
+    fn started(&self, index: usize, program: &str) {
+        self.0
+            .lock()
+            .unwrap()
+            .push((index, program.to_owned(), None));
+    }
+    fn finished(&self, index: usize, program: &str, ok: bool) {
+        self.0
+            .lock()
+            .unwrap()
+            .push((index, program.to_owned(), Some(ok)));
+    }
+}
+
+#[test]
+fn progress_sees_each_task_start_then_end_with_its_outcome() {
+    let names = ["a", "bad", "b", "boom", "c"];
+    for jobs in [
+        BuildJobs::new(BuildJobsMode::Serial, 1),
+        BuildJobs::new(BuildJobsMode::Thread, 3),
+    ] {
+        let runner = Runner::new(
+            jobs,
+            Arc::new(Echo),
+            WorkerCommand::gridkey("/unused".into()),
+        );
+        let recorder = Recorder::default();
+        let results = runner.run_all_with(&tasks(&names), &recorder);
+        let events = recorder.0.into_inner().unwrap();
+        assert_eq!(events.len(), 2 * names.len());
+        for (i, name) in names.iter().enumerate() {
+            let mine: Vec<_> = events.iter().filter(|(j, _, _)| *j == i).collect();
+            assert_eq!(mine.len(), 2, "{name}");
+            assert_eq!(
+                (mine[0].1.as_str(), mine[0].2),
+                (*name, None),
+                "started first"
+            );
+            assert_eq!(mine[1].2, Some(results[i].is_ok()), "{name}: the outcome");
+        }
+    }
+}

@@ -13,6 +13,7 @@
 //! (`src/main.rs`) is the only place that prints for people.
 
 pub mod explain;
+pub mod faults;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -20,7 +21,7 @@ use std::time::Instant;
 
 use gridkey_fingerprint::{Excluded, FingerprintError, TranslationCache, TranslationOptions};
 use gridkey_grid::{read_grid, Grid, GridError};
-use gridkey_jobs::{BuildJobs, CompilationTask, Runner, Settings, TaskHandler, WorkerCommand};
+use gridkey_jobs::{BuildJobs, CompilationTask, NoProgress, Progress, Runner, Settings, TaskHandler, WorkerCommand};
 use gridkey_offsets::{compile_time_offset_provider, CompileTimeOffsetProvider, OffsetsError};
 use gridkey_stencil::{CompileConfig, CompileOutcome, Program};
 use gridkey_store::{StoreError, TableStore};
@@ -234,12 +235,19 @@ pub fn tasks_for(
 /// fails to compile or verify does not make this an error: it is reported in its
 /// [`ProgramReport`].
 pub fn run(config: &RunConfig) -> Result<RunReport, AppError> {
+    run_observed(config, &NoProgress)
+}
+
+/// [`run`], telling `progress` when each program's compilation starts and ends.
+///
+/// Errors: as [`run`].
+pub fn run_observed(config: &RunConfig, progress: &dyn Progress) -> Result<RunReport, AppError> {
     let t = Instant::now();
     let grid = read_grid(&config.grid)?;
     let read_seconds = t.elapsed().as_secs_f64();
     let programs = gridkey_stencil::icon_programs();
     let runner = Runner::new(config.jobs, Arc::new(StencilHandler), config.worker.clone());
-    run_with(&grid, &programs, &runner, config, read_seconds)
+    run_with_progress(&grid, &programs, &runner, config, read_seconds, progress)
 }
 
 /// The main job on an already-read grid with an existing runner (reused across calls).
@@ -252,6 +260,20 @@ pub fn run_with(
     config: &RunConfig,
     read_seconds: f64,
 ) -> Result<RunReport, AppError> {
+    run_with_progress(grid, programs, runner, config, read_seconds, &NoProgress)
+}
+
+/// [`run_with`], telling `progress` when each program's compilation starts and ends.
+///
+/// Errors: as [`run`].
+pub fn run_with_progress(
+    grid: &Grid,
+    programs: &[Program],
+    runner: &Runner<StencilHandler>,
+    config: &RunConfig,
+    read_seconds: f64,
+    progress: &dyn Progress,
+) -> Result<RunReport, AppError> {
     let store = TableStore::open(&config.cache_dir)?;
     let cache_dir = std::fs::canonicalize(&config.cache_dir)
         .map_err(|source| AppError::CacheDir { path: config.cache_dir.clone(), source })?;
@@ -261,7 +283,7 @@ pub fn run_with(
 
     let tasks = tasks_for(programs, &ct, &config.options, &cache_dir);
     let t = Instant::now();
-    let outcomes = runner.run_all(&tasks);
+    let outcomes = runner.run_all_with(&tasks, progress);
     let compile_seconds = t.elapsed().as_secs_f64();
 
     let t = Instant::now();

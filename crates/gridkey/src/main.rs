@@ -1,5 +1,7 @@
 //! The `gridkey` command line (README "Usage"): `run`, `explain`, `tables`, `worker`.
 
+mod progress;
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -72,7 +74,12 @@ enum Command {
     },
     /// The process-mode build worker (started by `gridkey run`, not for people).
     #[command(hide = true)]
-    Worker,
+    Worker {
+        /// The compile step: `stencil` (the real one), or `test-faults`, the fault-injection
+        /// test hook of gridkey::faults (ADR 0010).
+        #[arg(long, default_value = "stencil", value_parser = ["stencil", gridkey::faults::FAULT_HANDLER_NAME])]
+        handler: String,
+    },
 }
 
 fn parse_option(s: &str) -> Result<(String, String), String> {
@@ -99,8 +106,13 @@ fn main() -> ExitCode {
 
 fn dispatch(command: Command) -> Result<ExitCode> {
     match command {
-        Command::Worker => {
-            gridkey_jobs::worker::serve(&StencilHandler).context("worker protocol stream failed")?;
+        Command::Worker { handler } => {
+            let served = if handler == gridkey::faults::FAULT_HANDLER_NAME {
+                gridkey_jobs::worker::serve(&gridkey::faults::FaultHandler)
+            } else {
+                gridkey_jobs::worker::serve(&StencilHandler)
+            };
+            served.context("worker protocol stream failed")?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Tables { grid, json } => {
@@ -152,7 +164,7 @@ fn dispatch(command: Command) -> Result<ExitCode> {
         }
         Command::Run { grid, mode, jobs, cache_dir, options, json } => {
             let env = BuildJobs::from_env()?;
-            let jobs = BuildJobs::new(mode.unwrap_or(env.mode), jobs.unwrap_or(env.jobs as i64));
+            let jobs = BuildJobs::new(mode.unwrap_or(env.mode), jobs.unwrap_or(env.jobs as i64)).with_timeout(env.timeout);
             let config = RunConfig {
                 grid: grid.unwrap_or_else(default_grid),
                 cache_dir: cache_dir.unwrap_or_else(gridkey_jobs::cache_dir_from_env),
@@ -160,7 +172,18 @@ fn dispatch(command: Command) -> Result<ExitCode> {
                 worker: WorkerCommand::gridkey(std::env::current_exe().context("cannot find the gridkey executable")?),
                 options: options.into_iter().collect(),
             };
-            let report = gridkey::run(&config)?;
+            // On Ctrl-C: stop the workers (with their C compilers) and exit 130. Every cache
+            // write is an atomic rename, so whatever was not finished leaves only temp files.
+            ctrlc::set_handler(|| {
+                let stopped = gridkey_jobs::stop_all_workers();
+                eprintln!("\ngridkey: interrupted; stopped {stopped} build workers");
+                std::process::exit(130);
+            })
+            .context("cannot install the Ctrl-C handler")?;
+            let reporter = progress::Reporter::for_stderr(gridkey_stencil::icon_programs().len());
+            let report = gridkey::run_observed(&config, &reporter);
+            reporter.finish();
+            let report = report?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&report)?);
             } else {

@@ -80,6 +80,7 @@ fn bad_input_is_a_clear_error() {
     let readme = data("grids/README.md");
     check_fails(&["tables", "--grid", readme.to_str().unwrap()], &[], 2, &["README.md", "netCDF-3"]);
     check_fails(&["run", "--cache-dir", c], &[("GRIDKEY_BUILD_JOBS_MODE", "fast")], 2, &["GRIDKEY_BUILD_JOBS_MODE", "serial, thread or process"]);
+    check_fails(&["run", "--cache-dir", c], &[("GRIDKEY_BUILD_TIMEOUT", "soon")], 2, &["GRIDKEY_BUILD_TIMEOUT", "a number of seconds"]);
     let file = cache.path().join("a-file");
     std::fs::write(&file, b"").unwrap();
     check_fails(&["run", "--cache-dir", file.to_str().unwrap()], &[], 2, &["a-file", "writable"]);

@@ -1,0 +1,105 @@
+//! Progress of `gridkey run` on stderr (ADR 0010): an indicatif bar (programs done / total, the
+//! programs being compiled, elapsed time) when stderr is a terminal, plain lines otherwise or
+//! when `NO_COLOR` or `GRIDKEY_NO_PROGRESS` is set to a non-empty value.
+
+use std::collections::BTreeMap;
+use std::io::{IsTerminal, Write};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use gridkey_jobs::Progress;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+/// Set to a non-empty value for plain progress lines even on a terminal.
+pub const ENV_NO_PROGRESS: &str = "GRIDKEY_NO_PROGRESS";
+
+/// How progress is shown.
+pub enum Reporter {
+    /// A bar redrawn in place.
+    Bar {
+        /// The bar.
+        bar: ProgressBar,
+        /// Programs being compiled, by batch index.
+        running: Mutex<BTreeMap<usize, String>>,
+    },
+    /// One line per finished program.
+    Lines {
+        /// Number of programs.
+        total: usize,
+        /// Programs finished so far.
+        done: AtomicUsize,
+        /// When the batch started.
+        start: Instant,
+    },
+}
+
+impl Reporter {
+    /// The reporter for a batch of `total` programs: a bar when stderr is a terminal and neither
+    /// `NO_COLOR` nor `GRIDKEY_NO_PROGRESS` is set (non-empty), else plain lines.
+    pub fn for_stderr(total: usize) -> Self {
+        let set = |name: &str| std::env::var_os(name).is_some_and(|v| !v.is_empty());
+        if std::io::stderr().is_terminal() && !set("NO_COLOR") && !set(ENV_NO_PROGRESS) {
+            let bar =
+                ProgressBar::with_draw_target(Some(total as u64), ProgressDrawTarget::stderr());
+            let style = ProgressStyle::with_template(
+                "{elapsed_precise} [{bar:30}] {pos}/{len} programs  {wide_msg}",
+            )
+            .expect("the template is valid")
+            .progress_chars("=> ");
+            bar.set_style(style);
+            bar.enable_steady_tick(Duration::from_millis(100));
+            Reporter::Bar {
+                bar,
+                running: Mutex::new(BTreeMap::new()),
+            }
+        } else {
+            Reporter::Lines {
+                total,
+                done: AtomicUsize::new(0),
+                start: Instant::now(),
+            }
+        }
+    }
+
+    /// Clears the bar (plain lines need nothing).
+    pub fn finish(&self) {
+        if let Reporter::Bar { bar, .. } = self {
+            bar.finish_and_clear();
+        }
+    }
+}
+
+impl Progress for Reporter {
+    fn started(&self, index: usize, program: &str) {
+        if let Reporter::Bar { bar, running } = self {
+            let mut running = running.lock().unwrap_or_else(|p| p.into_inner());
+            running.insert(index, program.to_owned());
+            bar.set_message(running.values().cloned().collect::<Vec<_>>().join(", "));
+        }
+    }
+
+    fn finished(&self, index: usize, program: &str, ok: bool) {
+        match self {
+            Reporter::Bar { bar, running } => {
+                let mut running = running.lock().unwrap_or_else(|p| p.into_inner());
+                running.remove(&index);
+                if !ok {
+                    bar.println(format!("gridkey: {program} failed to compile"));
+                }
+                bar.set_message(running.values().cloned().collect::<Vec<_>>().join(", "));
+                bar.inc(1);
+            }
+            Reporter::Lines { total, done, start } => {
+                let n = done.fetch_add(1, Ordering::SeqCst) + 1;
+                let what = if ok { "compiled" } else { "FAILED" };
+                let line = format!(
+                    "gridkey: [{n}/{total}] {program} {what} ({:.1} s elapsed)\n",
+                    start.elapsed().as_secs_f64()
+                );
+                // One write per line, so lines from several threads do not interleave.
+                let _ = std::io::stderr().lock().write_all(line.as_bytes());
+            }
+        }
+    }
+}
