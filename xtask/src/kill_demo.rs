@@ -76,7 +76,7 @@ pub fn kill_demo(args: &[String], gridkey_bin: &Path) -> Result<bool> {
             n = report.programs.len()
         ))
         && text.contains(&format!(
-            "{} cache hits, 0 translations",
+            "{} cache hits, 0 misses, 0 translations",
             report.programs.len()
         ));
     let ok = out.status.code().is_some() && signal_named && second_ok;

@@ -54,11 +54,11 @@ fn the_main_job_verifies_every_program_and_hits_the_cache_the_second_time() {
     let (stdout, stderr) = text(&first);
     assert!(first.status.success(), "{stdout}\n{stderr}");
     assert_eq!(stdout.lines().filter(|l| l.ends_with("  verified")).count(), 8, "{stdout}");
-    assert!(stdout.contains("8/8 programs verified") && stdout.contains("(thread mode, 2 jobs): 0 cache hits, 8 translations"), "{stdout}");
+    assert!(stdout.contains("8/8 programs verified") && stdout.contains("(thread mode, 2 jobs): 0 cache hits, 8 misses, 8 translations"), "{stdout}");
     let second = gridkey(&args, &[("GRIDKEY_BUILD_JOBS_MODE", "process")]);
     let (stdout, stderr) = text(&second);
     assert!(second.status.success(), "{stdout}\n{stderr}");
-    assert!(stdout.contains("8 cache hits, 0 translations, 0 builds"), "{stdout}");
+    assert!(stdout.contains("8 cache hits, 0 misses, 0 translations, 0 builds"), "{stdout}");
 }
 
 /// The single place that runs a failing command and checks its exit code and message.
