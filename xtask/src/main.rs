@@ -9,6 +9,8 @@
 //!    translated directly against each runtime variant of the tables.
 //!
 //! Every stored table is opened with the verifying open (digest recomputed) along the way.
+//!
+//! `cargo xtask faults` is the fault matrix of ADR 0012 (see `faults.rs`).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -27,6 +29,8 @@ use gridkey_stencil::Program;
 use gridkey_store::TableStore;
 use ndarray::{Array2, ShapeBuilder};
 
+mod faults;
+
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask sits in the workspace root").to_path_buf()
 }
@@ -35,8 +39,9 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
         Some("modes") => modes(&args[1..]),
+        Some("faults") => build_gridkey().and_then(|bin| faults::faults(&root(), bin)),
         _ => {
-            eprintln!("usage: cargo xtask modes [--grid FILE]");
+            eprintln!("usage: cargo xtask modes [--grid FILE] | cargo xtask faults");
             return ExitCode::from(2);
         }
     };
@@ -74,6 +79,8 @@ fn build_gridkey() -> Result<PathBuf> {
 }
 
 fn modes(args: &[String]) -> Result<bool> {
+    // Every open of a stored table verifies its digest, here and in the workers (ADR 0012).
+    std::env::set_var(gridkey_store::ENV_VERIFY_TABLES, "1");
     let grid_path = grid_arg(args)?;
     let gridkey_bin = build_gridkey()?;
     let grid = read_grid(&grid_path)?;

@@ -439,22 +439,7 @@ impl MappedTable {
         if !meta.file_type().is_file() {
             return Err(StoreError::NotAFile { path });
         }
-        // O_NOFOLLOW: a symlink planted after the check above is refused, not followed.
-        let file = OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-            .open(&path)
-            .map_err(|source| match source.raw_os_error() {
-                Some(libc::ELOOP) => StoreError::NotAFile { path: path.clone() },
-                Some(libc::ENOENT) => StoreError::Missing { path: path.clone(), digest: spec.digest },
-                _ => StoreError::Read { path: path.clone(), source },
-            })?;
-        lock::lock_shared(&file).map_err(|source| StoreError::Read { path: path.clone(), source })?;
-        // The collector removes a file while holding an exclusive lock: once the shared lock is
-        // ours, the path must still name this file, else it was removed (or replaced) meanwhile.
-        if !fs::symlink_metadata(&path).is_ok_and(|m| same_file(&m, &file)) {
-            return Err(StoreError::Missing { path, digest: spec.digest });
-        }
+        let file = Self::open_locked(&path, spec)?;
         let meta = file.metadata().map_err(|source| StoreError::Read { path: path.clone(), source })?;
         if !meta.file_type().is_file() {
             return Err(StoreError::NotAFile { path });
@@ -478,6 +463,36 @@ impl MappedTable {
             return Err(StoreError::Shape { path: table.path, expected: spec.shape, found });
         }
         Ok(table)
+    }
+
+    /// Opens `path` read-only without following a symlink and takes a shared lock on it. The
+    /// collector removes a file while holding an exclusive lock, and concurrent writers of the
+    /// same table rename identical content over it: once the shared lock is ours, the path must
+    /// still name the file we hold, else it is opened again (replaced) or is
+    /// [`StoreError::Missing`] (removed).
+    fn open_locked(path: &Path, spec: &TableSpec) -> Result<File, StoreError> {
+        let mut last = None;
+        for _ in 0..16 {
+            // O_NOFOLLOW: a symlink planted after the caller's check is refused, not followed.
+            let file = OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+                .open(path)
+                .map_err(|source| match source.raw_os_error() {
+                    Some(libc::ELOOP) => StoreError::NotAFile { path: path.to_path_buf() },
+                    Some(libc::ENOENT) => StoreError::Missing { path: path.to_path_buf(), digest: spec.digest },
+                    _ => StoreError::Read { path: path.to_path_buf(), source },
+                })?;
+            lock::lock_shared(&file).map_err(|source| StoreError::Read { path: path.to_path_buf(), source })?;
+            match fs::symlink_metadata(path) {
+                Ok(m) if same_file(&m, &file) => return Ok(file),
+                Ok(_) => last = Some(file),
+                Err(_) => return Err(StoreError::Missing { path: path.to_path_buf(), digest: spec.digest }),
+            }
+        }
+        // Still replaced after many tries: the last file held is complete (renamed into place
+        // whole) and names the same content.
+        last.ok_or_else(|| StoreError::Missing { path: path.to_path_buf(), digest: spec.digest })
     }
 
     /// What this table was opened as.
