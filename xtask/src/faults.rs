@@ -79,10 +79,16 @@ pub fn faults(root: &Path, bin: PathBuf) -> Result<bool> {
     for (what, filter) in [("table", "tables-v1"), ("translation entry", ".bin")] {
         for point in PausePoint::ALL {
             let expected = "no partial final file; temp removed by gc; rerun ok";
-            m.row(&format!("SIGKILL writing a {what}, point {}", point.as_str()), expected, |m| m.kill_at(point, filter));
+            m.row(&format!("SIGKILL writing a {what}, point {}", point.as_str()), expected, |m| {
+                m.kill_at(point, filter)
+            });
         }
     }
-    m.row("SIGKILL writing a table, temp from an old crash", "next run removes the temp and verifies", Matrix::kill_then_run);
+    m.row(
+        "SIGKILL writing a table, temp from an old crash",
+        "next run removes the temp and verifies",
+        Matrix::kill_then_run,
+    );
 
     // 2. Bad table files under a final name.
     for bad in BadTable::ALL {
@@ -96,11 +102,19 @@ pub fn faults(root: &Path, bin: PathBuf) -> Result<bool> {
 
     // 4. The disk filling up during a write.
     if m.can_mount {
-        m.row("disk full (64 KiB tmpfs) while storing tables", "clear error, nothing left behind", |m| m.disk_full_tmpfs(64));
-        m.row("disk full (512 KiB tmpfs) during translation/build", "clear error, nothing left behind", |m| m.disk_full_tmpfs(512));
+        m.row("disk full (64 KiB tmpfs) while storing tables", "clear error, nothing left behind", |m| {
+            m.disk_full_tmpfs(64)
+        });
+        m.row("disk full (512 KiB tmpfs) during translation/build", "clear error, nothing left behind", |m| {
+            m.disk_full_tmpfs(512)
+        });
     }
-    m.row("ENOSPC injected in the writer: table", "clear error, nothing left behind", |m| m.disk_full_injected("tables-v1"));
-    m.row("ENOSPC injected in the writer: translation entry", "clear error, nothing left behind", |m| m.disk_full_injected("translation-v1"));
+    m.row("ENOSPC injected in the writer: table", "clear error, nothing left behind", |m| {
+        m.disk_full_injected("tables-v1")
+    });
+    m.row("ENOSPC injected in the writer: translation entry", "clear error, nothing left behind", |m| {
+        m.disk_full_injected("translation-v1")
+    });
 
     // 5. Cache directories.
     m.row("read-only cache directory", "typed error naming it", Matrix::read_only_dir);
@@ -109,19 +123,39 @@ pub fn faults(root: &Path, bin: PathBuf) -> Result<bool> {
     m.row("cache path that is a file", "typed error naming it", Matrix::dir_is_file);
 
     // 6. Races.
-    m.row("8 processes convert+key ICON into one empty cache", "all ok, keys identical, tables intact once", Matrix::race_keys);
-    m.row("8 processes run (translate+build) into one empty cache", "all ok, keys identical, entries intact once", Matrix::race_runs);
+    m.row(
+        "8 processes convert+key ICON into one empty cache",
+        "all ok, keys identical, tables intact once",
+        Matrix::race_keys,
+    );
+    m.row(
+        "8 processes run (translate+build) into one empty cache",
+        "all ok, keys identical, entries intact once",
+        Matrix::race_runs,
+    );
 
     // 7. Tables modified in place after compilation.
-    m.row("table modified in place after compilation (host copy)", "verifying open: digest error; verify rebuilds", Matrix::modified_in_place);
+    m.row(
+        "table modified in place after compilation (host copy)",
+        "verifying open: digest error; verify rebuilds",
+        Matrix::modified_in_place,
+    );
 
     // gc against a live process.
-    m.row("cache gc --max-size 0 while a run maps the tables", "mapped tables and live temp kept", Matrix::gc_while_mapped);
+    m.row(
+        "cache gc --max-size 0 while a run maps the tables",
+        "mapped tables and live temp kept",
+        Matrix::gc_while_mapped,
+    );
 
     println!(
         "\n{} s; tmpfs mounts {}",
         started.elapsed().as_secs(),
-        if m.can_mount { "used for disk-full and read-only" } else { "not permitted: faults injected through the writer" }
+        if m.can_mount {
+            "used for disk-full and read-only"
+        } else {
+            "not permitted: faults injected through the writer"
+        }
     );
     println!("faults: {} tried, {} survived, {} lost", m.tried, m.survived, m.lost);
     Ok(m.survived == m.tried && m.lost == 0)
@@ -129,7 +163,8 @@ pub fn faults(root: &Path, bin: PathBuf) -> Result<bool> {
 
 impl Matrix {
     fn row(&mut self, fault: &str, expected: &str, check: impl FnOnce(&mut Matrix) -> Result<Seen>) {
-        let seen = check(self).unwrap_or_else(|e| Seen { survived: false, lost: false, text: format!("driver error: {e:#}") });
+        let seen =
+            check(self).unwrap_or_else(|e| Seen { survived: false, lost: false, text: format!("driver error: {e:#}") });
         self.tried += 1;
         self.survived += usize::from(seen.survived);
         self.lost += usize::from(seen.lost);
@@ -146,7 +181,14 @@ impl Matrix {
     fn cmd(&self, args: &[&str], env: &[(&str, &str)]) -> Command {
         let mut cmd = Command::new(&self.bin);
         cmd.args(args);
-        for var in ["GRIDKEY_BUILD_JOBS_MODE", "GRIDKEY_BUILD_JOBS", "GRIDKEY_CACHE_DIR", "GRIDKEY_FAULT", "GRIDKEY_VERIFY_TABLES", "CC"] {
+        for var in [
+            "GRIDKEY_BUILD_JOBS_MODE",
+            "GRIDKEY_BUILD_JOBS",
+            "GRIDKEY_CACHE_DIR",
+            "GRIDKEY_FAULT",
+            "GRIDKEY_VERIFY_TABLES",
+            "CC",
+        ] {
             cmd.env_remove(var);
         }
         for (k, v) in env {
@@ -180,7 +222,8 @@ impl Matrix {
     /// process and the temp file it is writing.
     fn paused(&self, cache: &Path, spec: &str) -> Result<(Child, PathBuf)> {
         let args = ["run", "--grid", s(&self.grid), "--cache-dir", s(cache), "--mode", "serial"];
-        let mut child = self.cmd(&args, &[("GRIDKEY_FAULT", spec)]).stdout(Stdio::null()).stderr(Stdio::piped()).spawn()?;
+        let mut child =
+            self.cmd(&args, &[("GRIDKEY_FAULT", spec)]).stdout(Stdio::null()).stderr(Stdio::piped()).spawn()?;
         let stderr = child.stderr.take().context("stderr")?;
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {
@@ -443,7 +486,11 @@ impl Matrix {
         Ok(Seen::new(
             ok == 8 && distinct.len() == 1 && tables == unique.len() && temps == 0,
             &problems,
-            format!("{ok}/8 ok, {} distinct outputs, {tables} table files for {} digests, {temps} temps", distinct.len(), unique.len()),
+            format!(
+                "{ok}/8 ok, {} distinct outputs, {tables} table files for {} digests, {temps} temps",
+                distinct.len(),
+                unique.len()
+            ),
         ))
     }
 
@@ -453,10 +500,7 @@ impl Matrix {
         let children = (0..8)
             .map(|_| self.cmd(&args, &[]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn())
             .collect::<std::io::Result<Vec<_>>>()?;
-        let runs = children
-            .into_iter()
-            .map(|c| Run::of(c.wait_with_output()?))
-            .collect::<Result<Vec<_>>>()?;
+        let runs = children.into_iter().map(|c| Run::of(c.wait_with_output()?)).collect::<Result<Vec<_>>>()?;
         let ok = runs.iter().filter(|r| r.ok()).count();
         let keys: std::collections::BTreeSet<Vec<String>> = runs.iter().map(|r| r.keys.clone()).collect();
         let entries = files_with_ext(&cache.join(gridkey_fingerprint::TRANSLATION_DIR), "bin").len();
@@ -514,15 +558,18 @@ impl Matrix {
     fn gc_while_mapped(&mut self) -> Result<Seen> {
         let cache = self.fresh("gc-live");
         let (mut child, temp) = self.paused(&cache, "pause:created:translation-v1")?;
-        let during = self.gridkey(&["cache", "gc", "--cache-dir", s(&cache), "--max-size", "0", "--temp-age", "0", "--json"], &[])?;
+        let during = self
+            .gridkey(&["cache", "gc", "--cache-dir", s(&cache), "--max-size", "0", "--temp-age", "0", "--json"], &[])?;
         let tables_during = files_with_ext(&cache.join(gridkey_store::TABLES_DIR), "npy").len();
         let temp_kept = temp.exists();
         child.kill()?;
         child.wait()?;
-        let after = self.gridkey(&["cache", "gc", "--cache-dir", s(&cache), "--max-size", "0", "--temp-age", "0", "--json"], &[])?;
+        let after = self
+            .gridkey(&["cache", "gc", "--cache-dir", s(&cache), "--max-size", "0", "--temp-age", "0", "--json"], &[])?;
         let tables_after = files_with_ext(&cache.join(gridkey_store::TABLES_DIR), "npy").len();
         let kept: serde_json::Value = serde_json::from_slice(&during.stdout).context("gc JSON")?;
-        let ok = during.status.success() && after.status.success() && tables_during == 7 && temp_kept && tables_after == 0;
+        let ok =
+            during.status.success() && after.status.success() && tables_during == 7 && temp_kept && tables_after == 0;
         Ok(Seen::new(
             ok,
             &check_final_files(&cache),
@@ -641,7 +688,9 @@ fn stem(p: &Path) -> String {
 }
 
 fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
-    let Ok(entries) = fs::read_dir(dir) else { return };
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
     for e in entries.flatten() {
         let p = e.path();
         match fs::symlink_metadata(&p) {
@@ -659,14 +708,18 @@ fn all_files(cache: &Path) -> Vec<PathBuf> {
 }
 
 fn temps(cache: &Path) -> Vec<PathBuf> {
-    all_files(cache).into_iter().filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with(TEMP_PREFIX))).collect()
+    all_files(cache)
+        .into_iter()
+        .filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with(TEMP_PREFIX)))
+        .collect()
 }
 
 fn files_with_ext(dir: &Path, ext: &str) -> Vec<PathBuf> {
     let mut out = Vec::new();
     walk(dir, &mut out);
     out.retain(|p| {
-        p.extension().is_some_and(|e| e == ext) && !p.file_name().is_some_and(|n| n.to_string_lossy().starts_with(TEMP_PREFIX))
+        p.extension().is_some_and(|e| e == ext)
+            && !p.file_name().is_some_and(|n| n.to_string_lossy().starts_with(TEMP_PREFIX))
     });
     out
 }
@@ -689,7 +742,10 @@ fn c2e(store: &TableStore) -> Result<(gridkey_store::TableSpec, PathBuf)> {
 
 /// The runtime C2E table of the MPAS grid.
 fn c2e_table() -> Result<ndarray::ArcArray2<i32>> {
-    let grid = gridkey_grid::read_grid(&PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../data/grids/oQU480.231010.nc")))?;
+    let grid = gridkey_grid::read_grid(&PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../data/grids/oQU480.231010.nc"
+    )))?;
     let c = grid.provider().gather("C2E").context("C2E")?;
     let gridkey_offsets::IndexTable::I32(a) = c.host_table() else { bail!("grid tables are int32") };
     Ok(a)
@@ -705,8 +761,10 @@ fn check_final_files(cache: &Path) -> Vec<String> {
         if name.starts_with(TEMP_PREFIX) || name == "planted.npy" {
             continue;
         }
-        let in_store = |store: &str| path.parent().and_then(Path::parent).is_some_and(|p| p.ends_with(store))
-            || path.parent().is_some_and(|p| p.ends_with(store));
+        let in_store = |store: &str| {
+            path.parent().and_then(Path::parent).is_some_and(|p| p.ends_with(store))
+                || path.parent().is_some_and(|p| p.ends_with(store))
+        };
         let bytes = match fs::read(&path) {
             Ok(b) => b,
             Err(e) => {
@@ -715,7 +773,9 @@ fn check_final_files(cache: &Path) -> Vec<String> {
             }
         };
         let ok = match path.extension().and_then(|e| e.to_str()) {
-            Some("npy") if in_store(gridkey_store::TABLES_DIR) => npy_digest(&bytes).is_some_and(|d| d.to_hex() == stem(&path)),
+            Some("npy") if in_store(gridkey_store::TABLES_DIR) => {
+                npy_digest(&bytes).is_some_and(|d| d.to_hex() == stem(&path))
+            }
             Some("bin") if in_store(gridkey_fingerprint::TRANSLATION_DIR) => {
                 stem(&path).parse::<TranslationKey>().is_ok_and(|k| decode_entry(&k, &bytes).is_ok())
             }

@@ -39,9 +39,14 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
         Some("modes") => modes(&args[1..]),
-        Some("faults") => build_gridkey().and_then(|bin| faults::faults(&root(), bin)),
+        Some("faults") => match &args[1..] {
+            // Another build of the binary, e.g. an older commit's, to see which faults it survives.
+            [flag, bin] if flag == "--bin" => faults::faults(&root(), PathBuf::from(bin)),
+            [] => build_gridkey().and_then(|bin| faults::faults(&root(), bin)),
+            other => Err(anyhow::anyhow!("unexpected arguments {other:?}: expected [--bin GRIDKEY]")),
+        },
         _ => {
-            eprintln!("usage: cargo xtask modes [--grid FILE] | cargo xtask faults");
+            eprintln!("usage: cargo xtask modes [--grid FILE] | cargo xtask faults [--bin GRIDKEY]");
             return ExitCode::from(2);
         }
     };

@@ -66,7 +66,9 @@ impl Fault {
     /// The fault [`ENV_FAULT`] plans for a write to `path`; [`Fault::None`] when unset, when the
     /// value does not parse or when its path part does not match.
     pub(crate) fn for_path(path: &Path) -> Fault {
-        let Ok(spec) = std::env::var(ENV_FAULT) else { return Fault::None };
+        let Ok(spec) = std::env::var(ENV_FAULT) else {
+            return Fault::None;
+        };
         let mut parts = spec.splitn(3, ':');
         let (kind, arg, part) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""), parts.next());
         if part.is_some_and(|p| !path.to_string_lossy().contains(p)) {

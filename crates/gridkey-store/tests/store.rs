@@ -2,7 +2,6 @@
 //! kind of bad file giving its typed error (ADR 0002).
 
 use std::fs;
-use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::Command;
@@ -289,16 +288,21 @@ fn a_table_renamed_over_while_it_is_opened_still_opens() {
     let path = store.path_of(&spec.digest);
     let bytes = fs::read(&path).unwrap();
     let stop = std::sync::atomic::AtomicBool::new(false);
+    let renames = std::sync::atomic::AtomicU64::new(0);
     std::thread::scope(|s| {
         s.spawn(|| {
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                 gridkey_store::write_atomic(&path, |out| out.write_all(&bytes)).unwrap();
+                renames.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             }
         });
-        for _ in 0..300 {
+        // Open until the writer has renamed over the file many times.
+        let mut opens = 0;
+        while opens < 2000 || renames.load(std::sync::atomic::Ordering::Relaxed) < 200 {
+            opens += 1;
             if let Err(e) = store.open_table(&spec) {
                 stop.store(true, std::sync::atomic::Ordering::Relaxed);
-                panic!("open during a concurrent rename: {e}");
+                panic!("open {opens} during a concurrent rename: {e}");
             }
         }
         stop.store(true, std::sync::atomic::Ordering::Relaxed);

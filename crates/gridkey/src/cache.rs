@@ -60,20 +60,20 @@ pub fn check_cache_dir(cache_dir: &Path) -> Result<Vec<CacheWarning>, AppError> 
         }
         Err(e) => return Err(unusable("cannot be read")(e)),
     }
-    let probe = cache_dir.join(format!("{TEMP_PREFIX}probe-{}", std::process::id()));
-    fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(&probe)
+    // A uniquely named probe, removed when dropped: threads and processes may check at once.
+    tempfile::Builder::new()
+        .prefix(&format!("{TEMP_PREFIX}probe-"))
+        .tempfile_in(cache_dir)
         .map_err(unusable("is read-only or not writable"))?;
-    let _ = fs::remove_file(&probe);
 
     // SAFETY: geteuid has no preconditions and cannot fail.
     let me = unsafe { libc::geteuid() };
     let mut warnings = Vec::new();
     let dirs = std::iter::once(cache_dir.to_path_buf()).chain(STORES.iter().map(|(d, _)| cache_dir.join(d)));
     for dir in dirs {
-        let Ok(meta) = fs::metadata(&dir) else { continue };
+        let Ok(meta) = fs::metadata(&dir) else {
+            continue;
+        };
         if meta.uid() != me {
             warnings.push(CacheWarning {
                 path: dir.clone(),
@@ -230,7 +230,9 @@ fn scan(dir: &Path) -> Result<Vec<Found>, AppError> {
     for entry in entries {
         let entry = entry.map_err(|source| AppError::CacheScan { path: dir.to_path_buf(), source })?;
         let path = entry.path();
-        let Ok(meta) = fs::symlink_metadata(&path) else { continue };
+        let Ok(meta) = fs::symlink_metadata(&path) else {
+            continue;
+        };
         if meta.is_dir() {
             out.extend(scan(&path)?);
         } else if meta.is_file() {

@@ -20,7 +20,14 @@ fn grid() -> PathBuf {
 fn cmd(args: &[&str], env: &[(&str, &str)]) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_gridkey"));
     cmd.args(args);
-    for var in ["GRIDKEY_BUILD_JOBS_MODE", "GRIDKEY_BUILD_JOBS", "GRIDKEY_CACHE_DIR", "GRIDKEY_FAULT", "GRIDKEY_VERIFY_TABLES", "CC"] {
+    for var in [
+        "GRIDKEY_BUILD_JOBS_MODE",
+        "GRIDKEY_BUILD_JOBS",
+        "GRIDKEY_CACHE_DIR",
+        "GRIDKEY_FAULT",
+        "GRIDKEY_VERIFY_TABLES",
+        "CC",
+    ] {
         cmd.env_remove(var);
     }
     for (k, v) in env {
@@ -32,7 +39,8 @@ fn cmd(args: &[&str], env: &[(&str, &str)]) -> Command {
 /// `gridkey run` in serial mode on the MPAS grid into `cache`, with extra flags.
 fn run(cache: &Path, extra: &[&str], env: &[(&str, &str)]) -> Output {
     let grid = grid();
-    let mut args = vec!["run", "--grid", grid.to_str().unwrap(), "--cache-dir", cache.to_str().unwrap(), "--mode", "serial"];
+    let mut args =
+        vec!["run", "--grid", grid.to_str().unwrap(), "--cache-dir", cache.to_str().unwrap(), "--mode", "serial"];
     args.extend_from_slice(extra);
     cmd(&args, env).output().unwrap()
 }
@@ -88,8 +96,10 @@ fn specs() -> Vec<TableSpec> {
 fn check_kill(spec: &str) {
     let cache = tempfile::tempdir().unwrap();
     let grid = grid();
-    let args = ["run", "--grid", grid.to_str().unwrap(), "--cache-dir", cache.path().to_str().unwrap(), "--mode", "serial"];
-    let mut child = cmd(&args, &[("GRIDKEY_FAULT", spec)]).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    let args =
+        ["run", "--grid", grid.to_str().unwrap(), "--cache-dir", cache.path().to_str().unwrap(), "--mode", "serial"];
+    let mut child =
+        cmd(&args, &[("GRIDKEY_FAULT", spec)]).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
     let mut temp = None;
     for line in BufReader::new(child.stderr.take().unwrap()).lines().map_while(Result::ok) {
         if let Some((_, t)) = line.split_once(" writing ") {
@@ -161,7 +171,11 @@ fn bad_cache_directories_are_errors_or_warnings() {
     fs::set_permissions(&open, fs::Permissions::from_mode(0o777)).unwrap();
     let out = run(&open, &[], &[]);
     assert!(verified_all(&out), "{}", text(&out));
-    assert!(text(&out).contains("warning: cache directory") && text(&out).contains("writable by everyone"), "{}", text(&out));
+    assert!(
+        text(&out).contains("warning: cache directory") && text(&out).contains("writable by everyone"),
+        "{}",
+        text(&out)
+    );
 
     let other = base.path().join("other-user");
     fs::create_dir(&other).unwrap();
@@ -179,7 +193,11 @@ fn bad_cache_directories_are_errors_or_warnings() {
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
     let mounted = root
-        && Command::new("mount").args(["-t", "tmpfs", "-o", "size=64k,ro", "tmpfs"]).arg(&ro).status().is_ok_and(|s| s.success());
+        && Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=64k,ro", "tmpfs"])
+            .arg(&ro)
+            .status()
+            .is_ok_and(|s| s.success());
     if !root {
         fs::set_permissions(&ro, fs::Permissions::from_mode(0o555)).unwrap();
     }
@@ -223,7 +241,9 @@ fn cache_stats_count_every_entry_and_gc_removes_least_recently_used_but_never_a_
     let c = cache.path().to_str().unwrap();
     assert!(verified_all(&run(cache.path(), &[], &[])));
     let stats = json(&["cache", "stats", "--cache-dir", c, "--json"]);
-    let count = |dir: &str, ext: &str| files(&cache.path().join(dir)).iter().filter(|p| p.extension().is_some_and(|e| e == ext)).count() as u64;
+    let count = |dir: &str, ext: &str| {
+        files(&cache.path().join(dir)).iter().filter(|p| p.extension().is_some_and(|e| e == ext)).count() as u64
+    };
     let bytes = |dir: &str| files(&cache.path().join(dir)).iter().map(|p| fs::metadata(p).unwrap().len()).sum::<u64>();
     for (i, (dir, ext)) in [("tables-v1", "npy"), ("translation-v1", "bin"), ("build-v1", "so")].iter().enumerate() {
         assert_eq!(stats[i]["store"], *dir);
@@ -234,7 +254,9 @@ fn cache_stats_count_every_entry_and_gc_removes_least_recently_used_but_never_a_
     assert_eq!(count("tables-v1", "npy"), specs().len() as u64);
 
     // The libraries were used least recently: a budget of everything else removes exactly them.
-    let old = fs::FileTimes::new().set_accessed(SystemTime::UNIX_EPOCH).set_modified(SystemTime::UNIX_EPOCH + Duration::from_secs(86_400));
+    let old = fs::FileTimes::new()
+        .set_accessed(SystemTime::UNIX_EPOCH)
+        .set_modified(SystemTime::UNIX_EPOCH + Duration::from_secs(86_400));
     for p in files(&cache.path().join("build-v1")) {
         fs::File::open(&p).unwrap().set_times(old).unwrap();
     }
@@ -256,5 +278,7 @@ fn cache_stats_count_every_entry_and_gc_removes_least_recently_used_but_never_a_
     drop(mapped);
     let gc = json(&["cache", "gc", "--cache-dir", c, "--max-size", "0", "--json"]);
     assert_eq!((gc["entries_removed"].as_u64(), gc["bytes_left"].as_u64()), (Some(1), Some(0)), "{gc}");
-    assert!(files(cache.path()).iter().all(|p| !p.extension().is_some_and(|e| e == "npy" || e == "bin" || e == "json" || e == "so")));
+    assert!(files(cache.path())
+        .iter()
+        .all(|p| !p.extension().is_some_and(|e| e == "npy" || e == "bin" || e == "json" || e == "so")));
 }
