@@ -12,7 +12,9 @@
 //!
 //! `cargo xtask memory` (worker start time and per-worker memory with mapped tables) and
 //! `cargo xtask kill-demo` (a worker killed in the middle of `gridkey run`): see their modules.
+//! `cargo xtask faults` is the fault matrix of ADR 0012 (see `faults.rs`).
 
+mod faults;
 mod kill_demo;
 mod memory;
 
@@ -43,9 +45,15 @@ fn main() -> ExitCode {
         Some("modes") => modes(&args[1..]),
         Some("memory") => build_gridkey().and_then(|bin| memory::memory(&args[1..], &bin)),
         Some("kill-demo") => build_gridkey().and_then(|bin| kill_demo::kill_demo(&args[1..], &bin)),
+        Some("faults") => match &args[1..] {
+            // Another build of the binary, e.g. an older commit's, to see which faults it survives.
+            [flag, bin] if flag == "--bin" => faults::faults(&root(), PathBuf::from(bin)),
+            [] => build_gridkey().and_then(|bin| faults::faults(&root(), bin)),
+            other => Err(anyhow::anyhow!("unexpected arguments {other:?}: expected [--bin GRIDKEY]")),
+        },
         _ => {
             eprintln!(
-                "usage: cargo xtask modes [--grid FILE]\n       cargo xtask memory [--scale N] [--workers W] [--starts S]\n       cargo xtask kill-demo [--grid FILE]"
+                "usage: cargo xtask modes [--grid FILE]\n       cargo xtask faults [--bin GRIDKEY]\n       cargo xtask memory [--scale N] [--workers W] [--starts S]\n       cargo xtask kill-demo [--grid FILE]"
             );
             return ExitCode::from(2);
         }
@@ -84,6 +92,8 @@ fn build_gridkey() -> Result<PathBuf> {
 }
 
 fn modes(args: &[String]) -> Result<bool> {
+    // Every open of a stored table verifies its digest, here and in the workers (ADR 0012).
+    std::env::set_var(gridkey_store::ENV_VERIFY_TABLES, "1");
     let grid_path = grid_arg(args)?;
     let gridkey_bin = build_gridkey()?;
     let grid = read_grid(&grid_path)?;

@@ -426,7 +426,8 @@ impl TranslationCache {
     }
 
     /// Stores `payload` under the key of `inputs`, with the record of `inputs` beside it.
-    /// Both are written atomically (temp file, `sync_all`, rename), the record first.
+    /// Both are written atomically (temp file, `sync_all`, rename), the record first; when the
+    /// entry cannot be written (full disk) the record is removed again, so nothing is left.
     ///
     /// Errors: [`FingerprintError::Write`].
     pub fn put(&self, inputs: &KeyInputs, payload: &[u8]) -> Result<TranslationKey, FingerprintError> {
@@ -434,11 +435,17 @@ impl TranslationCache {
         let record = serde_json::to_vec_pretty(inputs).expect("key inputs serialise");
         let record_path = self.record_path(&key);
         gridkey_store::write_atomic(&record_path, |out| out.write_all(&record))
-            .map_err(|source| FingerprintError::Write { path: record_path, source })?;
+            .map_err(|source| FingerprintError::Write { path: record_path.clone(), source })?;
         let path = self.entry_path(&key);
         let entry = encode_entry(&key, payload);
-        gridkey_store::write_atomic(&path, |out| out.write_all(&entry))
-            .map_err(|source| FingerprintError::Write { path, source })?;
+        if let Err(source) = gridkey_store::write_atomic(&path, |out| out.write_all(&entry)) {
+            // Leave nothing behind (ADR 0012): a record without its entry serves no one. A
+            // concurrent writer of the same key that lost its record rewrites it on its next miss.
+            if !path.is_file() {
+                let _ = fs::remove_file(&record_path);
+            }
+            return Err(FingerprintError::Write { path, source });
+        }
         Ok(key)
     }
 

@@ -254,7 +254,39 @@ fn a_cache_path_that_is_a_file_is_an_error_naming_it() {
     assert!(err.to_string().contains(&file.display().to_string()) && err.to_string().contains("GRIDKEY_CACHE_DIR"), "{err}");
 }
 
+#[test]
+fn a_failed_entry_write_leaves_neither_record_nor_temp() {
+    let (dir, cache, inputs) = cache();
+    let key = inputs.key();
+    // Something in the way of the entry's final name: the rename fails after the record is written.
+    std::fs::create_dir_all(cache.entry_path(&key).join("in-the-way")).unwrap();
+    let err = cache.put(&inputs, b"payload").unwrap_err();
+    assert!(err.to_string().contains(&cache.entry_path(&key).display().to_string()), "{err}");
+    assert!(!cache.record_path(&key).exists(), "no record without its entry");
+    let mut left = Vec::new();
+    for e in std::fs::read_dir(cache.entry_path(&key).parent().unwrap()).unwrap() {
+        left.push(e.unwrap().file_name().to_string_lossy().into_owned());
+    }
+    assert_eq!(left, vec![format!("{}.bin", key.to_hex())], "only the obstacle is left");
+    assert!(matches!(cache.get(&key), Err(Miss::Invalid(_))), "a directory under the name is a miss");
+    drop(dir);
+}
+
 proptest! {
+    /// Fuzz target for the translation entry decoder: a valid entry with any bytes overwritten
+    /// anywhere decodes to its payload or is refused, never a panic, never another payload.
+    #[test]
+    fn a_damaged_entry_is_refused_or_decodes_to_its_own_payload(payload in proptest::collection::vec(any::<u8>(), 0..200), at in any::<usize>(), patch in proptest::collection::vec(any::<u8>(), 1..12)) {
+        let key = key_from([5; 16]);
+        let mut entry = encode_entry(&key, &payload);
+        let at = at % entry.len();
+        let end = (at + patch.len()).min(entry.len());
+        entry[at..end].copy_from_slice(&patch[..end - at]);
+        if let Ok(decoded) = decode_entry(&key, &entry) {
+            prop_assert_eq!(decoded, &payload[..]);
+        }
+    }
+
     #[test]
     fn entry_decoding_never_panics_and_accepts_only_its_own_bytes(payload in proptest::collection::vec(any::<u8>(), 0..200), noise in proptest::collection::vec(any::<u8>(), 0..80)) {
         let key = key_from([3; 16]);

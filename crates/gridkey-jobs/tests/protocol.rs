@@ -94,11 +94,37 @@ fn clean_end_garbage_and_cut_frames() {
 }
 
 proptest! {
+    /// Fuzz target for the worker frame decoder, both directions: arbitrary bytes never panic.
     #[test]
     fn decoding_arbitrary_bytes_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
-        let mut input = Cursor::new(bytes);
+        let mut input = Cursor::new(bytes.clone());
         for _ in 0..4 {
             match read_frame::<ToWorker, _>(&mut input) {
+                Ok(Some(_)) => {}
+                Ok(None) | Err(_) => break,
+            }
+        }
+        let mut input = Cursor::new(bytes);
+        for _ in 0..4 {
+            match read_frame::<FromWorker, _>(&mut input) {
+                Ok(Some(_)) => {}
+                Ok(None) | Err(_) => break,
+            }
+        }
+    }
+
+    /// A valid result frame with bytes overwritten decodes to something or is refused, never a
+    /// panic; one with its terminator intact stays one frame.
+    #[test]
+    fn a_damaged_frame_never_panics(id in any::<u64>(), text in ".{0,40}", at in any::<usize>(), patch in proptest::collection::vec(any::<u8>(), 1..8)) {
+        let mut buf = Vec::new();
+        write_frame(&mut buf, &FromWorker::Done { id, result: Err(WireFailure::Handler(text)) }).unwrap();
+        let at = at % buf.len();
+        let end = (at + patch.len()).min(buf.len());
+        buf[at..end].copy_from_slice(&patch[..end - at]);
+        let mut input = Cursor::new(buf);
+        for _ in 0..8 {
+            match read_frame::<FromWorker, _>(&mut input) {
                 Ok(Some(_)) => {}
                 Ok(None) | Err(_) => break,
             }

@@ -257,6 +257,9 @@ fn build(
         .suffix(".so")
         .tempfile_in(dir)
         .map_err(io_err("create a temp file in", dir))?;
+    // Marks the temp file as a live write for `gridkey cache gc` (ADR 0009); the linker may
+    // replace the file, so the collector also spares temp files younger than its minimum age.
+    gridkey_store::lock::lock_exclusive(out.as_file()).map_err(io_err("lock", out.path()))?;
     let run = Command::new(exe)
         .args(pre_args)
         .args(flags)

@@ -502,3 +502,19 @@ fn kernels_and_outcomes_can_cross_threads() {
     send_sync::<StencilError>();
     send_sync::<Program>();
 }
+
+#[test]
+fn a_loaded_kernel_holds_its_library_against_the_collector() {
+    let cache = tempfile::tempdir().unwrap();
+    let provider = Patch::new(1, 1).provider(Layout::COrder);
+    let outcome = compile_on(&program("div"), &provider, &config(cache.path())).unwrap();
+    let kernel = Kernel::load(&outcome.artifact, &program("div")).unwrap();
+    assert!(
+        !gridkey_store::remove_if_unlocked(&outcome.artifact).unwrap(),
+        "a loaded kernel holds a shared lock on its library (ADR 0009)"
+    );
+    assert!(outcome.artifact.is_file());
+    drop(kernel);
+    assert!(gridkey_store::remove_if_unlocked(&outcome.artifact).unwrap());
+    assert!(!outcome.artifact.exists());
+}

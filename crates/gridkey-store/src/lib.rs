@@ -12,10 +12,19 @@
 //! that it is a regular file, its magic, header, dtype, shape and length against what the
 //! caller expects ([`TableStore::open_table`]); [`TableStore::open_verified`] also recomputes
 //! the digest. It knows nothing of connectivities, keys or runners.
+//!
+//! Crash consistency and hostile files (ADR 0012): a writer killed at any point leaves at most a
+//! temp file, which [`remove_stale_temps`] removes once no process holds its lock; a mapped
+//! table is locked shared so that `gridkey cache gc` never removes it (ADR 0009, [`lock`]).
 
-use std::fs::{self, File};
+use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufWriter, Write};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+pub mod fault;
+pub mod lock;
 
 use gridkey_digest::{digest_table, Dtype, TableDigest, TableElement};
 use memmap2::Mmap;
@@ -28,6 +37,10 @@ pub const TABLES_DIR: &str = "tables-v1";
 
 /// Prefix of temp files in the store; anything with it is an unfinished write.
 pub const TEMP_PREFIX: &str = ".tmp-";
+
+/// Set to `1` to make every open of a stored table a verifying open (digest recomputed), in
+/// this process and in the workers it starts (`gridkey run --verify`, `cargo xtask modes`).
+pub const ENV_VERIFY_TABLES: &str = "GRIDKEY_VERIFY_TABLES";
 
 /// Errors of the table store. Every variant names the file and what to do.
 #[derive(Debug, thiserror::Error)]
@@ -120,16 +133,32 @@ pub struct TableSpec {
 pub struct TableStore {
     cache_dir: PathBuf,
     dir: PathBuf,
+    verify: bool,
 }
 
 impl TableStore {
-    /// Opens (creating if needed) the store `<cache_dir>/tables-v1`.
+    /// Opens (creating if needed) the store `<cache_dir>/tables-v1`. Every open verifies when
+    /// [`ENV_VERIFY_TABLES`] is `1` (see [`Self::verifying`]).
     ///
     /// Errors: [`StoreError::Directory`] when the directory cannot be created.
     pub fn open(cache_dir: &Path) -> Result<Self, StoreError> {
         let dir = cache_dir.join(TABLES_DIR);
         fs::create_dir_all(&dir).map_err(|source| StoreError::Directory { path: dir.clone(), source })?;
-        Ok(Self { cache_dir: cache_dir.to_path_buf(), dir })
+        let verify = std::env::var(ENV_VERIFY_TABLES).is_ok_and(|v| v == "1");
+        Ok(Self { cache_dir: cache_dir.to_path_buf(), dir, verify })
+    }
+
+    /// This store with every [`Self::open_table`] (and so every check of an existing file by
+    /// [`Self::put_with`]) recomputing the digest: a file modified in place after it was stored
+    /// is then an error on open and is rewritten by a put (ADR 0012).
+    pub fn verifying(mut self, verify: bool) -> Self {
+        self.verify = verify;
+        self
+    }
+
+    /// Whether every open recomputes the digest.
+    pub fn verifies(&self) -> bool {
+        self.verify
     }
 
     /// The cache directory this store lives in.
@@ -195,14 +224,18 @@ impl TableStore {
     }
 
     /// Opens a stored table read-only by mmap, checking that the path is a regular file and its
-    /// magic, header, dtype, C order, shape and length against `spec`. Does not recompute the
-    /// digest (see [`Self::open_verified`]).
+    /// magic, header, dtype, C order, shape and length against `spec`, and takes a shared lock
+    /// on it for the life of the mapping (ADR 0009). Recomputes the digest only on a
+    /// [`Self::verifying`] store (see [`Self::open_verified`]).
     ///
-    /// Errors: [`StoreError::Missing`], [`StoreError::NotAFile`], [`StoreError::Read`],
-    /// [`StoreError::Format`], [`StoreError::Shape`].
+    /// Errors: [`StoreError::Missing`] (also when the file was removed while being opened),
+    /// [`StoreError::NotAFile`], [`StoreError::Read`], [`StoreError::Format`],
+    /// [`StoreError::Shape`], and on a verifying store [`StoreError::Digest`].
     pub fn open_table(&self, spec: &TableSpec) -> Result<MappedTable, StoreError> {
-        let path = self.path_of(&spec.digest);
-        MappedTable::map(path, spec)
+        if self.verify {
+            return self.open_verified(spec);
+        }
+        MappedTable::map(self.path_of(&spec.digest), spec)
     }
 
     /// [`Self::open_table`], then recomputes the digest of the content and compares it with the
@@ -210,7 +243,7 @@ impl TableStore {
     ///
     /// Errors: those of [`Self::open_table`], and [`StoreError::Digest`].
     pub fn open_verified(&self, spec: &TableSpec) -> Result<MappedTable, StoreError> {
-        let table = self.open_table(spec)?;
+        let table = MappedTable::map(self.path_of(&spec.digest), spec)?;
         let found = match table.view() {
             TableView::I32(v) => digest_table(v),
             TableView::I64(v) => digest_table(v),
@@ -226,29 +259,119 @@ impl TableStore {
 /// of `path` (created if needed), which is `sync_all`ed, made read-only and renamed to `path`,
 /// and the directory synced. Returns the number of bytes written.
 ///
-/// On any error the temp file is removed and nothing appears under `path`. A process killed in
-/// the middle leaves only a temp file, which no reader ever opens. This is the one writer of
-/// every persistent file of gridkey (tables here, translation entries in gridkey-fingerprint).
+/// The temp file is locked exclusively while it is written ([`lock`]), so that
+/// [`remove_stale_temps`] can tell a live write from one whose process died. On any error the
+/// temp file is removed and nothing appears under `path`. A process killed in the middle leaves
+/// only a temp file, which no reader ever opens. This is the one writer of every persistent
+/// file of gridkey (tables here, translation entries in gridkey-fingerprint). The test hook
+/// [`fault::ENV_FAULT`] can stop or fail it at chosen points.
 ///
-/// Errors: the I/O error of the first step that failed.
+/// Errors: the I/O error of the first step that failed (`ENOSPC` for a full disk, `EROFS` for
+/// a read-only file system).
 pub fn write_atomic(path: &Path, write: impl FnOnce(&mut dyn Write) -> io::Result<()>) -> io::Result<u64> {
+    let fault = fault::Fault::for_path(path);
     let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     fs::create_dir_all(parent)?;
     let temp = tempfile::Builder::new().prefix(TEMP_PREFIX).tempfile_in(parent)?;
-    {
-        let mut out = BufWriter::with_capacity(1 << 20, temp.as_file());
+    lock::lock_exclusive(temp.as_file())?;
+    fault.pause_at(fault::PausePoint::Created, temp.path());
+    let len = {
+        let mut sink = fault::FaultWriter { file: temp.as_file(), temp: temp.path(), fault, written: 0 };
+        let mut out = BufWriter::with_capacity(1 << 20, &mut sink);
         write(&mut out)?;
         out.flush()?;
-    }
+        drop(out);
+        sink.written
+    };
+    fault.pause_at(fault::PausePoint::Written, temp.path());
     let file = temp.as_file();
-    let len = file.metadata()?.len();
     file.sync_all()?;
     let mut perms = file.metadata()?.permissions();
     perms.set_readonly(true);
     file.set_permissions(perms)?;
+    fault.pause_at(fault::PausePoint::Synced, temp.path());
     temp.persist(path).map_err(|e| e.error)?;
     File::open(parent)?.sync_all()?;
     Ok(len)
+}
+
+/// Temp files removed by [`remove_stale_temps`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TempSweep {
+    /// The files removed.
+    pub removed: Vec<PathBuf>,
+    /// Their total size in bytes.
+    pub bytes: u64,
+}
+
+/// Removes, under `dir` (recursively), every regular file named [`TEMP_PREFIX`]`*` that is at
+/// least `min_age` old (by modification time) and that no process holds a lock on: the remains
+/// of a writer that was killed or lost power (ADR 0012). A live writer holds an exclusive lock
+/// on its temp file, so it is never removed; `min_age` also covers the instant between the
+/// creation of a temp file and its lock, and writers that cannot lock (the C compiler's output).
+/// A missing `dir` is an empty sweep.
+///
+/// Errors: the I/O error of listing a directory (a file that vanished meanwhile is skipped).
+pub fn remove_stale_temps(dir: &Path, min_age: Duration) -> io::Result<TempSweep> {
+    let mut sweep = TempSweep::default();
+    let entries = match fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(sweep),
+        Err(e) => return Err(e),
+    };
+    let now = SystemTime::now();
+    for entry in entries {
+        let entry = entry?;
+        let path = entry.path();
+        let Ok(meta) = fs::symlink_metadata(&path) else { continue };
+        if meta.is_dir() {
+            let inner = remove_stale_temps(&path, min_age)?;
+            sweep.removed.extend(inner.removed);
+            sweep.bytes += inner.bytes;
+            continue;
+        }
+        let is_temp = entry.file_name().to_string_lossy().starts_with(TEMP_PREFIX);
+        let age = meta.modified().ok().and_then(|m| now.duration_since(m).ok()).unwrap_or_default();
+        if !is_temp || !meta.is_file() || age < min_age {
+            continue;
+        }
+        if remove_if_unlocked(&path)? {
+            sweep.bytes += meta.len();
+            sweep.removed.push(path);
+        }
+    }
+    Ok(sweep)
+}
+
+/// Removes the regular file at `path` while holding an exclusive lock on it taken without
+/// waiting; `Ok(false)` when a process holds a lock on it (it is mapped or being written) or
+/// when it is gone. The lock is held across the `unlink`, so a reader that opens the file
+/// meanwhile sees afterwards that its path is gone ([`StoreError::Missing`]) (ADR 0009).
+///
+/// Errors: the I/O error of opening, locking or removing other than `NotFound`.
+pub fn remove_if_unlocked(path: &Path) -> io::Result<bool> {
+    let file = match OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(e),
+    };
+    if !lock::try_lock_exclusive(&file)? {
+        return Ok(false);
+    }
+    // The path may have been renamed over since it was opened: remove only what is locked.
+    let same = fs::symlink_metadata(path).is_ok_and(|m| same_file(&m, &file));
+    if !same {
+        return Ok(false);
+    }
+    match fs::remove_file(path) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+fn same_file(meta: &fs::Metadata, file: &File) -> bool {
+    file.metadata().is_ok_and(|f| f.dev() == meta.dev() && f.ino() == meta.ino())
 }
 
 /// Bytes of element data of a table of `spec`.
@@ -300,6 +423,8 @@ pub struct MappedTable {
     spec: TableSpec,
     path: PathBuf,
     mmap: Mmap,
+    // Holds the shared lock that keeps `gridkey cache gc` away while the mapping lives.
+    _lock: File,
 }
 
 impl MappedTable {
@@ -314,16 +439,20 @@ impl MappedTable {
         if !meta.file_type().is_file() {
             return Err(StoreError::NotAFile { path });
         }
-        let file = File::open(&path).map_err(|source| StoreError::Read { path: path.clone(), source })?;
+        let file = Self::open_locked(&path, spec)?;
+        let meta = file.metadata().map_err(|source| StoreError::Read { path: path.clone(), source })?;
+        if !meta.file_type().is_file() {
+            return Err(StoreError::NotAFile { path });
+        }
         if meta.len() == 0 {
             return Err(StoreError::Format { path, dtype: spec.dtype, reason: "the file is empty".into() });
         }
         // SAFETY: the file is opened read-only and store files are never written in place
         // (they are created under a temp name, made read-only and renamed); a file modified
-        // in place by someone else breaks the contract of DESIGN 7 and is caught by
-        // `open_verified`, not by memory unsafety in Rust code that only reads integers.
+        // in place by someone else breaks the contract of DESIGN 7 and ADR 0012 and is caught
+        // by `open_verified`, not by memory unsafety in Rust code that only reads integers.
         let mmap = unsafe { Mmap::map(&file) }.map_err(|source| StoreError::Read { path: path.clone(), source })?;
-        let table = Self { spec: *spec, path, mmap };
+        let table = Self { spec: *spec, path, mmap, _lock: file };
         let found = match spec.dtype {
             Dtype::I32 => ArrayView2::<i32>::view_npy(&table.mmap).map(|v| v.raw_dim()),
             Dtype::I64 => ArrayView2::<i64>::view_npy(&table.mmap).map(|v| v.raw_dim()),
@@ -334,6 +463,36 @@ impl MappedTable {
             return Err(StoreError::Shape { path: table.path, expected: spec.shape, found });
         }
         Ok(table)
+    }
+
+    /// Opens `path` read-only without following a symlink and takes a shared lock on it. The
+    /// collector removes a file while holding an exclusive lock, and concurrent writers of the
+    /// same table rename identical content over it: once the shared lock is ours, the path must
+    /// still name the file we hold, else it is opened again (replaced) or is
+    /// [`StoreError::Missing`] (removed).
+    fn open_locked(path: &Path, spec: &TableSpec) -> Result<File, StoreError> {
+        let mut last = None;
+        for _ in 0..16 {
+            // O_NOFOLLOW: a symlink planted after the caller's check is refused, not followed.
+            let file = OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+                .open(path)
+                .map_err(|source| match source.raw_os_error() {
+                    Some(libc::ELOOP) => StoreError::NotAFile { path: path.to_path_buf() },
+                    Some(libc::ENOENT) => StoreError::Missing { path: path.to_path_buf(), digest: spec.digest },
+                    _ => StoreError::Read { path: path.to_path_buf(), source },
+                })?;
+            lock::lock_shared(&file).map_err(|source| StoreError::Read { path: path.to_path_buf(), source })?;
+            match fs::symlink_metadata(path) {
+                Ok(m) if same_file(&m, &file) => return Ok(file),
+                Ok(_) => last = Some(file),
+                Err(_) => return Err(StoreError::Missing { path: path.to_path_buf(), digest: spec.digest }),
+            }
+        }
+        // Still replaced after many tries: the last file held is complete (renamed into place
+        // whole) and names the same content.
+        last.ok_or_else(|| StoreError::Missing { path: path.to_path_buf(), digest: spec.digest })
     }
 
     /// What this table was opened as.

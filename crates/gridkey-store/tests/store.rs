@@ -202,3 +202,144 @@ fn numpy_reads_a_stored_table_back_equal() {
         }
     }
 }
+
+#[test]
+fn a_verifying_store_refuses_and_rewrites_a_table_modified_in_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = TableStore::open(dir.path()).unwrap();
+    let t = table(100, 3);
+    let spec = stored(&store, &t);
+    let path = store.path_of(&spec.digest);
+    // In place: same inode, one element changed, header intact.
+    fs::set_permissions(&path, fs::Permissions::from_mode(0o644)).unwrap();
+    let mut f = fs::OpenOptions::new().write(true).open(&path).unwrap();
+    let len = f.metadata().unwrap().len();
+    std::io::Seek::seek(&mut f, std::io::SeekFrom::Start(len - 4)).unwrap();
+    std::io::Write::write_all(&mut f, &12345i32.to_le_bytes()).unwrap();
+    drop(f);
+    assert!(store.open_table(&spec).is_ok(), "a checked open trusts the name for the content");
+    let verifying = store.clone().verifying(true);
+    assert!(verifying.verifies());
+    check_bad(&verifying, &spec, |e| matches!(e, StoreError::Digest { .. }), "modified in place");
+    store.put_table(spec.digest, t.view()).unwrap();
+    assert!(store.open_verified(&spec).is_err(), "a plain put keeps the file it trusts");
+    verifying.put_table(spec.digest, t.view()).unwrap();
+    let mapped = verifying.open_table(&spec).unwrap();
+    let TableView::I32(v) = mapped.view() else { panic!("int32 table") };
+    assert_eq!(v, t.view(), "the verifying put rewrote the table");
+}
+
+/// Creates a temp file `name` in `dir` with `len` bytes, `age` old.
+fn temp_file(dir: &Path, name: &str, len: usize, age: std::time::Duration) -> std::path::PathBuf {
+    let path = dir.join(name);
+    fs::write(&path, vec![7u8; len]).unwrap();
+    fs::File::open(&path).unwrap().set_modified(std::time::SystemTime::now() - age).unwrap();
+    path
+}
+
+#[test]
+fn stale_temps_are_removed_only_when_unlocked_and_old_enough() {
+    use gridkey_store::{lock, remove_stale_temps};
+    use std::time::Duration;
+    let dir = tempfile::tempdir().unwrap();
+    let store = TableStore::open(dir.path()).unwrap();
+    let sub = store.dir().join("ab");
+    fs::create_dir_all(&sub).unwrap();
+    let old = Duration::from_secs(600);
+    let dead = temp_file(&sub, ".tmp-dead", 10, old);
+    let live = temp_file(&sub, ".tmp-live", 20, old);
+    let young = temp_file(&sub, ".tmp-young", 30, Duration::ZERO);
+    let final_name = temp_file(&sub, "ab00.npy", 40, old);
+    let writer = fs::File::open(&live).unwrap();
+    lock::lock_exclusive(&writer).unwrap();
+    let sweep = remove_stale_temps(store.dir(), Duration::from_secs(60)).unwrap();
+    assert_eq!(sweep.removed, vec![dead.clone()]);
+    assert_eq!(sweep.bytes, 10);
+    assert!(!dead.exists() && live.exists() && young.exists() && final_name.exists());
+    drop(writer);
+    let sweep = remove_stale_temps(store.dir(), Duration::ZERO).unwrap();
+    assert_eq!(sweep.removed.len(), 2, "{sweep:?}");
+    assert!(!live.exists() && !young.exists() && final_name.exists(), "only temp files go");
+    assert_eq!(remove_stale_temps(&dir.path().join("absent"), Duration::ZERO).unwrap().removed.len(), 0);
+}
+
+#[test]
+fn a_mapped_table_is_never_removed_and_a_removed_one_is_missing() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = TableStore::open(dir.path()).unwrap();
+    let spec = stored(&store, &table(50, 2));
+    let path = store.path_of(&spec.digest);
+    let mapped = store.open_table(&spec).unwrap();
+    assert!(!gridkey_store::remove_if_unlocked(&path).unwrap(), "a mapped table holds a shared lock");
+    assert!(path.exists());
+    drop(mapped);
+    assert!(gridkey_store::remove_if_unlocked(&path).unwrap());
+    check_bad(&store, &spec, |e| matches!(e, StoreError::Missing { .. }), "removed");
+    assert!(!gridkey_store::remove_if_unlocked(&path).unwrap(), "already gone");
+}
+
+#[test]
+fn a_table_renamed_over_while_it_is_opened_still_opens() {
+    // Concurrent writers of one table rename identical content over each other.
+    let dir = tempfile::tempdir().unwrap();
+    let store = TableStore::open(dir.path()).unwrap();
+    let t = table(200, 4);
+    let spec = stored(&store, &t);
+    let path = store.path_of(&spec.digest);
+    let bytes = fs::read(&path).unwrap();
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let renames = std::sync::atomic::AtomicU64::new(0);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                gridkey_store::write_atomic(&path, |out| out.write_all(&bytes)).unwrap();
+                renames.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+        });
+        // Open until the writer has renamed over the file many times.
+        let mut opens = 0;
+        while opens < 2000 || renames.load(std::sync::atomic::Ordering::Relaxed) < 200 {
+            opens += 1;
+            if let Err(e) = store.open_table(&spec) {
+                stop.store(true, std::sync::atomic::Ordering::Relaxed);
+                panic!("open {opens} during a concurrent rename: {e}");
+            }
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    });
+}
+
+proptest::proptest! {
+    /// Fuzz target for the `.npy` header parser behind every open: arbitrary bytes, and valid
+    /// files with arbitrary bytes overwritten, under a table's name give a typed error or the
+    /// right table, never a panic and never a wrong table.
+    #[test]
+    fn opening_arbitrary_bytes_is_a_typed_error_or_the_right_table(
+        noise in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..300),
+        at in 0usize..400,
+        patch in proptest::collection::vec(proptest::prelude::any::<u8>(), 1..16),
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = TableStore::open(dir.path()).unwrap();
+        let t = table(20, 3);
+        let spec = stored(&store, &t);
+        let good = fs::read(store.path_of(&spec.digest)).unwrap();
+        let mut patched = good.clone();
+        let at = at % good.len();
+        let end = (at + patch.len()).min(good.len());
+        patched[at..end].copy_from_slice(&patch[..end - at]);
+        let mut prefixed = good[..at.min(128)].to_vec();
+        prefixed.extend_from_slice(&noise);
+        for bytes in [&noise, &patched, &prefixed] {
+            overwrite(&store, &spec, bytes);
+            match store.open_verified(&spec) {
+                Ok(m) => {
+                    let TableView::I32(v) = m.view() else { panic!("int32 table") };
+                    proptest::prop_assert_eq!(v, t.view());
+                }
+                Err(e) => proptest::prop_assert!(e.to_string().contains(&spec.digest.to_hex())),
+            }
+            let _ = store.open_table(&spec);
+        }
+    }
+}

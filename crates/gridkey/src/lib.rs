@@ -27,6 +27,9 @@ use gridkey_stencil::{CompileConfig, CompileOutcome, Program};
 use gridkey_store::{StoreError, TableStore};
 use serde::{Deserialize, Serialize};
 
+pub mod cache;
+pub mod keys;
+
 /// The ICON grid shipped in the repository, relative to the repository root.
 pub const SHIPPED_GRID: &str = "data/grids/icon_grid_0013_R02B04_R.nc";
 
@@ -88,6 +91,24 @@ pub enum AppError {
         name: String,
         /// The known names.
         known: Vec<String>,
+    },
+    /// The cache directory cannot be used (a file, not writable, read-only file system).
+    #[error("cache directory {path} {problem} ({source}); point GRIDKEY_CACHE_DIR (or --cache-dir) at a writable directory")]
+    CacheUnusable {
+        /// The directory.
+        path: PathBuf,
+        /// What is wrong with it.
+        problem: &'static str,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// A store of the cache directory could not be listed or cleaned.
+    #[error("cannot scan or clean cache path {path}: {source}; check its permissions")]
+    CacheScan {
+        /// The path.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
     },
     /// The cache directory could not be made absolute.
     #[error("cannot resolve cache directory {path}: {source}; pass an existing, writable --cache-dir")]
@@ -180,6 +201,12 @@ pub struct RunReport {
     pub verify_seconds: f64,
     /// One report per program, in program order.
     pub programs: Vec<ProgramReport>,
+    /// Warnings about the cache directory ([`cache::check_cache_dir`]).
+    #[serde(default)]
+    pub warnings: Vec<cache::CacheWarning>,
+    /// Abandoned temp files removed from the cache before the run ([`cache::STALE_TEMP_AGE`]).
+    #[serde(default)]
+    pub temps_removed: u64,
 }
 
 impl RunReport {
@@ -231,7 +258,8 @@ pub fn tasks_for(
 
 /// Runs the main job: every program of [`gridkey_stencil::icon_programs`] on the grid.
 ///
-/// Errors: an unreadable grid, an unusable cache directory, a failed conversion. A program that
+/// Errors: an unreadable grid, an unusable cache directory ([`cache::check_cache_dir`]), a
+/// failed conversion. A program that
 /// fails to compile or verify does not make this an error: it is reported in its
 /// [`ProgramReport`].
 pub fn run(config: &RunConfig) -> Result<RunReport, AppError> {
@@ -274,6 +302,9 @@ pub fn run_with_progress(
     read_seconds: f64,
     progress: &dyn Progress,
 ) -> Result<RunReport, AppError> {
+    let warnings = cache::check_cache_dir(&config.cache_dir)?;
+    let temps_removed = cache::gc(&config.cache_dir, &cache::GcConfig { max_size: None, temp_min_age: cache::STALE_TEMP_AGE })?
+        .temps_removed;
     let store = TableStore::open(&config.cache_dir)?;
     let cache_dir = std::fs::canonicalize(&config.cache_dir)
         .map_err(|source| AppError::CacheDir { path: config.cache_dir.clone(), source })?;
@@ -320,6 +351,8 @@ pub fn run_with_progress(
         compile_seconds,
         verify_seconds: t.elapsed().as_secs_f64(),
         programs: reports,
+        warnings,
+        temps_removed,
     })
 }
 

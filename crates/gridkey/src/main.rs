@@ -1,4 +1,4 @@
-//! The `gridkey` command line (README "Usage"): `run`, `explain`, `tables`, `worker`.
+//! The `gridkey` command line (README "Usage"): `run`, `explain`, `tables`, `cache`, `worker`.
 
 mod progress;
 
@@ -40,6 +40,25 @@ enum Command {
         /// Print the report as JSON instead of a table.
         #[arg(long)]
         json: bool,
+        /// Recompute the digest of every stored table on every open, here and in the workers
+        /// (a table modified in place is rebuilt).
+        #[arg(long)]
+        verify: bool,
+    },
+    /// Inspect or clean the cache directory.
+    Cache {
+        #[command(subcommand)]
+        command: CacheCommand,
+    },
+    /// Convert a grid into a cache and print table digests and program keys as JSON (test use).
+    #[command(hide = true)]
+    Keys {
+        /// ICON or MPAS netCDF-3 grid file.
+        #[arg(long)]
+        grid: PathBuf,
+        /// Cache directory (default: GRIDKEY_CACHE_DIR, else .gridkey_cache).
+        #[arg(long)]
+        cache_dir: Option<PathBuf>,
     },
     /// Say which key inputs differ between two cached keys, or why a program misses the cache.
     Explain {
@@ -87,6 +106,35 @@ fn parse_option(s: &str) -> Result<(String, String), String> {
         Some((k, v)) if !k.is_empty() => Ok((k.to_owned(), v.to_owned())),
         _ => Err(format!("{s:?} is not NAME=VALUE")),
     }
+}
+
+#[derive(Subcommand)]
+enum CacheCommand {
+    /// Entries and bytes per store (tables-v1, translation-v1, build-v1), and temp files.
+    Stats {
+        /// Cache directory (default: GRIDKEY_CACHE_DIR, else .gridkey_cache).
+        #[arg(long)]
+        cache_dir: Option<PathBuf>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove abandoned temp files and, with --max-size, least-recently-used entries beyond the
+    /// budget; never an entry that a running process has mapped or loaded.
+    Gc {
+        /// Cache directory (default: GRIDKEY_CACHE_DIR, else .gridkey_cache).
+        #[arg(long)]
+        cache_dir: Option<PathBuf>,
+        /// Budget in bytes for the entries of all stores together.
+        #[arg(long)]
+        max_size: Option<u64>,
+        /// Minimum age in seconds of an unlocked temp file before it is removed.
+        #[arg(long, default_value_t = gridkey::cache::STALE_TEMP_AGE.as_secs())]
+        temp_age: u64,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 fn parse_mode(s: &str) -> Result<BuildJobsMode, String> {
@@ -162,7 +210,17 @@ fn dispatch(command: Command) -> Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Command::Run { grid, mode, jobs, cache_dir, options, json } => {
+        Command::Cache { command } => cache_command(command),
+        Command::Keys { grid, cache_dir } => {
+            let report = gridkey::keys::keys(&grid, &cache_dir.unwrap_or_else(gridkey_jobs::cache_dir_from_env))?;
+            println!("{}", serde_json::to_string_pretty(&report)?);
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Run { grid, mode, jobs, cache_dir, options, json, verify } => {
+            if verify {
+                // Read by every table store opened here and in the workers, which inherit it.
+                std::env::set_var(gridkey_store::ENV_VERIFY_TABLES, "1");
+            }
             let env = BuildJobs::from_env()?;
             let jobs = BuildJobs::new(mode.unwrap_or(env.mode), jobs.unwrap_or(env.jobs as i64)).with_timeout(env.timeout);
             let config = RunConfig {
@@ -184,6 +242,9 @@ fn dispatch(command: Command) -> Result<ExitCode> {
             let report = gridkey::run_observed(&config, &reporter);
             reporter.finish();
             let report = report?;
+            for w in &report.warnings {
+                eprintln!("gridkey: warning: cache directory {} {}", w.path.display(), w.message);
+            }
             if json {
                 println!("{}", serde_json::to_string_pretty(&report)?);
             } else {
@@ -192,6 +253,39 @@ fn dispatch(command: Command) -> Result<ExitCode> {
             Ok(if report.all_verified() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
         }
     }
+}
+
+fn cache_command(command: CacheCommand) -> Result<ExitCode> {
+    match command {
+        CacheCommand::Stats { cache_dir, json } => {
+            let dir = cache_dir.unwrap_or_else(gridkey_jobs::cache_dir_from_env);
+            let stats = gridkey::cache::stats(&dir)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&stats)?);
+            } else {
+                println!("{:<15} {:>8} {:>14} {:>10} {:>12}", "store", "entries", "bytes", "temp files", "temp bytes");
+                for s in &stats {
+                    println!("{:<15} {:>8} {:>14} {:>10} {:>12}", s.store, s.entries, s.bytes, s.temp_files, s.temp_bytes);
+                }
+                let (n, b): (u64, u64) = stats.iter().fold((0, 0), |(n, b), s| (n + s.entries, b + s.bytes));
+                println!("{n} entries, {b} bytes in {}", dir.display());
+            }
+        }
+        CacheCommand::Gc { cache_dir, max_size, temp_age, json } => {
+            let dir = cache_dir.unwrap_or_else(gridkey_jobs::cache_dir_from_env);
+            let config = gridkey::cache::GcConfig { max_size, temp_min_age: std::time::Duration::from_secs(temp_age) };
+            let r = gridkey::cache::gc(&dir, &config)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&r)?);
+            } else {
+                println!(
+                    "removed {} temp files ({} bytes) and {} entries ({} bytes); kept {} in use; {} bytes left in {}",
+                    r.temps_removed, r.temp_bytes, r.entries_removed, r.bytes_removed, r.kept_in_use, r.bytes_left, dir.display()
+                );
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// The shipped ICON grid: relative to the current directory when run from the repository

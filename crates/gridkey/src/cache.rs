@@ -1,0 +1,255 @@
+//! The cache directory as a whole: checks before use, `gridkey cache stats` and
+//! `gridkey cache gc` (ADR 0009, ADR 0012). No printing: the binary reports.
+//!
+//! A cache directory holds three stores, each named with its format version:
+//! `tables-v1/` (`<hex[0..2]>/<hex>.npy`, gridkey-store), `translation-v1/`
+//! (`<hex[0..2]>/<hex>.bin` with its record `<hex>.json`, gridkey-fingerprint) and `build-v1/`
+//! (`<hex>.so`, gridkey-stencil). Files named `.tmp-*` are unfinished writes.
+
+use std::fs;
+use std::io;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use gridkey_store::{remove_if_unlocked, remove_stale_temps, TEMP_PREFIX};
+use serde::{Deserialize, Serialize};
+
+use crate::AppError;
+
+/// The stores of a cache directory with the extension of their entries, in report order.
+pub const STORES: [(&str, &str); 3] = [
+    (gridkey_store::TABLES_DIR, "npy"),
+    (gridkey_fingerprint::TRANSLATION_DIR, "bin"),
+    (gridkey_stencil::BUILD_DIR, "so"),
+];
+
+/// How old (modification time, seconds) an unlocked temp file must be before `gridkey run`
+/// and, by default, `gridkey cache gc` remove it: longer than any write takes between creating
+/// its temp file and locking it, and than a C compiler writing a library (ADR 0009).
+pub const STALE_TEMP_AGE: Duration = Duration::from_secs(60);
+
+/// A reason to distrust a cache directory that does not stop its use, as pip and ccache warn
+/// about shared caches.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CacheWarning {
+    /// The directory.
+    pub path: PathBuf,
+    /// What is wrong and what to do, one sentence without a final period.
+    pub message: String,
+}
+
+/// Checks `cache_dir` before use, creating it if needed: it must be a directory (not a file),
+/// and writable (a probe file is created and removed). Returns warnings when it, or one of its
+/// stores, is owned by another user or writable by everyone: whoever can write there can plant
+/// tables and kernel libraries that this process loads.
+///
+/// Errors: [`AppError::CacheUnusable`] naming the directory and the problem (`is a file`,
+/// `cannot be created`, `is read-only or not writable`).
+pub fn check_cache_dir(cache_dir: &Path) -> Result<Vec<CacheWarning>, AppError> {
+    let unusable = |problem: &'static str| {
+        move |source| AppError::CacheUnusable { path: cache_dir.to_path_buf(), problem, source }
+    };
+    match fs::metadata(cache_dir) {
+        Ok(meta) if !meta.is_dir() => {
+            return Err(unusable("is a file, not a directory")(io::Error::from_raw_os_error(libc::ENOTDIR)))
+        }
+        Ok(_) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            fs::create_dir_all(cache_dir).map_err(unusable("cannot be created"))?
+        }
+        Err(e) => return Err(unusable("cannot be read")(e)),
+    }
+    // A uniquely named probe, removed when dropped: threads and processes may check at once.
+    tempfile::Builder::new()
+        .prefix(&format!("{TEMP_PREFIX}probe-"))
+        .tempfile_in(cache_dir)
+        .map_err(unusable("is read-only or not writable"))?;
+
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let me = unsafe { libc::geteuid() };
+    let mut warnings = Vec::new();
+    let dirs = std::iter::once(cache_dir.to_path_buf()).chain(STORES.iter().map(|(d, _)| cache_dir.join(d)));
+    for dir in dirs {
+        let Ok(meta) = fs::metadata(&dir) else {
+            continue;
+        };
+        if meta.uid() != me {
+            warnings.push(CacheWarning {
+                path: dir.clone(),
+                message: format!(
+                    "is owned by user {}, not by you (user {me}): that user can replace the tables and kernel libraries this run loads; use a cache directory of your own",
+                    meta.uid()
+                ),
+            });
+        }
+        if meta.mode() & 0o002 != 0 {
+            warnings.push(CacheWarning {
+                path: dir.clone(),
+                message: "is writable by everyone: any user can plant tables and kernel libraries that this run loads; chmod o-w it or use a cache directory of your own".to_owned(),
+            });
+        }
+    }
+    Ok(warnings)
+}
+
+/// Entries and bytes of one store.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoreStats {
+    /// Store directory name (`tables-v1`, `translation-v1`, `build-v1`).
+    pub store: String,
+    /// Number of entries (tables, translation entries, libraries).
+    pub entries: u64,
+    /// Bytes of the entries (a translation entry counts with its record).
+    pub bytes: u64,
+    /// Number of temp files (`.tmp-*`): unfinished or abandoned writes.
+    pub temp_files: u64,
+    /// Bytes of the temp files.
+    pub temp_bytes: u64,
+}
+
+/// `gridkey cache stats`: one [`StoreStats`] per store of [`STORES`], in that order.
+///
+/// Errors: [`AppError::CacheScan`] when a store directory cannot be listed.
+pub fn stats(cache_dir: &Path) -> Result<Vec<StoreStats>, AppError> {
+    let mut out = Vec::new();
+    for (store, ext) in STORES {
+        let mut s = StoreStats { store: store.to_owned(), ..Default::default() };
+        for f in scan(&cache_dir.join(store))? {
+            if f.temp {
+                s.temp_files += 1;
+                s.temp_bytes += f.bytes;
+            } else if f.path.extension().is_some_and(|e| e == ext) {
+                s.entries += 1;
+                s.bytes += f.bytes + sidecar(&f.path).map_or(0, |p| fs::metadata(p).map_or(0, |m| m.len()));
+            }
+        }
+        out.push(s);
+    }
+    Ok(out)
+}
+
+/// What `gridkey cache gc` does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GcConfig {
+    /// Remove least-recently-used entries until the entries take at most this many bytes;
+    /// `None`: remove only stale temp files.
+    pub max_size: Option<u64>,
+    /// Minimum age of an unlocked temp file before it is removed ([`STALE_TEMP_AGE`] by default).
+    pub temp_min_age: Duration,
+}
+
+/// What `gridkey cache gc` did.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GcReport {
+    /// Stale temp files removed.
+    pub temps_removed: u64,
+    /// Their bytes.
+    pub temp_bytes: u64,
+    /// Entries removed, least recently used first.
+    pub entries_removed: u64,
+    /// Their bytes (with records).
+    pub bytes_removed: u64,
+    /// Entries over the budget that were kept because a process holds a lock on them (mapped
+    /// tables, loaded kernels).
+    pub kept_in_use: u64,
+    /// Bytes of the entries left.
+    pub bytes_left: u64,
+}
+
+/// `gridkey cache gc`: removes stale temp files ([`remove_stale_temps`]) in every store, then,
+/// with a `max_size`, the least-recently-used entries (by the later of access and modification
+/// time) until the entries of all stores take at most `max_size` bytes. An entry is removed only
+/// under an exclusive lock taken without waiting, so an entry that a running process has
+/// mapped or loaded (it holds a shared lock) is kept and counted in
+/// [`GcReport::kept_in_use`] (ADR 0009). Files that are not entries of a known store are left
+/// alone.
+///
+/// Errors: [`AppError::CacheScan`] when a store cannot be listed or a file cannot be removed.
+pub fn gc(cache_dir: &Path, config: &GcConfig) -> Result<GcReport, AppError> {
+    let scan_err = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| AppError::CacheScan { path, source }
+    };
+    let mut report = GcReport::default();
+    for (store, _) in STORES {
+        let dir = cache_dir.join(store);
+        let sweep = remove_stale_temps(&dir, config.temp_min_age).map_err(scan_err(&dir))?;
+        report.temps_removed += sweep.removed.len() as u64;
+        report.temp_bytes += sweep.bytes;
+    }
+    let mut entries = Vec::new();
+    for (store, ext) in STORES {
+        for f in scan(&cache_dir.join(store))? {
+            if !f.temp && f.path.extension().is_some_and(|e| e == ext) {
+                let side = sidecar(&f.path).and_then(|p| fs::metadata(&p).ok().map(|m| (p, m.len())));
+                entries.push((f.last_use, f.bytes + side.as_ref().map_or(0, |s| s.1), f.path, side.map(|s| s.0)));
+            }
+        }
+    }
+    let mut total: u64 = entries.iter().map(|e| e.1).sum();
+    if let Some(max) = config.max_size {
+        entries.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.2.cmp(&b.2)));
+        for (_, bytes, path, side) in &entries {
+            if total <= max {
+                break;
+            }
+            if remove_if_unlocked(path).map_err(scan_err(path))? {
+                if let Some(side) = side {
+                    let _ = fs::remove_file(side);
+                }
+                report.entries_removed += 1;
+                report.bytes_removed += bytes;
+                total -= bytes;
+            } else if path.exists() {
+                report.kept_in_use += 1;
+            }
+        }
+    }
+    report.bytes_left = total;
+    Ok(report)
+}
+
+/// A regular file found under a store.
+struct Found {
+    path: PathBuf,
+    bytes: u64,
+    temp: bool,
+    last_use: SystemTime,
+}
+
+/// Every regular file under `dir` (recursively; symlinks are not followed); a missing `dir` is
+/// empty.
+fn scan(dir: &Path) -> Result<Vec<Found>, AppError> {
+    let mut out = Vec::new();
+    let entries = match fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(out),
+        Err(source) => return Err(AppError::CacheScan { path: dir.to_path_buf(), source }),
+    };
+    for entry in entries {
+        let entry = entry.map_err(|source| AppError::CacheScan { path: dir.to_path_buf(), source })?;
+        let path = entry.path();
+        let Ok(meta) = fs::symlink_metadata(&path) else {
+            continue;
+        };
+        if meta.is_dir() {
+            out.extend(scan(&path)?);
+        } else if meta.is_file() {
+            let modified = meta.modified().unwrap_or(SystemTime::UNIX_EPOCH);
+            let accessed = meta.accessed().unwrap_or(SystemTime::UNIX_EPOCH);
+            out.push(Found {
+                temp: entry.file_name().to_string_lossy().starts_with(TEMP_PREFIX),
+                bytes: meta.len(),
+                last_use: modified.max(accessed),
+                path,
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// The record beside a translation entry (`<hex>.json` for `<hex>.bin`).
+fn sidecar(entry: &Path) -> Option<PathBuf> {
+    entry.extension().is_some_and(|e| e == "bin").then(|| entry.with_extension("json"))
+}

@@ -1,0 +1,284 @@
+//! The cache directory under faults, through the real `gridkey` binary (ADR 0009, ADR 0012):
+//! a process killed in the middle of a write, a full disk, bad cache directories, tables
+//! modified in place, and `gridkey cache stats` / `gridkey cache gc`. The full matrix, with real
+//! tmpfs mounts and many processes, is `cargo xtask faults`.
+
+use std::fs;
+use std::io::{BufRead, BufReader};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, SystemTime};
+
+use gridkey_digest::{Dtype, TableDigest};
+use gridkey_store::{TableSpec, TableStore};
+
+fn grid() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../data/grids/oQU480.231010.nc")
+}
+
+fn cmd(args: &[&str], env: &[(&str, &str)]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_gridkey"));
+    cmd.args(args);
+    for var in [
+        "GRIDKEY_BUILD_JOBS_MODE",
+        "GRIDKEY_BUILD_JOBS",
+        "GRIDKEY_CACHE_DIR",
+        "GRIDKEY_FAULT",
+        "GRIDKEY_VERIFY_TABLES",
+        "CC",
+    ] {
+        cmd.env_remove(var);
+    }
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd
+}
+
+/// `gridkey run` in serial mode on the MPAS grid into `cache`, with extra flags.
+fn run(cache: &Path, extra: &[&str], env: &[(&str, &str)]) -> Output {
+    let grid = grid();
+    let mut args =
+        vec!["run", "--grid", grid.to_str().unwrap(), "--cache-dir", cache.to_str().unwrap(), "--mode", "serial"];
+    args.extend_from_slice(extra);
+    cmd(&args, env).output().unwrap()
+}
+
+fn text(o: &Output) -> String {
+    format!("{}\n{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+}
+
+fn verified_all(o: &Output) -> bool {
+    o.status.success() && text(o).contains("8/8 programs verified")
+}
+
+fn json(args: &[&str]) -> serde_json::Value {
+    let out = cmd(args, &[]).output().unwrap();
+    assert!(out.status.success(), "{args:?}: {}", text(&out));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    if let Ok(entries) = fs::read_dir(dir) {
+        for e in entries.flatten() {
+            let p = e.path();
+            if fs::symlink_metadata(&p).unwrap().is_dir() {
+                out.extend(files(&p));
+            } else {
+                out.push(p);
+            }
+        }
+    }
+    out
+}
+
+fn temps(cache: &Path) -> Vec<PathBuf> {
+    files(cache).into_iter().filter(|p| p.file_name().unwrap().to_string_lossy().starts_with(".tmp-")).collect()
+}
+
+/// The specs of the grid's tables from `gridkey tables --json` (an independent listing).
+fn specs() -> Vec<TableSpec> {
+    let rows = json(&["tables", "--grid", grid().to_str().unwrap(), "--json"]);
+    rows.as_array()
+        .unwrap()
+        .iter()
+        .map(|r| TableSpec {
+            digest: r["digest"].as_str().unwrap().parse::<TableDigest>().unwrap(),
+            dtype: if r["dtype"] == "<i4" { Dtype::I32 } else { Dtype::I64 },
+            shape: [r["shape"][0].as_u64().unwrap() as usize, r["shape"][1].as_u64().unwrap() as usize],
+        })
+        .collect()
+}
+
+/// The single place that kills a run at a fault point and checks what is left.
+fn check_kill(spec: &str) {
+    let cache = tempfile::tempdir().unwrap();
+    let grid = grid();
+    let args =
+        ["run", "--grid", grid.to_str().unwrap(), "--cache-dir", cache.path().to_str().unwrap(), "--mode", "serial"];
+    let mut child =
+        cmd(&args, &[("GRIDKEY_FAULT", spec)]).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut temp = None;
+    for line in BufReader::new(child.stderr.take().unwrap()).lines().map_while(Result::ok) {
+        if let Some((_, t)) = line.split_once(" writing ") {
+            temp = Some(PathBuf::from(t));
+            break;
+        }
+    }
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    let temp = temp.unwrap_or_else(|| panic!("{spec}: the run never reached the fault point"));
+    assert_eq!(temps(cache.path()), vec![temp.clone()], "{spec}: the killed write left only its temp file");
+    let gc = json(&["cache", "gc", "--cache-dir", cache.path().to_str().unwrap(), "--temp-age", "0", "--json"]);
+    assert_eq!(gc["temps_removed"], 1, "{spec}: {gc}");
+    assert!(temps(cache.path()).is_empty(), "{spec}");
+    let again = run(cache.path(), &["--verify"], &[]);
+    assert!(verified_all(&again), "{spec}: {}", text(&again));
+}
+
+#[test]
+fn sigkill_in_the_middle_of_a_write_leaves_only_a_temp_file_that_gc_removes() {
+    check_kill("pause:partial:tables-v1");
+    check_kill("pause:synced:.bin");
+}
+
+#[test]
+fn an_abandoned_temp_file_is_removed_by_the_next_run() {
+    let cache = tempfile::tempdir().unwrap();
+    let dir = cache.path().join("translation-v1/ab");
+    fs::create_dir_all(&dir).unwrap();
+    let old = dir.join(".tmp-crashed");
+    let young = dir.join(".tmp-in-flight");
+    for p in [&old, &young] {
+        fs::write(p, b"partial").unwrap();
+    }
+    fs::File::open(&old).unwrap().set_modified(SystemTime::now() - Duration::from_secs(3600)).unwrap();
+    let out = run(cache.path(), &["--json"], &[]);
+    assert!(out.status.success(), "{}", text(&out));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["temps_removed"], 1);
+    assert!(!old.exists() && young.exists(), "only the temp file older than the minimum age goes");
+}
+
+#[test]
+fn a_full_disk_is_a_clear_error_and_leaves_nothing_behind() {
+    for (part, code) in [("tables-v1", 2), ("translation-v1", 1)] {
+        let cache = tempfile::tempdir().unwrap();
+        let spec = format!("enospc:100:{part}");
+        let out = run(cache.path(), &[], &[("GRIDKEY_FAULT", &spec)]);
+        let t = text(&out);
+        assert_eq!(out.status.code(), Some(code), "{part}: {t}");
+        assert!(t.contains("No space left on device") && !t.contains("panicked"), "{part}: {t}");
+        assert!(temps(cache.path()).is_empty(), "{part}: no temp file");
+        let final_names: Vec<PathBuf> = files(&cache.path().join(part));
+        assert!(final_names.is_empty(), "{part}: nothing under a final name: {final_names:?}");
+    }
+}
+
+#[test]
+fn bad_cache_directories_are_errors_or_warnings() {
+    let base = tempfile::tempdir().unwrap();
+    let file = base.path().join("cache-file");
+    fs::write(&file, b"").unwrap();
+    let out = run(&file, &[], &[]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("cache-file is a file, not a directory"), "{}", text(&out));
+
+    let open = base.path().join("everyone");
+    fs::create_dir(&open).unwrap();
+    fs::set_permissions(&open, fs::Permissions::from_mode(0o777)).unwrap();
+    let out = run(&open, &[], &[]);
+    assert!(verified_all(&out), "{}", text(&out));
+    assert!(
+        text(&out).contains("warning: cache directory") && text(&out).contains("writable by everyone"),
+        "{}",
+        text(&out)
+    );
+
+    let other = base.path().join("other-user");
+    fs::create_dir(&other).unwrap();
+    if std::os::unix::fs::chown(&other, Some(4242), None).is_ok() {
+        let out = run(&other, &[], &[]);
+        assert!(verified_all(&out), "{}", text(&out));
+        assert!(text(&out).contains("is owned by user 4242"), "{}", text(&out));
+    } else {
+        eprintln!("skipped the other-owner case: chown needs root here (cargo xtask faults runs it as root)");
+    }
+
+    // Root ignores mode bits: a read-only mount is the real thing; without root, mode 0555.
+    let ro = base.path().join("read-only");
+    fs::create_dir(&ro).unwrap();
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let mounted = root
+        && Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=64k,ro", "tmpfs"])
+            .arg(&ro)
+            .status()
+            .is_ok_and(|s| s.success());
+    if !root {
+        fs::set_permissions(&ro, fs::Permissions::from_mode(0o555)).unwrap();
+    }
+    if root && !mounted {
+        eprintln!("skipped the read-only case: running as root without mount permission");
+        return;
+    }
+    let out = run(&ro, &[], &[]);
+    if mounted {
+        let _ = Command::new("umount").arg(&ro).status();
+    }
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("read-only or not writable"), "{}", text(&out));
+}
+
+#[test]
+fn run_verify_rebuilds_a_table_modified_in_place() {
+    let cache = tempfile::tempdir().unwrap();
+    assert!(verified_all(&run(cache.path(), &[], &[])));
+    let store = TableStore::open(cache.path()).unwrap();
+    let spec = specs()[0];
+    let path = store.path_of(&spec.digest);
+    fs::set_permissions(&path, fs::Permissions::from_mode(0o644)).unwrap();
+    let mut f = fs::OpenOptions::new().write(true).open(&path).unwrap();
+    let len = f.metadata().unwrap().len();
+    std::io::Seek::seek(&mut f, std::io::SeekFrom::Start(len - 4)).unwrap();
+    std::io::Write::write_all(&mut f, &0i32.to_le_bytes()).unwrap();
+    drop(f);
+    assert!(store.open_verified(&spec).is_err(), "modified in place");
+    let plain = run(cache.path(), &[], &[]);
+    assert!(plain.status.success());
+    assert!(store.open_verified(&spec).is_err(), "a checked open trusts the name (ADR 0012 contract)");
+    let verify = run(cache.path(), &["--verify"], &[]);
+    assert!(verified_all(&verify), "{}", text(&verify));
+    store.open_verified(&spec).expect("run --verify rewrote the table");
+}
+
+#[test]
+fn cache_stats_count_every_entry_and_gc_removes_least_recently_used_but_never_a_mapped_table() {
+    let cache = tempfile::tempdir().unwrap();
+    let c = cache.path().to_str().unwrap();
+    assert!(verified_all(&run(cache.path(), &[], &[])));
+    let stats = json(&["cache", "stats", "--cache-dir", c, "--json"]);
+    let count = |dir: &str, ext: &str| {
+        files(&cache.path().join(dir)).iter().filter(|p| p.extension().is_some_and(|e| e == ext)).count() as u64
+    };
+    let bytes = |dir: &str| files(&cache.path().join(dir)).iter().map(|p| fs::metadata(p).unwrap().len()).sum::<u64>();
+    for (i, (dir, ext)) in [("tables-v1", "npy"), ("translation-v1", "bin"), ("build-v1", "so")].iter().enumerate() {
+        assert_eq!(stats[i]["store"], *dir);
+        assert_eq!(stats[i]["entries"], count(dir, ext), "{dir}");
+        assert_eq!(stats[i]["bytes"], bytes(dir), "{dir}");
+        assert_eq!(stats[i]["temp_files"], 0, "{dir}");
+    }
+    assert_eq!(count("tables-v1", "npy"), specs().len() as u64);
+
+    // The libraries were used least recently: a budget of everything else removes exactly them.
+    let old = fs::FileTimes::new()
+        .set_accessed(SystemTime::UNIX_EPOCH)
+        .set_modified(SystemTime::UNIX_EPOCH + Duration::from_secs(86_400));
+    for p in files(&cache.path().join("build-v1")) {
+        fs::File::open(&p).unwrap().set_times(old).unwrap();
+    }
+    let total = bytes("tables-v1") + bytes("translation-v1") + bytes("build-v1");
+    let budget = total - bytes("build-v1");
+    let gc = json(&["cache", "gc", "--cache-dir", c, "--max-size", &budget.to_string(), "--json"]);
+    assert_eq!(gc["entries_removed"], 8, "{gc}");
+    assert_eq!(gc["bytes_left"], budget, "{gc}");
+    assert_eq!(count("build-v1", "so"), 0);
+    assert_eq!(count("translation-v1", "bin"), 8);
+
+    // A table mapped by this process is kept, whatever the budget; unmapped, it goes.
+    let store = TableStore::open(cache.path()).unwrap();
+    let spec = specs()[0];
+    let mapped = store.open_table(&spec).unwrap();
+    let gc = json(&["cache", "gc", "--cache-dir", c, "--max-size", "0", "--json"]);
+    assert_eq!(gc["kept_in_use"], 1, "{gc}");
+    assert_eq!(gc["bytes_left"], fs::metadata(store.path_of(&spec.digest)).unwrap().len(), "{gc}");
+    drop(mapped);
+    let gc = json(&["cache", "gc", "--cache-dir", c, "--max-size", "0", "--json"]);
+    assert_eq!((gc["entries_removed"].as_u64(), gc["bytes_left"].as_u64()), (Some(1), Some(0)), "{gc}");
+    assert!(files(cache.path())
+        .iter()
+        .all(|p| !p.extension().is_some_and(|e| e == "npy" || e == "bin" || e == "json" || e == "so")));
+}
