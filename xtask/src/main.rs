@@ -9,6 +9,11 @@
 //!    translated directly against each runtime variant of the tables.
 //!
 //! Every stored table is opened with the verifying open (digest recomputed) along the way.
+//!
+//! `cargo xtask bench [--quick]` measures digest, compile-time views, keys, payload and build
+//! jobs against their limits and writes `target/gridkey-bench.json` (see `bench.rs`).
+
+mod bench;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -35,8 +40,9 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
         Some("modes") => modes(&args[1..]),
+        Some("bench") => bench::bench(&args[1..]),
         _ => {
-            eprintln!("usage: cargo xtask modes [--grid FILE]");
+            eprintln!("usage: cargo xtask modes [--grid FILE] | cargo xtask bench [--quick]");
             return ExitCode::from(2);
         }
     };
@@ -69,8 +75,12 @@ fn build_gridkey() -> Result<PathBuf> {
     if !status.success() {
         bail!("building the gridkey binary failed ({status})");
     }
-    let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root().join("target"), PathBuf::from);
-    Ok(target.join("release").join("gridkey"))
+    Ok(target_dir().join("release").join("gridkey"))
+}
+
+/// The cargo target directory: `CARGO_TARGET_DIR`, or `target/` in the workspace root.
+fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root().join("target"), PathBuf::from)
 }
 
 fn modes(args: &[String]) -> Result<bool> {

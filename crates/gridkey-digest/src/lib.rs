@@ -79,16 +79,25 @@ impl TableDigest {
 
     /// The 32 lowercase hex digits.
     pub fn to_hex(&self) -> String {
-        self.to_string()
+        String::from_utf8(self.hex_digits().to_vec()).expect("hex digits are ASCII")
+    }
+
+    /// The 32 lowercase hex digits as ASCII bytes, without going through `fmt` per byte: every
+    /// translation key prints the digest of each table.
+    fn hex_digits(&self) -> [u8; 32] {
+        const DIGITS: &[u8; 16] = b"0123456789abcdef";
+        let mut out = [0u8; 32];
+        for (i, b) in self.0.iter().enumerate() {
+            out[2 * i] = DIGITS[usize::from(b >> 4)];
+            out[2 * i + 1] = DIGITS[usize::from(b & 15)];
+        }
+        out
     }
 }
 
 impl fmt::Display for TableDigest {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for b in self.0 {
-            write!(f, "{b:02x}")?;
-        }
-        Ok(())
+        f.write_str(std::str::from_utf8(&self.hex_digits()).expect("hex digits are ASCII"))
     }
 }
 

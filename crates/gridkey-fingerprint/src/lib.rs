@@ -299,6 +299,19 @@ pub struct KeyInputs {
     pub offsets: Vec<OffsetInput>,
 }
 
+/// `bytes` as lowercase hex, two digits per byte, without going through `fmt` per byte (keys
+/// are computed on every compilation request, so this is on the hot path of `cargo xtask bench`'s
+/// `key` case).
+fn lower_hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for &b in bytes {
+        out.push(DIGITS[usize::from(b >> 4)] as char);
+        out.push(DIGITS[usize::from(b & 15)] as char);
+    }
+    out
+}
+
 impl KeyInputs {
     /// The inputs of translating `program` (with its stable `encoding`) by `frontend` with
     /// `options` against the compile-time offset provider `provider`.
@@ -335,7 +348,7 @@ impl KeyInputs {
             digest_format_version: DIGEST_FORMAT_VERSION,
             frontend: frontend.clone(),
             program: program.to_owned(),
-            program_encoding: encoding.iter().map(|b| format!("{b:02x}")).collect(),
+            program_encoding: lower_hex(encoding),
             options: options.clone(),
             offsets,
         }
