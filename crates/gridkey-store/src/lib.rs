@@ -194,6 +194,77 @@ impl TableStore {
         self.put_with(&spec, |out| write_c_order(table, out))
     }
 
+    /// Stores a C-contiguous table given as its little-endian element bytes `data` while `digest`
+    /// computes its digest on another thread, and returns its spec and final path.
+    ///
+    /// The write cannot wait for the digest, since the digest names the file: the bytes go to a
+    /// temp file in the store directory while the digest runs, and the file is renamed to its
+    /// final name once both are done, so the view costs about one write instead of a read and
+    /// a write (`cargo xtask bench`, case `view_build`; ADR 0008). As soon as the digest is known
+    /// and a valid file of it is already stored, the write stops and the temp file is removed,
+    /// so a table stored before costs about its digest. `data` must hold
+    /// `shape[0] * shape[1] * dtype.itemsize()` bytes and `digest` must return the digest of the
+    /// table they hold; a length that does not match is a [`StoreError::Write`].
+    ///
+    /// Errors: [`StoreError::Directory`], [`StoreError::Write`] (naming the final path once the
+    /// digest is known); on error no file is left behind.
+    pub fn put_slice(
+        &self,
+        dtype: Dtype,
+        shape: [usize; 2],
+        data: &[u8],
+        digest: impl FnOnce() -> TableDigest + Send,
+    ) -> Result<(TableSpec, PathBuf), StoreError> {
+        let known: std::sync::OnceLock<TableDigest> = std::sync::OnceLock::new();
+        let spec_of = |digest| TableSpec { digest, dtype, shape };
+        let header_spec = spec_of(TableDigest::from_bytes([0; 16]));
+        let expected_len = shape[0] * shape[1] * dtype.itemsize();
+        let (digest, written) = std::thread::scope(|scope| {
+            let hashing = scope.spawn(|| {
+                let d = digest();
+                let _ = known.set(d);
+                d
+            });
+            let written = (|| {
+                if data.len() != expected_len {
+                    return Err(io::Error::other(format!(
+                        "{} bytes given, dtype {dtype} and shape {shape:?} need {expected_len}",
+                        data.len()
+                    )));
+                }
+                let header = npy_header(&header_spec)?;
+                write_temp(&self.dir, |out| {
+                    out.write_all(&header)?;
+                    let mut looked = false;
+                    for chunk in data.chunks(PUT_CHUNK_BYTES) {
+                        if let (false, Some(d)) = (looked, known.get()) {
+                            looked = true;
+                            if self.open_table(&spec_of(*d)).is_ok() {
+                                return Err(io::Error::new(io::ErrorKind::AlreadyExists, "stored before"));
+                            }
+                        }
+                        out.write_all(chunk)?;
+                    }
+                    Ok(())
+                })
+            })();
+            (hashing.join().unwrap_or_else(|p| std::panic::resume_unwind(p)), written)
+        });
+        let spec = spec_of(digest);
+        let path = self.path_of(&digest);
+        if self.open_table(&spec).is_ok() {
+            // Stored before (or by a concurrent writer): the name is the content.
+            return Ok((spec, path));
+        }
+        let write_err = |source| StoreError::Write { path: path.clone(), digest, source };
+        let temp = written.map_err(write_err)?;
+        match commit_temp(temp, &path) {
+            Ok(_) => Ok((spec, path)),
+            Err(_) if self.open_table(&spec).is_ok() => Ok((spec, path)),
+            Err(source) => Err(write_err(source)),
+        }
+    }
+
     /// Opens a stored table read-only by mmap, checking that the path is a regular file and its
     /// magic, header, dtype, C order, shape and length against `spec`. Does not recompute the
     /// digest (see [`Self::open_verified`]).
@@ -228,18 +299,34 @@ impl TableStore {
 ///
 /// On any error the temp file is removed and nothing appears under `path`. A process killed in
 /// the middle leaves only a temp file, which no reader ever opens. This is the one writer of
-/// every persistent file of gridkey (tables here, translation entries in gridkey-fingerprint).
+/// every persistent file of gridkey (tables here, translation entries in gridkey-fingerprint);
+/// [`TableStore::put_slice`] uses its two halves with the final name chosen after the write.
 ///
 /// Errors: the I/O error of the first step that failed.
 pub fn write_atomic(path: &Path, write: impl FnOnce(&mut dyn Write) -> io::Result<()>) -> io::Result<u64> {
     let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    fs::create_dir_all(parent)?;
-    let temp = tempfile::Builder::new().prefix(TEMP_PREFIX).tempfile_in(parent)?;
+    let temp = write_temp(parent, write)?;
+    commit_temp(temp, path)
+}
+
+/// First half of [`write_atomic`]: a flushed temp file in `dir` (created if needed) holding what
+/// `write` wrote; removed when dropped.
+fn write_temp(dir: &Path, write: impl FnOnce(&mut dyn Write) -> io::Result<()>) -> io::Result<tempfile::NamedTempFile> {
+    fs::create_dir_all(dir)?;
+    let temp = tempfile::Builder::new().prefix(TEMP_PREFIX).tempfile_in(dir)?;
     {
         let mut out = BufWriter::with_capacity(1 << 20, temp.as_file());
         write(&mut out)?;
         out.flush()?;
     }
+    Ok(temp)
+}
+
+/// Second half of [`write_atomic`]: `sync_all`, read-only, rename to `path` (its directory created
+/// if needed, on the same file system as the temp file), directory synced. Returns the length.
+fn commit_temp(temp: tempfile::NamedTempFile, path: &Path) -> io::Result<u64> {
+    let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    fs::create_dir_all(parent)?;
     let file = temp.as_file();
     let len = file.metadata()?.len();
     file.sync_all()?;
@@ -250,6 +337,9 @@ pub fn write_atomic(path: &Path, write: impl FnOnce(&mut dyn Write) -> io::Resul
     File::open(parent)?.sync_all()?;
     Ok(len)
 }
+
+/// Bytes written per step by [`TableStore::put_slice`] between two looks at the digest.
+const PUT_CHUNK_BYTES: usize = 8 << 20;
 
 /// Bytes of element data of a table of `spec`.
 fn data_bytes(spec: &TableSpec) -> usize {
