@@ -618,10 +618,6 @@ fn frame_of(provider: &Arc<CompileTimeOffsetProvider>, cache_dir: &Path) -> Resu
     Ok((frame.len(), postcard.len()))
 }
 
-fn varint_len(x: u64) -> usize {
-    (64 - x.max(1).leading_zeros() as usize).div_ceil(7)
-}
-
 fn payload(
     icon: &OffsetProvider,
     icon_ct: &CompileTimeOffsetProvider,
@@ -635,20 +631,6 @@ fn payload(
     let icon_ct = Arc::new(icon_ct.clone());
     let (icon_frame, icon_postcard) = frame_of(&icon_ct, &cache_dir)?;
     let (r2b9_frame, r2b9_postcard) = frame_of(&r2b9_ct, &cache_dir)?;
-    // Shapes travel as postcard varints: the one part of a frame that grows with the tables.
-    let shape_varints = |p: &CompileTimeOffsetProvider| -> usize {
-        p.entries()
-            .iter()
-            .map(|(_, e)| match e {
-                Entry::Gather(c) => {
-                    varint_len(c.shape()[0] as u64) + varint_len(c.shape()[1] as u64)
-                }
-                Entry::Dimension(_) => 0,
-            })
-            .sum()
-    };
-    let varint_growth = shape_varints(&r2b9_ct) as i64 - shape_varints(&icon_ct) as i64;
-    let postcard_growth = r2b9_postcard as i64 - icon_postcard as i64;
     Ok(json!({
         "name": "payload",
         "what": "bytes of one process-mode task frame (write_frame of ToWorker::Task for div)",
@@ -656,13 +638,10 @@ fn payload(
         "table_bytes": ct_bytes(&icon_ct),
         "r2b9_frame_bytes": r2b9_frame, "r2b9_table_bytes": ct_bytes(&r2b9_ct),
         "postcard_bytes": icon_postcard, "r2b9_postcard_bytes": r2b9_postcard,
-        "shape_varint_growth_bytes": varint_growth,
-        "postcard_growth_not_from_shapes_bytes": postcard_growth - varint_growth,
         "limit": "none; the ratio compares the R2B9-size frame to the ICON frame",
         "ratio": r2b9_frame as f64 / icon_frame as f64, "ratio_means": "frame bytes, R2B9 / ICON",
         "goal": "identical byte counts (no table bytes travel)",
         "meets": r2b9_frame == icon_frame,
-        "no_table_bytes_travel": postcard_growth == varint_growth,
     }))
 }
 
