@@ -179,6 +179,34 @@ fn time_small<R>(batches: usize, mut f: impl FnMut() -> R) -> f64 {
     )
 }
 
+/// Median seconds of one call of each of `fs`, over `batches` rounds in which every function
+/// runs one batch of about 20 ms in turn, so that all see the same background load.
+fn time_small_interleaved(batches: usize, fs: &mut [&mut dyn FnMut()]) -> Vec<f64> {
+    let calls: Vec<u64> = fs
+        .iter_mut()
+        .map(|f| {
+            let t = Instant::now();
+            let mut calls = 0u64;
+            while t.elapsed().as_secs_f64() < 0.02 || calls < 3 {
+                f();
+                calls += 1;
+            }
+            calls
+        })
+        .collect();
+    let mut times = vec![Vec::new(); fs.len()];
+    for _ in 0..batches {
+        for ((f, &n), out) in fs.iter_mut().zip(&calls).zip(&mut times) {
+            let t = Instant::now();
+            for _ in 0..n {
+                f();
+            }
+            out.push(t.elapsed().as_secs_f64() / n as f64);
+        }
+    }
+    times.into_iter().map(median).collect()
+}
+
 /// A C-order int32 table of `rows x cols` with indices spread over `[0, rows)` (xorshift).
 fn synthetic_table(rows: usize, cols: usize, seed: u32) -> ArcArray2<i32> {
     let mut x = seed | 1;
@@ -234,16 +262,27 @@ fn digest_c_small(grid: &Grid, batches: usize) -> Result<Value> {
     };
     let table = table.as_standard_layout().into_owned();
     let bytes: &[u8] = bytemuck_cast(table.as_slice().expect("C order"));
-    let digest = time_small(batches, || digest_table(black_box(table.view())));
-    let twox = time_small(batches, || {
-        twox_hash::XxHash3_128::oneshot(black_box(bytes))
-    });
-    let xxhash_rust = time_small(batches, || xxhash_rust::xxh3::xxh3_128(black_box(bytes)));
-    let xxhash_rust_stream = time_small(batches, || {
-        let mut h = xxhash_rust::xxh3::Xxh3::new();
-        h.update(black_box(bytes));
-        h.digest128()
-    });
+    let view = table.view();
+    let times = time_small_interleaved(
+        batches,
+        &mut [
+            &mut || {
+                black_box(digest_table(black_box(view)));
+            },
+            &mut || {
+                black_box(twox_hash::XxHash3_128::oneshot(black_box(bytes)));
+            },
+            &mut || {
+                black_box(xxhash_rust::xxh3::xxh3_128(black_box(bytes)));
+            },
+            &mut || {
+                let mut h = xxhash_rust::xxh3::Xxh3::new();
+                h.update(black_box(bytes));
+                black_box(h.digest128());
+            },
+        ],
+    );
+    let [digest, twox, xxhash_rust, xxhash_rust_stream] = times[..] else { unreachable!("four functions") };
     let same = twox_hash::XxHash3_128::oneshot(bytes) == xxhash_rust::xxh3::xxh3_128(bytes);
     let limit = twox.min(xxhash_rust);
     let ratio = limit / digest;

@@ -298,15 +298,35 @@ pub fn transpose_blocks<E: bytemuck::Pod>(columns: &[E], rows: usize, cols: usiz
     while start < rows {
         let n = block_rows.min(rows - start);
         let out = &mut buf[..n * cols];
-        for (j, column) in columns.chunks_exact(rows).enumerate() {
-            let src = &column[start..start + n];
-            // Strided stores into a buffer that stays in L1/L2; the loads are sequential.
-            for (dst, &x) in out[j..].iter_mut().step_by(cols).zip(src) {
-                *dst = x;
+        // Neighbour tables are narrow: a fixed width lets the compiler interleave the columns
+        // with vector shuffles; other widths take strided stores into the (cached) buffer.
+        match cols {
+            2 => interleave::<E, 2>(columns, rows, start, out),
+            3 => interleave::<E, 3>(columns, rows, start, out),
+            4 => interleave::<E, 4>(columns, rows, start, out),
+            6 => interleave::<E, 6>(columns, rows, start, out),
+            _ => {
+                for (j, column) in columns.chunks_exact(rows).enumerate() {
+                    let src = &column[start..start + n];
+                    for (dst, &x) in out[j..].iter_mut().step_by(cols).zip(src) {
+                        *dst = x;
+                    }
+                }
             }
         }
         sink(out);
         start += n;
+    }
+}
+
+/// Rows `start..start + out.len() / K` of a column-major table with `K` columns, in C order.
+fn interleave<E: Copy, const K: usize>(columns: &[E], rows: usize, start: usize, out: &mut [E]) {
+    let n = out.len() / K;
+    let cols: [&[E]; K] = std::array::from_fn(|j| &columns[j * rows + start..j * rows + start + n]);
+    for (i, row) in out.chunks_exact_mut(K).enumerate() {
+        for j in 0..K {
+            row[j] = cols[j][i];
+        }
     }
 }
 
