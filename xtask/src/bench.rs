@@ -282,7 +282,9 @@ fn digest_c_small(grid: &Grid, batches: usize) -> Result<Value> {
             },
         ],
     );
-    let [digest, twox, xxhash_rust, xxhash_rust_stream] = times[..] else { unreachable!("four functions") };
+    let [digest, twox, xxhash_rust, xxhash_rust_stream] = times[..] else {
+        unreachable!("four functions")
+    };
     let same = twox_hash::XxHash3_128::oneshot(bytes) == xxhash_rust::xxh3::xxh3_128(bytes);
     let limit = twox.min(xxhash_rust);
     let ratio = limit / digest;
