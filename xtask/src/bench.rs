@@ -730,6 +730,7 @@ fn process_speedup(
     }
     let [serial, process] = times.map(median);
     let ratio = serial / process;
+    let (cc_serial, cc_parallel) = cc_only(grid, &programs, scratch, reps)?;
     Ok(json!({
         "name": "process_speedup",
         "what": "compiling (translate + cc build) the ICON programs on a fresh cache, process mode with 2 jobs (worker start included)",
@@ -738,8 +739,68 @@ fn process_speedup(
         "limit": "serial mode, fresh cache, same run", "limit_seconds": serial,
         "ratio": ratio, "ratio_means": "serial seconds / process seconds",
         "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+        "cc_only_serial_seconds": cc_serial,
+        "cc_only_two_at_a_time_seconds": cc_parallel,
+        "cc_only_speedup": cc_serial / cc_parallel,
+        "cc_only_means": "the same 8 translated C sources built by `cc -O2 -shared -fPIC` directly, one at a time vs two at a time: the speedup the machine allows right now",
+        "load_average": std::fs::read_to_string("/proc/loadavg").ok().and_then(|l| l.split_whitespace().next().and_then(|x| x.parse::<f64>().ok())),
         "goal": ">= 1.6", "meets": ratio >= 1.6,
     }))
+}
+
+/// Seconds to build the translated sources of `programs` with `cc` directly: one at a time, and
+/// two at a time (two threads, half the sources each); medians of `reps`.
+fn cc_only(
+    grid: &Grid,
+    programs: &[gridkey_stencil::Program],
+    scratch: &Path,
+    reps: usize,
+) -> Result<(f64, f64)> {
+    let cache = scratch.join("cache-cc-only");
+    let store = TableStore::open(&cache)?;
+    let ct = compile_time_offset_provider(grid.provider(), &store)?;
+    let options = TranslationOptions::new();
+    let dir = scratch.join("cc-only");
+    std::fs::create_dir_all(&dir)?;
+    let mut sources = Vec::new();
+    for (i, program) in programs.iter().enumerate() {
+        let path = dir.join(format!("k{i}.c"));
+        std::fs::write(
+            &path,
+            gridkey_stencil::translate(program, &ct, &options)?.as_bytes(),
+        )?;
+        sources.push(path);
+    }
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".to_owned());
+    let build = |src: &Path| -> Result<()> {
+        let status = std::process::Command::new(&cc)
+            .args(["-O2", "-shared", "-fPIC", "-o"])
+            .arg(src.with_extension("so"))
+            .arg(src)
+            .status()?;
+        if !status.success() {
+            bail!("{cc} failed on {} ({status})", src.display());
+        }
+        Ok(())
+    };
+    let (mut one, mut two) = (Vec::new(), Vec::new());
+    for _ in 0..reps {
+        let t = Instant::now();
+        for src in &sources {
+            build(src)?;
+        }
+        one.push(t.elapsed().as_secs_f64());
+        let t = Instant::now();
+        let (a, b) = sources.split_at(sources.len() / 2);
+        std::thread::scope(|scope| -> Result<()> {
+            let left = scope.spawn(|| a.iter().try_for_each(|s| build(s)));
+            b.iter().try_for_each(|s| build(s))?;
+            left.join()
+                .map_err(|_| anyhow::anyhow!("a cc thread panicked"))?
+        })?;
+        two.push(t.elapsed().as_secs_f64());
+    }
+    Ok((median(one), median(two)))
 }
 
 fn worker_start(gridkey_bin: &Path, scratch: &Path, reps: usize) -> Result<Value> {
