@@ -13,7 +13,10 @@
 //! `cargo xtask memory` (worker start time and per-worker memory with mapped tables) and
 //! `cargo xtask kill-demo` (a worker killed in the middle of `gridkey run`): see their modules.
 //! `cargo xtask faults` is the fault matrix of ADR 0012 (see `faults.rs`).
+//! `cargo xtask bench [--quick]` measures digest, compile-time views, keys, payload and build
+//! jobs against their limits and writes `target/gridkey-bench.json` (see `bench.rs`).
 
+mod bench;
 mod faults;
 mod kill_demo;
 mod memory;
@@ -43,6 +46,7 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
         Some("modes") => modes(&args[1..]),
+        Some("bench") => bench::bench(&args[1..]),
         Some("memory") => build_gridkey().and_then(|bin| memory::memory(&args[1..], &bin)),
         Some("kill-demo") => build_gridkey().and_then(|bin| kill_demo::kill_demo(&args[1..], &bin)),
         Some("faults") => match &args[1..] {
@@ -53,7 +57,7 @@ fn main() -> ExitCode {
         },
         _ => {
             eprintln!(
-                "usage: cargo xtask modes [--grid FILE]\n       cargo xtask faults [--bin GRIDKEY]\n       cargo xtask memory [--scale N] [--workers W] [--starts S]\n       cargo xtask kill-demo [--grid FILE]"
+                "usage: cargo xtask modes [--grid FILE]\n       cargo xtask bench [--quick]\n       cargo xtask faults [--bin GRIDKEY]\n       cargo xtask memory [--scale N] [--workers W] [--starts S]\n       cargo xtask kill-demo [--grid FILE]"
             );
             return ExitCode::from(2);
         }
@@ -87,8 +91,12 @@ fn build_gridkey() -> Result<PathBuf> {
     if !status.success() {
         bail!("building the gridkey binary failed ({status})");
     }
-    let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root().join("target"), PathBuf::from);
-    Ok(target.join("release").join("gridkey"))
+    Ok(target_dir().join("release").join("gridkey"))
+}
+
+/// The cargo target directory: `CARGO_TARGET_DIR`, or `target/` in the workspace root.
+fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root().join("target"), PathBuf::from)
 }
 
 fn modes(args: &[String]) -> Result<bool> {

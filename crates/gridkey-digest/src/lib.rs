@@ -18,12 +18,19 @@
 //! strides or its byte order. A C-contiguous little-endian table is hashed in place; any other
 //! layout is hashed in C order through a bounded buffer of [`BUFFER_BYTES`], never a full copy.
 //! It depends on nothing else of gridkey.
+//!
+//! # Speed
+//!
+//! xxh3_128 comes from `twox-hash`, which picks its SIMD path (AVX2, SSE2, NEON) when it runs,
+//! so one build reads at the speed of the CPU it runs on (ADR 0008). A Fortran-order 2-D table
+//! is transposed into the buffer a block of rows at a time (each column read sequentially),
+//! not element by element; `cargo xtask bench` measures both paths against their limits.
 
 use std::fmt;
 use std::str::FromStr;
 
 use ndarray::{ArrayView, ArrayViewD, Dimension, IxDyn, ShapeBuilder};
-use xxhash_rust::xxh3::Xxh3;
+use twox_hash::XxHash3_128;
 
 /// Version of the digest format implemented here; part of every store directory name
 /// (`tables-v1/`) and hashed into every translation key.
@@ -72,16 +79,25 @@ impl TableDigest {
 
     /// The 32 lowercase hex digits.
     pub fn to_hex(&self) -> String {
-        self.to_string()
+        String::from_utf8(self.hex_digits().to_vec()).expect("hex digits are ASCII")
+    }
+
+    /// The 32 lowercase hex digits as ASCII bytes, without going through `fmt` per byte: every
+    /// translation key prints the digest of each table.
+    fn hex_digits(&self) -> [u8; 32] {
+        const DIGITS: &[u8; 16] = b"0123456789abcdef";
+        let mut out = [0u8; 32];
+        for (i, b) in self.0.iter().enumerate() {
+            out[2 * i] = DIGITS[usize::from(b >> 4)];
+            out[2 * i + 1] = DIGITS[usize::from(b & 15)];
+        }
+        out
     }
 }
 
 impl fmt::Display for TableDigest {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for b in self.0 {
-            write!(f, "{b:02x}")?;
-        }
-        Ok(())
+        f.write_str(std::str::from_utf8(&self.hex_digits()).expect("hex digits are ASCII"))
     }
 }
 
@@ -200,20 +216,20 @@ impl TableElement for i64 {
 /// writes in the same pass. [`TableHasher::finish`] checks that exactly
 /// `shape.product() * itemsize` element bytes were fed.
 pub struct TableHasher {
-    state: Xxh3,
+    state: XxHash3_128,
     remaining: u64,
 }
 
 impl TableHasher {
     /// Starts a digest of a table of `dtype` and `shape` (extents in elements).
     pub fn new(dtype: Dtype, shape: &[usize]) -> Self {
-        let mut state = Xxh3::new();
-        state.update(b"table\0");
-        state.update(dtype.typestr().as_bytes());
-        state.update(b"\0");
-        state.update(&(shape.len() as u64).to_le_bytes());
+        let mut state = XxHash3_128::new();
+        state.write(b"table\0");
+        state.write(dtype.typestr().as_bytes());
+        state.write(b"\0");
+        state.write(&(shape.len() as u64).to_le_bytes());
         for &extent in shape {
-            state.update(&(extent as u64).to_le_bytes());
+            state.write(&(extent as u64).to_le_bytes());
         }
         let elements: u64 = shape.iter().map(|&e| e as u64).product();
         Self { state, remaining: elements * dtype.itemsize() as u64 }
@@ -222,12 +238,12 @@ impl TableHasher {
     /// Feeds element bytes, little-endian, in C order.
     pub fn update(&mut self, le_bytes: &[u8]) {
         self.remaining = self.remaining.saturating_sub(le_bytes.len() as u64);
-        self.state.update(le_bytes);
+        self.state.write(le_bytes);
     }
 
     /// The digest, or `None` when the element bytes fed do not match the declared shape.
     pub fn finish(self) -> Option<TableDigest> {
-        (self.remaining == 0).then(|| TableDigest(self.state.digest128().to_be_bytes()))
+        (self.remaining == 0).then(|| TableDigest(self.state.finish_128().to_be_bytes()))
     }
 }
 
@@ -237,25 +253,81 @@ impl TableHasher {
 /// read in C order through a buffer of [`BUFFER_BYTES`].
 pub fn digest_table<T: TableElement, D: Dimension>(view: ArrayView<'_, T, D>) -> TableDigest {
     let mut hasher = TableHasher::new(T::DTYPE, view.shape());
+    let little = cfg!(target_endian = "little");
     match view.as_slice() {
-        Some(slice) if cfg!(target_endian = "little") => {
-            hasher.update(bytemuck::cast_slice(slice));
-        }
+        Some(slice) if little => hasher.update(bytemuck::cast_slice(slice)),
         _ => {
-            let mut buf = vec![0u8; BUFFER_BYTES];
-            let mut used = 0;
-            for &x in view.iter() {
-                x.put_le(&mut buf[used..used + T::SIZE]);
-                used += T::SIZE;
-                if used == buf.len() {
-                    hasher.update(&buf);
-                    used = 0;
+            // A Fortran-order 2-D table: its memory is the columns one after the other.
+            let fortran = (view.ndim() == 2).then(|| view.view().reversed_axes()).and_then(|t| t.to_slice());
+            match fortran {
+                Some(columns) if little => {
+                    let (rows, cols) = (view.shape()[0], view.shape()[1]);
+                    transpose_blocks(columns, rows, cols, |block: &[T]| hasher.update(bytemuck::cast_slice(block)));
+                }
+                _ => {
+                    let mut buf = vec![0u8; BUFFER_BYTES - BUFFER_BYTES % T::SIZE];
+                    let mut used = 0;
+                    for &x in view.iter() {
+                        x.put_le(&mut buf[used..used + T::SIZE]);
+                        used += T::SIZE;
+                        if used == buf.len() {
+                            hasher.update(&buf);
+                            used = 0;
+                        }
+                    }
+                    hasher.update(&buf[..used]);
                 }
             }
-            hasher.update(&buf[..used]);
         }
     }
     hasher.finish().expect("a view always holds shape.product() elements")
+}
+
+/// Feeds a column-major `rows x cols` table (`columns[i + j * rows]` is element `(i, j)`) to
+/// `sink` in C order, a block of whole rows at a time, through one buffer of at most
+/// [`BUFFER_BYTES`] (at least one row). Each column is read sequentially within a block, which
+/// keeps the reads streaming instead of jumping `rows` elements per element.
+pub fn transpose_blocks<E: bytemuck::Pod>(columns: &[E], rows: usize, cols: usize, mut sink: impl FnMut(&[E])) {
+    debug_assert_eq!(columns.len(), rows * cols);
+    if rows == 0 || cols == 0 {
+        return;
+    }
+    let block_rows = (BUFFER_BYTES / std::mem::size_of::<E>().max(1) / cols).clamp(1, rows);
+    let mut buf = vec![E::zeroed(); block_rows * cols];
+    let mut start = 0;
+    while start < rows {
+        let n = block_rows.min(rows - start);
+        let out = &mut buf[..n * cols];
+        // Neighbour tables are narrow: a fixed width lets the compiler interleave the columns
+        // with vector shuffles; other widths take strided stores into the (cached) buffer.
+        match cols {
+            2 => interleave::<E, 2>(columns, rows, start, out),
+            3 => interleave::<E, 3>(columns, rows, start, out),
+            4 => interleave::<E, 4>(columns, rows, start, out),
+            6 => interleave::<E, 6>(columns, rows, start, out),
+            _ => {
+                for (j, column) in columns.chunks_exact(rows).enumerate() {
+                    let src = &column[start..start + n];
+                    for (dst, &x) in out[j..].iter_mut().step_by(cols).zip(src) {
+                        *dst = x;
+                    }
+                }
+            }
+        }
+        sink(out);
+        start += n;
+    }
+}
+
+/// Rows `start..start + out.len() / K` of a column-major table with `K` columns, in C order.
+fn interleave<E: Copy, const K: usize>(columns: &[E], rows: usize, start: usize, out: &mut [E]) {
+    let n = out.len() / K;
+    let cols: [&[E]; K] = std::array::from_fn(|j| &columns[j * rows + start..j * rows + start + n]);
+    for (i, row) in out.chunks_exact_mut(K).enumerate() {
+        for j in 0..K {
+            row[j] = cols[j][i];
+        }
+    }
 }
 
 /// The digest of a table given as raw bytes of `dtype`, in `byte_order` and `memory_order`.
@@ -298,6 +370,19 @@ fn digest_raw_n<const N: usize>(
         return hasher.finish().expect("length checked by digest_raw");
     }
     let elements: &[[u8; N]] = bytemuck::cast_slice(bytes);
+    if memory_order == MemoryOrder::Fortran && shape.len() == 2 {
+        let swap = byte_order == ByteOrder::Big;
+        transpose_blocks(elements, shape[0], shape[1], |block: &[[u8; N]]| {
+            if swap {
+                let mut swapped = block.to_vec();
+                swapped.iter_mut().for_each(|e| e.reverse());
+                hasher.update(bytemuck::cast_slice(&swapped));
+            } else {
+                hasher.update(bytemuck::cast_slice(block));
+            }
+        });
+        return hasher.finish().expect("length checked by digest_raw");
+    }
     let shape = IxDyn(shape);
     let view: ArrayViewD<'_, [u8; N]> = match memory_order {
         MemoryOrder::C => ArrayViewD::from_shape(shape, elements),

@@ -6,7 +6,9 @@
 //! parent sends [`ToWorker::Task`] frames one at a time and the worker answers each with
 //! [`FromWorker::Done`]. A compile-time connectivity crosses as [`WireOffset::Gather`]: its
 //! digest, dtype, shape and dimensions, never table bytes, so a task's payload does not grow
-//! with table size. These types are a compatibility surface: changing them bumps the version.
+//! with table size. Shapes travel as fixed-width u64 (not postcard varints), so a task frame
+//! has the same byte count for a grid of any size (version 2; `cargo xtask bench`, `payload`).
+//! These types are a compatibility surface: changing them bumps the version.
 
 use std::collections::BTreeMap;
 use std::io::{self, BufRead, Read, Write};
@@ -23,8 +25,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::{CompilationTask, Settings};
 
-/// Version of the worker protocol; checked in the handshake.
-pub const PROTOCOL_VERSION: u32 = 1;
+/// Version of the worker protocol; checked in the handshake. Version 2: shapes as fixed-width
+/// little-endian u64 (ADR 0004).
+pub const PROTOCOL_VERSION: u32 = 2;
 
 /// Largest frame accepted, in bytes; anything longer is a protocol error, not an allocation.
 pub const MAX_FRAME_BYTES: u64 = 64 << 20;
@@ -77,7 +80,8 @@ pub enum WireOffset {
         digest: [u8; 16],
         /// Compile-time dtype typestr.
         dtype: String,
-        /// Shape `(n, k)`.
+        /// Shape `(n, k)`, each extent as a fixed-width little-endian u64 on the wire.
+        #[serde(with = "fixed_shape")]
         shape: [u64; 2],
         /// Domain dimension.
         domain: WireDimension,
@@ -88,6 +92,24 @@ pub enum WireOffset {
         /// Skip value.
         skip_value: Option<i64>,
     },
+}
+
+/// Serde form of a shape as two fixed-width little-endian u64 (postcard's `fixint`), so that
+/// its encoded length does not depend on the extents.
+mod fixed_shape {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    #[derive(Serialize, Deserialize)]
+    struct Fixed(#[serde(with = "postcard::fixint::le")] u64, #[serde(with = "postcard::fixint::le")] u64);
+
+    pub fn serialize<S: Serializer>(shape: &[u64; 2], s: S) -> Result<S::Ok, S::Error> {
+        Fixed(shape[0], shape[1]).serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<[u64; 2], D::Error> {
+        let Fixed(n, k) = Fixed::deserialize(d)?;
+        Ok([n, k])
+    }
 }
 
 /// A compilation task on the wire.

@@ -223,6 +223,77 @@ impl TableStore {
         self.put_with(&spec, |out| write_c_order(table, out))
     }
 
+    /// Stores a C-contiguous table given as its little-endian element bytes `data` while `digest`
+    /// computes its digest on another thread, and returns its spec and final path.
+    ///
+    /// The write cannot wait for the digest, since the digest names the file: the bytes go to a
+    /// temp file in the store directory while the digest runs, and the file is renamed to its
+    /// final name once both are done, so the view costs about one write instead of a read and
+    /// a write (`cargo xtask bench`, case `view_build`; ADR 0008). As soon as the digest is known
+    /// and a valid file of it is already stored, the write stops and the temp file is removed,
+    /// so a table stored before costs about its digest. `data` must hold
+    /// `shape[0] * shape[1] * dtype.itemsize()` bytes and `digest` must return the digest of the
+    /// table they hold; a length that does not match is a [`StoreError::Write`].
+    ///
+    /// Errors: [`StoreError::Directory`], [`StoreError::Write`] (naming the final path once the
+    /// digest is known); on error no file is left behind.
+    pub fn put_slice(
+        &self,
+        dtype: Dtype,
+        shape: [usize; 2],
+        data: &[u8],
+        digest: impl FnOnce() -> TableDigest + Send,
+    ) -> Result<(TableSpec, PathBuf), StoreError> {
+        let known: std::sync::OnceLock<TableDigest> = std::sync::OnceLock::new();
+        let spec_of = |digest| TableSpec { digest, dtype, shape };
+        let header_spec = spec_of(TableDigest::from_bytes([0; 16]));
+        let expected_len = shape[0] * shape[1] * dtype.itemsize();
+        let (digest, written) = std::thread::scope(|scope| {
+            let hashing = scope.spawn(|| {
+                let d = digest();
+                let _ = known.set(d);
+                d
+            });
+            let written = (|| {
+                if data.len() != expected_len {
+                    return Err(io::Error::other(format!(
+                        "{} bytes given, dtype {dtype} and shape {shape:?} need {expected_len}",
+                        data.len()
+                    )));
+                }
+                let header = npy_header(&header_spec)?;
+                write_temp(&self.dir, fault::Fault::for_path(&self.dir), |out| {
+                    out.write_all(&header)?;
+                    let mut looked = false;
+                    for chunk in data.chunks(PUT_CHUNK_BYTES) {
+                        if let (false, Some(d)) = (looked, known.get()) {
+                            looked = true;
+                            if self.open_table(&spec_of(*d)).is_ok() {
+                                return Err(io::Error::new(io::ErrorKind::AlreadyExists, "stored before"));
+                            }
+                        }
+                        out.write_all(chunk)?;
+                    }
+                    Ok(())
+                })
+            })();
+            (hashing.join().unwrap_or_else(|p| std::panic::resume_unwind(p)), written)
+        });
+        let spec = spec_of(digest);
+        let path = self.path_of(&digest);
+        if self.open_table(&spec).is_ok() {
+            // Stored before (or by a concurrent writer): the name is the content.
+            return Ok((spec, path));
+        }
+        let write_err = |source| StoreError::Write { path: path.clone(), digest, source };
+        let (temp, _) = written.map_err(write_err)?;
+        match commit_temp(temp, &path, fault::Fault::for_path(&path)) {
+            Ok(_) => Ok((spec, path)),
+            Err(_) if self.open_table(&spec).is_ok() => Ok((spec, path)),
+            Err(source) => Err(write_err(source)),
+        }
+    }
+
     /// Opens a stored table read-only by mmap, checking that the path is a regular file and its
     /// magic, header, dtype, C order, shape and length against `spec`, and takes a shared lock
     /// on it for the life of the mapping (ADR 0009). Recomputes the digest only on a
@@ -263,16 +334,30 @@ impl TableStore {
 /// [`remove_stale_temps`] can tell a live write from one whose process died. On any error the
 /// temp file is removed and nothing appears under `path`. A process killed in the middle leaves
 /// only a temp file, which no reader ever opens. This is the one writer of every persistent
-/// file of gridkey (tables here, translation entries in gridkey-fingerprint). The test hook
-/// [`fault::ENV_FAULT`] can stop or fail it at chosen points.
+/// file of gridkey (tables here, translation entries in gridkey-fingerprint);
+/// [`TableStore::put_slice`] uses its two halves with the final name chosen after the write.
+/// The test hook [`fault::ENV_FAULT`] can stop or fail it at chosen points.
 ///
 /// Errors: the I/O error of the first step that failed (`ENOSPC` for a full disk, `EROFS` for
 /// a read-only file system).
 pub fn write_atomic(path: &Path, write: impl FnOnce(&mut dyn Write) -> io::Result<()>) -> io::Result<u64> {
     let fault = fault::Fault::for_path(path);
     let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    fs::create_dir_all(parent)?;
-    let temp = tempfile::Builder::new().prefix(TEMP_PREFIX).tempfile_in(parent)?;
+    let (temp, len) = write_temp(parent, fault, write)?;
+    commit_temp(temp, path, fault)?;
+    Ok(len)
+}
+
+/// First half of [`write_atomic`]: a flushed temp file in `dir` (created if needed), locked
+/// exclusively while it lives, holding what `write` wrote, and its length in bytes; removed
+/// when dropped.
+fn write_temp(
+    dir: &Path,
+    fault: fault::Fault,
+    write: impl FnOnce(&mut dyn Write) -> io::Result<()>,
+) -> io::Result<(tempfile::NamedTempFile, u64)> {
+    fs::create_dir_all(dir)?;
+    let temp = tempfile::Builder::new().prefix(TEMP_PREFIX).tempfile_in(dir)?;
     lock::lock_exclusive(temp.as_file())?;
     fault.pause_at(fault::PausePoint::Created, temp.path());
     let len = {
@@ -284,6 +369,14 @@ pub fn write_atomic(path: &Path, write: impl FnOnce(&mut dyn Write) -> io::Resul
         sink.written
     };
     fault.pause_at(fault::PausePoint::Written, temp.path());
+    Ok((temp, len))
+}
+
+/// Second half of [`write_atomic`]: `sync_all`, read-only, rename to `path` (its directory created
+/// if needed, on the same file system as the temp file), directory synced.
+fn commit_temp(temp: tempfile::NamedTempFile, path: &Path, fault: fault::Fault) -> io::Result<()> {
+    let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    fs::create_dir_all(parent)?;
     let file = temp.as_file();
     file.sync_all()?;
     let mut perms = file.metadata()?.permissions();
@@ -292,7 +385,7 @@ pub fn write_atomic(path: &Path, write: impl FnOnce(&mut dyn Write) -> io::Resul
     fault.pause_at(fault::PausePoint::Synced, temp.path());
     temp.persist(path).map_err(|e| e.error)?;
     File::open(parent)?.sync_all()?;
-    Ok(len)
+    Ok(())
 }
 
 /// Temp files removed by [`remove_stale_temps`].
@@ -373,6 +466,9 @@ pub fn remove_if_unlocked(path: &Path) -> io::Result<bool> {
 fn same_file(meta: &fs::Metadata, file: &File) -> bool {
     file.metadata().is_ok_and(|f| f.dev() == meta.dev() && f.ino() == meta.ino())
 }
+
+/// Bytes written per step by [`TableStore::put_slice`] between two looks at the digest.
+const PUT_CHUNK_BYTES: usize = 8 << 20;
 
 /// Bytes of element data of a table of `spec`.
 fn data_bytes(spec: &TableSpec) -> usize {

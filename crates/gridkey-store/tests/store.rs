@@ -343,3 +343,51 @@ proptest::proptest! {
         }
     }
 }
+
+fn le_bytes(t: &Array2<i32>) -> Vec<u8> {
+    t.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+#[test]
+fn put_slice_writes_while_hashing_and_the_file_equals_put_table() {
+    // Larger than one write chunk (8 MiB), so the digest is known in the middle of the write.
+    let t = table(600_000, 4);
+    let dir = tempfile::tempdir().unwrap();
+    let store = TableStore::open(dir.path()).unwrap();
+    let (spec, path) = store.put_slice(Dtype::I32, [600_000, 4], &le_bytes(&t), || digest_table(t.view())).unwrap();
+    assert_eq!(spec, TableSpec { digest: digest_table(t.view()), dtype: Dtype::I32, shape: [600_000, 4] });
+    assert_eq!(path, store.path_of(&spec.digest));
+    store.open_verified(&spec).expect("the stored bytes have the digest in the name");
+    // The same file as the sequential writer, byte for byte.
+    let other = tempfile::tempdir().unwrap();
+    let reference = TableStore::open(other.path()).unwrap();
+    let reference_spec = stored(&reference, &t);
+    assert_eq!(fs::read(&path).unwrap(), fs::read(reference.path_of(&reference_spec.digest)).unwrap());
+    assert_eq!(files_under(store.dir()), vec![format!("{}.npy", spec.digest)], "no temp file is left");
+}
+
+#[test]
+fn put_slice_of_a_stored_table_keeps_the_file_and_leaves_no_temp_file() {
+    let t = table(600_000, 4);
+    let dir = tempfile::tempdir().unwrap();
+    let store = TableStore::open(dir.path()).unwrap();
+    let spec = stored(&store, &t);
+    let path = store.path_of(&spec.digest);
+    let modified = fs::metadata(&path).unwrap().modified().unwrap();
+    let (again, again_path) = store.put_slice(Dtype::I32, [600_000, 4], &le_bytes(&t), || digest_table(t.view())).unwrap();
+    assert_eq!((again, again_path), (spec, path.clone()));
+    assert_eq!(fs::metadata(&path).unwrap().modified().unwrap(), modified, "the stored file was not rewritten");
+    assert_eq!(files_under(store.dir()).len(), 1, "no temp file is left: {:?}", files_under(store.dir()));
+}
+
+#[test]
+fn put_slice_with_the_wrong_length_is_a_write_error_and_leaves_nothing() {
+    let t = table(10, 3);
+    let dir = tempfile::tempdir().unwrap();
+    let store = TableStore::open(dir.path()).unwrap();
+    let bytes = le_bytes(&t);
+    let err = store.put_slice(Dtype::I32, [10, 3], &bytes[..bytes.len() - 4], || digest_table(t.view())).unwrap_err();
+    assert!(matches!(err, StoreError::Write { .. }), "{err}");
+    assert!(err.to_string().contains("need 120"), "{err}");
+    assert!(files_under(store.dir()).is_empty(), "{:?}", files_under(store.dir()));
+}

@@ -1,0 +1,891 @@
+//! `cargo xtask bench [--quick]`: digest, compile-time views, keys, payload and build jobs,
+//! each measured against its limit in the same run (README "Performance", ADR 0008).
+//!
+//! Every case reports the median of its repetitions in seconds and a `ratio` against the limit
+//! named in the case (a plain read, a one-shot xxh3, a plain write, serial mode), because
+//! absolute times on a shared 2-core machine are noisy while ratios taken in one run are not.
+//! The JSON goes to `target/gridkey-bench.json`; a table goes to stdout. Goals are reported
+//! (`meets`), never enforced: this is a benchmark, not a test, and it always exits 0 once the
+//! JSON is written.
+
+use std::hint::black_box;
+use std::io::Write as _;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use gridkey::{RunConfig, StencilHandler};
+use gridkey_digest::digest_table;
+use gridkey_fingerprint::{Excluded, KeyInputs, TranslationOptions};
+use gridkey_grid::{read_grid, Grid};
+use gridkey_jobs::protocol::{write_frame, ToWorker, WireTask};
+use gridkey_jobs::{BuildJobs, BuildJobsMode, CompilationTask, Runner, Settings, WorkerCommand};
+use gridkey_offsets::{
+    compile_time_connectivity, compile_time_offset_provider, CompileTimeOffsetProvider,
+    Connectivity, Entry, IndexTable, OffsetProvider, TableSource,
+};
+use gridkey_store::TableStore;
+use ndarray::{ArcArray2, Array2, ShapeBuilder};
+use serde_json::{json, Value};
+
+/// Rows of the large synthetic table (R2B9 scale: 3e7 rows x 2 int32 = 240 MB).
+const LARGE_ROWS: usize = 30_000_000;
+
+/// Row counts of an R2B9 grid (cells, edges, vertices) for the payload case.
+const R2B9_ROWS: [(&str, usize); 3] = [
+    ("Cell", 20_971_520),
+    ("Edge", 31_457_280),
+    ("Vertex", 10_485_762),
+];
+
+/// How many times each ICON table is tiled along its rows for the size-independence cases.
+const TILES: usize = 100;
+
+struct Reps {
+    large: usize,
+    small_batches: usize,
+    builds: usize,
+}
+
+/// Runs the benchmark; returns Ok(true) once the JSON is written.
+pub fn bench(args: &[String]) -> Result<bool> {
+    let quick = match args {
+        [] => false,
+        [flag] if flag == "--quick" => true,
+        _ => bail!("unexpected arguments {args:?}: expected [--quick]"),
+    };
+    let reps = if quick {
+        Reps {
+            large: 9,
+            small_batches: 21,
+            builds: 3,
+        }
+    } else {
+        Reps {
+            large: 15,
+            small_batches: 41,
+            builds: 5,
+        }
+    };
+    let started = Instant::now();
+    let target = crate::target_dir();
+    let scratch = target.join("bench-scratch");
+    let _ = std::fs::remove_dir_all(&scratch);
+    std::fs::create_dir_all(&scratch)
+        .with_context(|| format!("cannot create {}", scratch.display()))?;
+    let grid_path = crate::root().join(gridkey::SHIPPED_GRID);
+    let grid = read_grid(&grid_path)?;
+    let mut cases = Vec::new();
+
+    eprintln!("bench: synthetic table {LARGE_ROWS} x 2 int32");
+    let large = synthetic_table(LARGE_ROWS, 2, 0x9e37_79b9);
+    cases.push(digest_c(&large, reps.large));
+    cases.push(digest_c_small(&grid, reps.small_batches)?);
+    cases.push(digest_f(&large, reps.large));
+    eprintln!("bench: view_build");
+    cases.push(view_build(&large, reps.large.min(5), &scratch)?);
+    drop(large);
+    eprintln!("bench: view_memo, key");
+    let tiled = tiled_provider(grid.provider(), TILES)?;
+    let store = TableStore::open(&scratch.join("cache-keys"))?;
+    let icon_ct = compile_time_offset_provider(grid.provider(), &store)?;
+    let tiled_ct = compile_time_offset_provider(&tiled, &store)?;
+    cases.push(view_memo(
+        grid.provider(),
+        &tiled,
+        &store,
+        reps.small_batches,
+    )?);
+    cases.push(key_case(&icon_ct, &tiled_ct, reps.small_batches)?);
+    drop((tiled, tiled_ct));
+    eprintln!("bench: payload (R2B9-size provider)");
+    cases.push(payload(grid.provider(), &icon_ct, &scratch)?);
+    eprintln!("bench: process_speedup, worker_start");
+    let gridkey_bin = crate::build_gridkey()?;
+    cases.push(process_speedup(
+        &grid,
+        &grid_path,
+        &gridkey_bin,
+        &scratch,
+        reps.builds,
+    )?);
+    cases.push(worker_start(
+        &gridkey_bin,
+        &scratch,
+        reps.builds.max(3) + 2,
+    )?);
+    let _ = std::fs::remove_dir_all(&scratch);
+
+    let doc = json!({
+        "command": if quick { "cargo xtask bench --quick" } else { "cargo xtask bench" },
+        "quick": quick,
+        "machine": machine(),
+        "total_seconds": started.elapsed().as_secs_f64(),
+        "cases": cases,
+    });
+    let out = target.join("gridkey-bench.json");
+    std::fs::write(&out, serde_json::to_string_pretty(&doc)? + "\n")
+        .with_context(|| format!("cannot write {}", out.display()))?;
+    print_table(&doc);
+    println!(
+        "\nwrote {} in {:.1} s",
+        out.display(),
+        started.elapsed().as_secs_f64()
+    );
+    Ok(true)
+}
+
+fn median(mut xs: Vec<f64>) -> f64 {
+    xs.sort_by(f64::total_cmp);
+    xs[xs.len() / 2]
+}
+
+/// Median seconds of `reps` calls of `f` and of `g`, interleaved (after one warm-up each) so
+/// that both see the same background load.
+fn time_pair<R, S>(reps: usize, mut f: impl FnMut() -> R, mut g: impl FnMut() -> S) -> (f64, f64) {
+    black_box(f());
+    black_box(g());
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    for _ in 0..reps {
+        let t = Instant::now();
+        black_box(f());
+        a.push(t.elapsed().as_secs_f64());
+        let t = Instant::now();
+        black_box(g());
+        b.push(t.elapsed().as_secs_f64());
+    }
+    (median(a), median(b))
+}
+
+/// Median seconds of one call of `f`, over `batches` batches of calls lasting about 20 ms each.
+fn time_small<R>(batches: usize, mut f: impl FnMut() -> R) -> f64 {
+    let t = Instant::now();
+    let mut calls = 0u64;
+    while t.elapsed().as_secs_f64() < 0.02 || calls < 3 {
+        black_box(f());
+        calls += 1;
+    }
+    median(
+        (0..batches)
+            .map(|_| {
+                let t = Instant::now();
+                for _ in 0..calls {
+                    black_box(f());
+                }
+                t.elapsed().as_secs_f64() / calls as f64
+            })
+            .collect(),
+    )
+}
+
+/// Median seconds of one call of each of `fs`, over `batches` rounds in which every function
+/// runs one batch of about 20 ms in turn, so that all see the same background load.
+fn time_small_interleaved(batches: usize, fs: &mut [&mut dyn FnMut()]) -> Vec<f64> {
+    let calls: Vec<u64> = fs
+        .iter_mut()
+        .map(|f| {
+            let t = Instant::now();
+            let mut calls = 0u64;
+            while t.elapsed().as_secs_f64() < 0.02 || calls < 3 {
+                f();
+                calls += 1;
+            }
+            calls
+        })
+        .collect();
+    let mut times = vec![Vec::new(); fs.len()];
+    for _ in 0..batches {
+        for ((f, &n), out) in fs.iter_mut().zip(&calls).zip(&mut times) {
+            let t = Instant::now();
+            for _ in 0..n {
+                f();
+            }
+            out.push(t.elapsed().as_secs_f64() / n as f64);
+        }
+    }
+    times.into_iter().map(median).collect()
+}
+
+/// A C-order int32 table of `rows x cols` with indices spread over `[0, rows)` (xorshift).
+fn synthetic_table(rows: usize, cols: usize, seed: u32) -> ArcArray2<i32> {
+    let mut x = seed | 1;
+    let v: Vec<i32> = (0..rows * cols)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            (x as usize % rows) as i32
+        })
+        .collect();
+    Array2::from_shape_vec((rows, cols), v)
+        .expect("rows * cols elements")
+        .into_shared()
+}
+
+/// The plain read of a table: the wrapping sum of its elements (vectorised by the compiler).
+fn plain_read(slice: &[i32]) -> i32 {
+    slice.iter().fold(0i32, |a, &x| a.wrapping_add(x))
+}
+
+fn gbps(bytes: usize, seconds: f64) -> f64 {
+    bytes as f64 / seconds / 1e9
+}
+
+fn digest_c(large: &ArcArray2<i32>, reps: usize) -> Value {
+    let bytes = large.len() * 4;
+    let slice = large.as_slice().expect("C order");
+    let (read, digest) = time_pair(
+        reps,
+        || plain_read(black_box(slice)),
+        || digest_table(black_box(large.view())),
+    );
+    let ratio = read / digest;
+    json!({
+        "name": "digest_c",
+        "what": "digest_table of a C-order int32 table (hashed in place)",
+        "shape": [large.nrows(), large.ncols()],
+        "bytes": bytes, "seconds": digest, "gb_per_s": gbps(bytes, digest),
+        "limit": "plain read of the same bytes (wrapping sum of the elements)",
+        "limit_seconds": read, "limit_gb_per_s": gbps(bytes, read),
+        "ratio": ratio, "ratio_means": "throughput of the digest / throughput of the plain read",
+        "goal": ">= 0.9", "meets": ratio >= 0.9,
+    })
+}
+
+fn digest_c_small(grid: &Grid, batches: usize) -> Result<Value> {
+    let Some(c) = grid.provider().gather("C2E") else {
+        bail!("the ICON grid has no C2E")
+    };
+    let IndexTable::I32(table) = c.host_table() else {
+        bail!("C2E is int32")
+    };
+    let table = table.as_standard_layout().into_owned();
+    let bytes: &[u8] = bytemuck_cast(table.as_slice().expect("C order"));
+    let view = table.view();
+    let times = time_small_interleaved(
+        batches,
+        &mut [
+            &mut || {
+                black_box(digest_table(black_box(view)));
+            },
+            &mut || {
+                black_box(twox_hash::XxHash3_128::oneshot(black_box(bytes)));
+            },
+            &mut || {
+                black_box(xxhash_rust::xxh3::xxh3_128(black_box(bytes)));
+            },
+            &mut || {
+                let mut h = xxhash_rust::xxh3::Xxh3::new();
+                h.update(black_box(bytes));
+                black_box(h.digest128());
+            },
+        ],
+    );
+    let [digest, twox, xxhash_rust, xxhash_rust_stream] = times[..] else {
+        unreachable!("four functions")
+    };
+    let same = twox_hash::XxHash3_128::oneshot(bytes) == xxhash_rust::xxh3::xxh3_128(bytes);
+    let limit = twox.min(xxhash_rust);
+    let ratio = limit / digest;
+    Ok(json!({
+        "name": "digest_c_small",
+        "what": "digest_table of the ICON R02B04 C2E table (in cache): prefix + elements, streaming",
+        "shape": table.shape(),
+        "bytes": bytes.len(), "seconds": digest, "gb_per_s": gbps(bytes.len(), digest),
+        "limit": "xxh3_128 one-shot over the same bytes, fastest of twox-hash 2 (SIMD path chosen at run time) and xxhash-rust (path chosen at compile time)",
+        "limit_seconds": limit,
+        "twox_hash_oneshot_seconds": twox, "twox_hash_oneshot_gb_per_s": gbps(bytes.len(), twox),
+        "xxhash_rust_oneshot_seconds": xxhash_rust, "xxhash_rust_oneshot_gb_per_s": gbps(bytes.len(), xxhash_rust),
+        "xxhash_rust_streaming_seconds": xxhash_rust_stream,
+        "xxhash_rust_streaming_gb_per_s": gbps(bytes.len(), xxhash_rust_stream),
+        "implementations_agree": same,
+        "cpu_avx2": std::arch::is_x86_feature_detected!("avx2"),
+        "ratio": ratio, "ratio_means": "throughput of the digest / throughput of the one-shot limit",
+        "goal": ">= 0.9", "meets": ratio >= 0.9,
+    }))
+}
+
+fn bytemuck_cast(slice: &[i32]) -> &[u8] {
+    // SAFETY: i32 has no padding and any byte is a valid u8; the length is scaled by 4.
+    unsafe { std::slice::from_raw_parts(slice.as_ptr().cast::<u8>(), std::mem::size_of_val(slice)) }
+}
+
+fn digest_f(large: &ArcArray2<i32>, reps: usize) -> Value {
+    let mut fortran = Array2::<i32>::zeros(large.raw_dim().f());
+    fortran.assign(large);
+    let bytes = fortran.len() * 4;
+    let agrees = digest_table(fortran.view()) == digest_table(large.view());
+    let rss_before = proc_status_kib("VmRSS");
+    let reset = reset_peak_rss();
+    let hwm_before = proc_status_kib("VmHWM");
+    black_box(digest_table(black_box(fortran.view())));
+    let hwm_after = proc_status_kib("VmHWM");
+    let growth_kib = match (reset, rss_before, hwm_after) {
+        (true, Some(before), Some(after)) => Some(after.saturating_sub(before)),
+        (false, _, Some(after)) => hwm_before.map(|b| after.saturating_sub(b)),
+        _ => None,
+    };
+    let (digest_c_seconds, seconds) = time_pair(
+        reps,
+        || digest_table(black_box(large.view())),
+        || digest_table(black_box(fortran.view())),
+    );
+    let ratio = digest_c_seconds / seconds;
+    json!({
+        "name": "digest_f",
+        "what": "digest_table of the same table in Fortran order (blocks of rows transposed into a 64 KiB buffer)",
+        "shape": [fortran.nrows(), fortran.ncols()],
+        "bytes": bytes, "seconds": seconds, "gb_per_s": gbps(bytes, seconds),
+        "limit": "digest_c of the same table (C order), interleaved in the same run", "limit_seconds": digest_c_seconds,
+        "ratio": ratio, "ratio_means": "throughput of digest_f / throughput of digest_c",
+        "same_digest_as_c_order": agrees,
+        "peak_rss_growth_bytes": growth_kib.map(|k| k * 1024),
+        "peak_rss_method": if reset { "VmHWM after the digest minus VmRSS before, peak reset through /proc/self/clear_refs" } else { "VmHWM after minus VmHWM before (peak could not be reset)" },
+        "goal": ">= 0.5, extra memory at most a few MiB",
+        "meets": ratio >= 0.5 && growth_kib.is_some_and(|k| k <= 4 * 1024),
+    })
+}
+
+fn proc_status_kib(field: &str) -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status
+        .lines()
+        .find(|l| l.starts_with(field) && l[field.len()..].starts_with(':'))?;
+    line[field.len() + 1..]
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// Resets the peak RSS (VmHWM) to the current RSS (Linux `clear_refs` value 5).
+fn reset_peak_rss() -> bool {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open("/proc/self/clear_refs")
+        .and_then(|mut f| f.write_all(b"5"))
+        .is_ok()
+}
+
+fn host_connectivity_of(table: &ArcArray2<i32>) -> Result<Arc<Connectivity>> {
+    let (cell, edge, local) = dims("Cell", "Edge", "E2CDim");
+    Ok(Arc::new(Connectivity::new(
+        edge,
+        local,
+        cell,
+        None,
+        TableSource::Host(IndexTable::I32(table.clone())),
+    )?))
+}
+
+fn dims(
+    domain: &str,
+    codomain: &str,
+    local: &str,
+) -> (
+    gridkey_offsets::Dimension,
+    gridkey_offsets::Dimension,
+    gridkey_offsets::Dimension,
+) {
+    use gridkey_offsets::{Dimension, DimensionKind};
+    (
+        Dimension::new(domain, DimensionKind::Horizontal),
+        Dimension::new(codomain, DimensionKind::Horizontal),
+        Dimension::new(local, DimensionKind::Local),
+    )
+}
+
+/// Writes back every dirty page (`sync(2)`), untimed, so that each timed write starts from the
+/// same clean page cache instead of paying for the previous one's writeback or discards.
+fn settle() {
+    // SAFETY: sync(2) takes no arguments and cannot fail.
+    unsafe { libc::sync() };
+}
+
+fn view_build(large: &ArcArray2<i32>, reps: usize, scratch: &Path) -> Result<Value> {
+    let bytes = large.len() * 4;
+    let data: &[u8] = bytemuck_cast(large.as_slice().expect("C order"));
+    let mut build = Vec::new();
+    let mut write = Vec::new();
+    let mut write_sync = Vec::new();
+    let mut parts = [Vec::new(), Vec::new(), Vec::new()];
+    for i in 0..reps {
+        // The same steps one by one, for the profile: digest, store write, checked open.
+        let dir = scratch.join(format!("view-parts-{i}"));
+        let store = TableStore::open(&dir)?;
+        settle();
+        let t = Instant::now();
+        let digest = digest_table(large.view());
+        parts[0].push(t.elapsed().as_secs_f64());
+        settle();
+        let t = Instant::now();
+        store.put_table(digest, large.view())?;
+        parts[1].push(t.elapsed().as_secs_f64());
+        let spec = gridkey_store::TableSpec {
+            digest,
+            dtype: gridkey_digest::Dtype::I32,
+            shape: [large.nrows(), large.ncols()],
+        };
+        settle();
+        let t = Instant::now();
+        black_box(store.open_table(&spec)?);
+        parts[2].push(t.elapsed().as_secs_f64());
+        std::fs::remove_dir_all(&dir)?;
+
+        // A fresh store and a fresh runtime connectivity: a memo miss and a store miss.
+        let dir = scratch.join(format!("view-build-{i}"));
+        let store = TableStore::open(&dir)?;
+        let connectivity = host_connectivity_of(large)?;
+        settle();
+        let t = Instant::now();
+        let ct = compile_time_connectivity("E2C", &connectivity, &store)?;
+        build.push(t.elapsed().as_secs_f64());
+        black_box(ct.digest());
+        drop((ct, connectivity));
+        std::fs::remove_dir_all(&dir)?;
+
+        let plain = scratch.join(format!("plain-{i}.bin"));
+        settle();
+        let t = Instant::now();
+        std::fs::write(&plain, data)?;
+        write.push(t.elapsed().as_secs_f64());
+        std::fs::remove_file(&plain)?;
+
+        settle();
+        let t = Instant::now();
+        let mut f = std::fs::File::create(&plain)?;
+        f.write_all(data)?;
+        f.sync_all()?;
+        write_sync.push(t.elapsed().as_secs_f64());
+        drop(f);
+        std::fs::remove_file(&plain)?;
+    }
+    let (build, write, write_sync) = (median(build), median(write), median(write_sync));
+    let [digest_s, store_s, open_s] = parts.map(median);
+    // The store must sync_all before the rename (ADR 0002): a file named by its content must
+    // not be empty after a crash. The profile shows the sync dominating the plain write, so the
+    // fair limit is the same bytes written and synced; the plain write is reported beside it.
+    let ratio = build / write_sync;
+    Ok(json!({
+        "name": "view_build",
+        "what": "compile_time_connectivity of a fresh host int32 table into a fresh store: digest on a second thread while the .npy is written (temp file, sync_all, rename, directory sync), checked mmap open",
+        "shape": [large.nrows(), large.ncols()],
+        "bytes": bytes, "seconds": build,
+        "limit": "std::fs::File::create + write_all + sync_all of the same bytes on the same file system, same run (the store syncs every table; see profile_seconds)",
+        "limit_seconds": write_sync,
+        "plain_write_seconds": write,
+        "profile_seconds": { "digest": digest_s, "store_write": store_s, "checked_open": open_s },
+        "ratio": ratio, "ratio_means": "time of the view build / time of write + sync_all",
+        "ratio_against_plain_write": build / write,
+        "goal": "<= 1.5", "meets": ratio <= 1.5,
+    }))
+}
+
+/// `provider` with every gather table tiled `tiles` times along its rows (new runtime tables).
+fn tiled_provider(provider: &OffsetProvider, tiles: usize) -> Result<OffsetProvider> {
+    let mut out = OffsetProvider::new();
+    for (offset, entry) in provider.entries() {
+        let entry = match entry {
+            Entry::Dimension(d) => Entry::Dimension(d.clone()),
+            Entry::Gather(c) => {
+                let IndexTable::I32(a) = c.host_table() else {
+                    bail!("grid tables are int32")
+                };
+                let views = vec![a.view(); tiles];
+                let big = ndarray::concatenate(ndarray::Axis(0), &views)?;
+                Entry::Gather(Arc::new(Connectivity::new(
+                    c.domain().clone(),
+                    c.local().clone(),
+                    c.codomain().clone(),
+                    c.skip_value(),
+                    TableSource::Host(IndexTable::I32(big.into_shared())),
+                )?))
+            }
+        };
+        out.push(offset.clone(), entry)?;
+    }
+    Ok(out)
+}
+
+fn table_bytes<G>(
+    provider: &gridkey_offsets::Provider<G>,
+    shape: impl Fn(&G) -> ([usize; 2], usize),
+) -> usize {
+    provider
+        .entries()
+        .iter()
+        .filter_map(|(_, e)| match e {
+            Entry::Gather(g) => {
+                let (s, item) = shape(g);
+                Some(s[0] * s[1] * item)
+            }
+            Entry::Dimension(_) => None,
+        })
+        .sum()
+}
+
+fn runtime_bytes(p: &OffsetProvider) -> usize {
+    table_bytes(p, |c| (c.shape(), c.dtype().itemsize()))
+}
+
+fn ct_bytes(p: &CompileTimeOffsetProvider) -> usize {
+    table_bytes(p, |c| (c.shape(), c.dtype().itemsize()))
+}
+
+fn gathers<G>(p: &gridkey_offsets::Provider<G>) -> usize {
+    p.entries()
+        .iter()
+        .filter(|(_, e)| matches!(e, Entry::Gather(_)))
+        .count()
+}
+
+fn view_memo(
+    icon: &OffsetProvider,
+    tiled: &OffsetProvider,
+    store: &TableStore,
+    batches: usize,
+) -> Result<Value> {
+    let n = gathers(icon);
+    let icon_s = time_small(batches, || {
+        compile_time_offset_provider(icon, store).expect("memo hit")
+    }) / n as f64;
+    let tiled_s = time_small(batches, || {
+        compile_time_offset_provider(tiled, store).expect("memo hit")
+    }) / n as f64;
+    let worst = icon_s.max(tiled_s);
+    Ok(json!({
+        "name": "view_memo",
+        "what": "compile_time_offset_provider of the same runtime provider again (memo hits), per connectivity",
+        "connectivities": n,
+        "bytes": runtime_bytes(icon), "seconds": icon_s,
+        "tiled_bytes": runtime_bytes(tiled), "tiled_seconds": tiled_s,
+        "limit": "none; the ratio compares the provider with tables tiled 100 times to the ICON provider",
+        "ratio": tiled_s / icon_s, "ratio_means": "seconds per connectivity, tiled / ICON (1 = independent of table size)",
+        "goal": "< 5 microseconds per connectivity, independent of table size", "meets": worst < 5e-6,
+    }))
+}
+
+fn key_case(
+    icon: &CompileTimeOffsetProvider,
+    tiled: &CompileTimeOffsetProvider,
+    batches: usize,
+) -> Result<Value> {
+    let programs = gridkey_stencil::icon_programs();
+    let Some(div) = programs.iter().find(|p| p.name() == "div") else {
+        bail!("no program div")
+    };
+    let encoding = div.encode();
+    let frontend = gridkey_stencil::frontend();
+    let options = TranslationOptions::new();
+    let key = |p: &CompileTimeOffsetProvider| {
+        KeyInputs::new(&frontend, div.name(), &encoding, &options, p).key()
+    };
+    let icon_s = time_small(batches, || key(icon));
+    let tiled_s = time_small(batches, || key(tiled));
+    let worst = icon_s.max(tiled_s);
+    Ok(json!({
+        "name": "key",
+        "what": "TranslationKey of div (KeyInputs::new + key) against the compile-time provider",
+        "bytes": ct_bytes(icon), "seconds": icon_s,
+        "tiled_bytes": ct_bytes(tiled), "tiled_seconds": tiled_s,
+        "limit": "none; the ratio compares the provider with tables tiled 100 times to the ICON provider",
+        "ratio": tiled_s / icon_s, "ratio_means": "key seconds, tiled / ICON (1 = independent of table size)",
+        "reference": "GT4Py 1.2.3 on this machine: 7 ms (ICON) and 131-155 ms (tiled)",
+        "goal": "< 10 microseconds for both", "meets": worst < 10e-6,
+    }))
+}
+
+/// An offset provider with the ICON entries (names, dimensions, widths, skip values) and tables
+/// of R2B9 row counts. Tables of the same shape share one synthetic content (the store keeps it
+/// once), which does not matter to a frame that carries digests only.
+fn r2b9_provider(icon: &OffsetProvider) -> Result<OffsetProvider> {
+    let mut out = OffsetProvider::new();
+    let mut by_shape: Vec<([usize; 2], ArcArray2<i32>)> = Vec::new();
+    for (offset, entry) in icon.entries() {
+        let entry = match entry {
+            Entry::Dimension(d) => Entry::Dimension(d.clone()),
+            Entry::Gather(c) => {
+                let Some(&(_, rows)) = R2B9_ROWS
+                    .iter()
+                    .find(|(name, _)| *name == c.domain().name())
+                else {
+                    bail!("no R2B9 row count for domain {}", c.domain().name())
+                };
+                let shape = [rows, c.shape()[1]];
+                let table = match by_shape.iter().find(|(s, _)| *s == shape) {
+                    Some((_, t)) => t.clone(),
+                    None => {
+                        let t = synthetic_table(rows, shape[1], rows as u32);
+                        by_shape.push((shape, t.clone()));
+                        t
+                    }
+                };
+                Entry::Gather(Arc::new(Connectivity::new(
+                    c.domain().clone(),
+                    c.local().clone(),
+                    c.codomain().clone(),
+                    c.skip_value(),
+                    TableSource::Host(IndexTable::I32(table)),
+                )?))
+            }
+        };
+        out.push(offset.clone(), entry)?;
+    }
+    Ok(out)
+}
+
+fn frame_of(provider: &Arc<CompileTimeOffsetProvider>, cache_dir: &Path) -> Result<(usize, usize)> {
+    let programs = gridkey_stencil::icon_programs();
+    let div = programs
+        .iter()
+        .find(|p| p.name() == "div")
+        .context("no program div")?;
+    let task = CompilationTask {
+        program: div.name().to_owned(),
+        encoding: div.encode(),
+        options: TranslationOptions::new(),
+        provider: provider.clone(),
+        settings: Excluded(Settings::capture(cache_dir, gridkey::DECLARED_VARS)),
+    };
+    let message = ToWorker::Task {
+        id: 0,
+        task: WireTask::from_task(&task).map_err(anyhow::Error::msg)?,
+    };
+    let mut frame = Vec::new();
+    write_frame(&mut frame, &message)?;
+    let postcard = postcard::to_stdvec(&message)?;
+    Ok((frame.len(), postcard.len()))
+}
+
+fn payload(
+    icon: &OffsetProvider,
+    icon_ct: &CompileTimeOffsetProvider,
+    scratch: &Path,
+) -> Result<Value> {
+    let r2b9 = r2b9_provider(icon)?;
+    // Both frames name the same cache directory, so that only the providers differ.
+    let cache_dir = scratch.join("cache-payload");
+    let store = TableStore::open(&cache_dir)?;
+    let r2b9_ct = Arc::new(compile_time_offset_provider(&r2b9, &store)?);
+    let icon_ct = Arc::new(icon_ct.clone());
+    let (icon_frame, icon_postcard) = frame_of(&icon_ct, &cache_dir)?;
+    let (r2b9_frame, r2b9_postcard) = frame_of(&r2b9_ct, &cache_dir)?;
+    Ok(json!({
+        "name": "payload",
+        "what": "bytes of one process-mode task frame (write_frame of ToWorker::Task for div)",
+        "bytes": icon_frame, "seconds": null,
+        "table_bytes": ct_bytes(&icon_ct),
+        "r2b9_frame_bytes": r2b9_frame, "r2b9_table_bytes": ct_bytes(&r2b9_ct),
+        "postcard_bytes": icon_postcard, "r2b9_postcard_bytes": r2b9_postcard,
+        "limit": "none; the ratio compares the R2B9-size frame to the ICON frame",
+        "ratio": r2b9_frame as f64 / icon_frame as f64, "ratio_means": "frame bytes, R2B9 / ICON",
+        "goal": "identical byte counts (no table bytes travel)",
+        "meets": r2b9_frame == icon_frame,
+    }))
+}
+
+fn process_speedup(
+    grid: &Grid,
+    grid_path: &Path,
+    gridkey_bin: &Path,
+    scratch: &Path,
+    reps: usize,
+) -> Result<Value> {
+    let programs = gridkey_stencil::icon_programs();
+    let mut times = [Vec::new(), Vec::new()];
+    let modes = [(BuildJobsMode::Serial, 1), (BuildJobsMode::Process, 2)];
+    for rep in 0..reps {
+        for (slot, &(mode, jobs)) in modes.iter().enumerate() {
+            // A fresh cache and a fresh runner: every program translated and built, workers started.
+            let cache = scratch.join(format!("cache-build-{rep}-{mode}"));
+            std::fs::create_dir_all(&cache)?;
+            let jobs = BuildJobs::new(mode, jobs);
+            let runner = Runner::new(
+                jobs,
+                Arc::new(StencilHandler),
+                WorkerCommand::gridkey(gridkey_bin.to_path_buf()),
+            );
+            let config = RunConfig {
+                grid: grid_path.to_path_buf(),
+                cache_dir: cache.clone(),
+                jobs,
+                worker: WorkerCommand::gridkey(gridkey_bin.to_path_buf()),
+                options: TranslationOptions::new(),
+            };
+            let report = gridkey::run_with(grid, &programs, &runner, &config, 0.0)?;
+            if !report.all_verified() || report.translations() != programs.len() {
+                bail!(
+                    "{mode} mode: {} of {} programs verified, {} translated",
+                    report.programs.iter().filter(|p| p.verified).count(),
+                    programs.len(),
+                    report.translations()
+                );
+            }
+            times[slot].push(report.compile_seconds);
+            drop(runner);
+            std::fs::remove_dir_all(&cache)?;
+        }
+    }
+    let [serial, process] = times.map(median);
+    let ratio = serial / process;
+    let (cc_serial, cc_parallel) = cc_only(grid, &programs, scratch, reps)?;
+    Ok(json!({
+        "name": "process_speedup",
+        "what": "compiling (translate + cc build) the ICON programs on a fresh cache, process mode with 2 jobs (worker start included)",
+        "programs": programs.len(),
+        "bytes": null, "seconds": process,
+        "limit": "serial mode, fresh cache, same run", "limit_seconds": serial,
+        "ratio": ratio, "ratio_means": "serial seconds / process seconds",
+        "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+        "cc_only_serial_seconds": cc_serial,
+        "cc_only_two_at_a_time_seconds": cc_parallel,
+        "cc_only_speedup": cc_serial / cc_parallel,
+        "cc_only_means": "the same 8 translated C sources built by `cc -O2 -shared -fPIC` directly, one at a time vs two at a time: the speedup the machine allows right now",
+        "load_average": std::fs::read_to_string("/proc/loadavg").ok().and_then(|l| l.split_whitespace().next().and_then(|x| x.parse::<f64>().ok())),
+        "goal": ">= 1.6", "meets": ratio >= 1.6,
+    }))
+}
+
+/// Seconds to build the translated sources of `programs` with `cc` directly: one at a time, and
+/// two at a time (two threads, half the sources each); medians of `reps`.
+fn cc_only(
+    grid: &Grid,
+    programs: &[gridkey_stencil::Program],
+    scratch: &Path,
+    reps: usize,
+) -> Result<(f64, f64)> {
+    let cache = scratch.join("cache-cc-only");
+    let store = TableStore::open(&cache)?;
+    let ct = compile_time_offset_provider(grid.provider(), &store)?;
+    let options = TranslationOptions::new();
+    let dir = scratch.join("cc-only");
+    std::fs::create_dir_all(&dir)?;
+    let mut sources = Vec::new();
+    for (i, program) in programs.iter().enumerate() {
+        let path = dir.join(format!("k{i}.c"));
+        std::fs::write(
+            &path,
+            gridkey_stencil::translate(program, &ct, &options)?.as_bytes(),
+        )?;
+        sources.push(path);
+    }
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".to_owned());
+    let build = |src: &Path| -> Result<()> {
+        let status = std::process::Command::new(&cc)
+            .args(["-O2", "-shared", "-fPIC", "-o"])
+            .arg(src.with_extension("so"))
+            .arg(src)
+            .status()?;
+        if !status.success() {
+            bail!("{cc} failed on {} ({status})", src.display());
+        }
+        Ok(())
+    };
+    let (mut one, mut two) = (Vec::new(), Vec::new());
+    for _ in 0..reps {
+        let t = Instant::now();
+        for src in &sources {
+            build(src)?;
+        }
+        one.push(t.elapsed().as_secs_f64());
+        let t = Instant::now();
+        let (a, b) = sources.split_at(sources.len() / 2);
+        std::thread::scope(|scope| -> Result<()> {
+            let left = scope.spawn(|| a.iter().try_for_each(|s| build(s)));
+            b.iter().try_for_each(|s| build(s))?;
+            left.join()
+                .map_err(|_| anyhow::anyhow!("a cc thread panicked"))?
+        })?;
+        two.push(t.elapsed().as_secs_f64());
+    }
+    Ok((median(one), median(two)))
+}
+
+fn worker_start(gridkey_bin: &Path, scratch: &Path, reps: usize) -> Result<Value> {
+    let cache = scratch.join("cache-worker");
+    std::fs::create_dir_all(&cache)?;
+    // An empty task: no offsets and a program encoding that does not decode, so the worker
+    // answers after the handshake without translating anything.
+    let task = CompilationTask {
+        program: "empty".to_owned(),
+        encoding: Vec::new(),
+        options: TranslationOptions::new(),
+        provider: Arc::new(CompileTimeOffsetProvider::new()),
+        settings: Excluded(Settings::capture(&cache, gridkey::DECLARED_VARS)),
+    };
+    let mut times = Vec::new();
+    let mut answered = true;
+    for _ in 0..reps {
+        let jobs = BuildJobs::new(BuildJobsMode::Process, 1);
+        let t = Instant::now();
+        let runner = Runner::new(
+            jobs,
+            Arc::new(StencilHandler),
+            WorkerCommand::gridkey(gridkey_bin.to_path_buf()),
+        );
+        let result = runner.run_all(std::slice::from_ref(&task));
+        times.push(t.elapsed().as_secs_f64());
+        // The handler's decode error proves the task made the round trip through a worker.
+        answered &= matches!(&result[..], [Err(e)] if matches!(e.cause, gridkey_jobs::TaskFailure::Handler(_)));
+        drop(runner);
+    }
+    let seconds = median(times);
+    Ok(json!({
+        "name": "worker_start",
+        "what": "spawn a gridkey worker, handshake (Hello), first empty task answered (program that does not decode)",
+        "bytes": null, "seconds": seconds, "milliseconds": seconds * 1e3,
+        "limit": "none; reported", "ratio": null,
+        "answered_by_worker": answered,
+        "goal": "report it", "meets": answered,
+    }))
+}
+
+fn machine() -> Value {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model = cpuinfo
+        .lines()
+        .find(|l| l.starts_with("model name"))
+        .and_then(|l| l.split(':').nth(1))
+        .map(str::trim);
+    json!({
+        "cpu": model,
+        "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+        "avx2": std::arch::is_x86_feature_detected!("avx2"),
+        "avx512f": std::arch::is_x86_feature_detected!("avx512f"),
+    })
+}
+
+fn print_table(doc: &Value) {
+    println!(
+        "{:<16} {:>12} {:>12} {:>10} {:<10} {:<5}",
+        "case", "bytes", "seconds", "ratio", "goal", "meets"
+    );
+    for case in doc["cases"].as_array().into_iter().flatten() {
+        let num = |v: &Value, prec: usize| {
+            v.as_f64()
+                .map_or("-".to_owned(), |x| format!("{x:.prec$e}"))
+        };
+        println!(
+            "{:<16} {:>12} {:>12} {:>10} {:<10} {:<5}",
+            case["name"].as_str().unwrap_or("?"),
+            case["bytes"]
+                .as_u64()
+                .map_or("-".to_owned(), |b| b.to_string()),
+            num(&case["seconds"], 3),
+            case["ratio"]
+                .as_f64()
+                .map_or("-".to_owned(), |r| format!("{r:.3}")),
+            case["goal"]
+                .as_str()
+                .unwrap_or("")
+                .split(',')
+                .next()
+                .unwrap_or(""),
+            case["meets"]
+                .as_bool()
+                .map_or("-", |m| if m { "yes" } else { "NO" }),
+        );
+    }
+}
