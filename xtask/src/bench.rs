@@ -22,8 +22,8 @@ use gridkey_grid::{read_grid, Grid};
 use gridkey_jobs::protocol::{write_frame, ToWorker, WireTask};
 use gridkey_jobs::{BuildJobs, BuildJobsMode, CompilationTask, Runner, Settings, WorkerCommand};
 use gridkey_offsets::{
-    compile_time_connectivity, compile_time_offset_provider, CompileTimeOffsetProvider,
-    Connectivity, Entry, IndexTable, OffsetProvider, TableSource,
+    compile_time_connectivity, compile_time_offset_provider, CompileTimeOffsetProvider, Connectivity, Entry,
+    IndexTable, OffsetProvider, TableSource,
 };
 use gridkey_store::TableStore;
 use ndarray::{ArcArray2, Array2, ShapeBuilder};
@@ -33,11 +33,7 @@ use serde_json::{json, Value};
 const LARGE_ROWS: usize = 30_000_000;
 
 /// Row counts of an R2B9 grid (cells, edges, vertices) for the payload case.
-const R2B9_ROWS: [(&str, usize); 3] = [
-    ("Cell", 20_971_520),
-    ("Edge", 31_457_280),
-    ("Vertex", 10_485_762),
-];
+const R2B9_ROWS: [(&str, usize); 3] = [("Cell", 20_971_520), ("Edge", 31_457_280), ("Vertex", 10_485_762)];
 
 /// How many times each ICON table is tiled along its rows for the size-independence cases.
 const TILES: usize = 100;
@@ -56,24 +52,15 @@ pub fn bench(args: &[String]) -> Result<bool> {
         _ => bail!("unexpected arguments {args:?}: expected [--quick]"),
     };
     let reps = if quick {
-        Reps {
-            large: 9,
-            small_batches: 21,
-            builds: 3,
-        }
+        Reps { large: 9, small_batches: 21, builds: 3 }
     } else {
-        Reps {
-            large: 15,
-            small_batches: 41,
-            builds: 5,
-        }
+        Reps { large: 15, small_batches: 41, builds: 5 }
     };
     let started = Instant::now();
     let target = crate::target_dir();
     let scratch = target.join("bench-scratch");
     let _ = std::fs::remove_dir_all(&scratch);
-    std::fs::create_dir_all(&scratch)
-        .with_context(|| format!("cannot create {}", scratch.display()))?;
+    std::fs::create_dir_all(&scratch).with_context(|| format!("cannot create {}", scratch.display()))?;
     let grid_path = crate::root().join(gridkey::SHIPPED_GRID);
     let grid = read_grid(&grid_path)?;
     let mut cases = Vec::new();
@@ -91,30 +78,15 @@ pub fn bench(args: &[String]) -> Result<bool> {
     let store = TableStore::open(&scratch.join("cache-keys"))?;
     let icon_ct = compile_time_offset_provider(grid.provider(), &store)?;
     let tiled_ct = compile_time_offset_provider(&tiled, &store)?;
-    cases.push(view_memo(
-        grid.provider(),
-        &tiled,
-        &store,
-        reps.small_batches,
-    )?);
+    cases.push(view_memo(grid.provider(), &tiled, &store, reps.small_batches)?);
     cases.push(key_case(&icon_ct, &tiled_ct, reps.small_batches)?);
     drop((tiled, tiled_ct));
     eprintln!("bench: payload (R2B9-size provider)");
     cases.push(payload(grid.provider(), &icon_ct, &scratch)?);
     eprintln!("bench: process_speedup, worker_start");
     let gridkey_bin = crate::build_gridkey()?;
-    cases.push(process_speedup(
-        &grid,
-        &grid_path,
-        &gridkey_bin,
-        &scratch,
-        reps.builds,
-    )?);
-    cases.push(worker_start(
-        &gridkey_bin,
-        &scratch,
-        reps.builds.max(3) + 2,
-    )?);
+    cases.push(process_speedup(&grid, &grid_path, &gridkey_bin, &scratch, reps.builds)?);
+    cases.push(worker_start(&gridkey_bin, &scratch, reps.builds.max(3) + 2)?);
     let _ = std::fs::remove_dir_all(&scratch);
 
     let doc = json!({
@@ -128,11 +100,7 @@ pub fn bench(args: &[String]) -> Result<bool> {
     std::fs::write(&out, serde_json::to_string_pretty(&doc)? + "\n")
         .with_context(|| format!("cannot write {}", out.display()))?;
     print_table(&doc);
-    println!(
-        "\nwrote {} in {:.1} s",
-        out.display(),
-        started.elapsed().as_secs_f64()
-    );
+    println!("\nwrote {} in {:.1} s", out.display(), started.elapsed().as_secs_f64());
     Ok(true)
 }
 
@@ -218,9 +186,7 @@ fn synthetic_table(rows: usize, cols: usize, seed: u32) -> ArcArray2<i32> {
             (x as usize % rows) as i32
         })
         .collect();
-    Array2::from_shape_vec((rows, cols), v)
-        .expect("rows * cols elements")
-        .into_shared()
+    Array2::from_shape_vec((rows, cols), v).expect("rows * cols elements").into_shared()
 }
 
 /// The plain read of a table: the wrapping sum of its elements (vectorised by the compiler).
@@ -235,11 +201,7 @@ fn gbps(bytes: usize, seconds: f64) -> f64 {
 fn digest_c(large: &ArcArray2<i32>, reps: usize) -> Value {
     let bytes = large.len() * 4;
     let slice = large.as_slice().expect("C order");
-    let (read, digest) = time_pair(
-        reps,
-        || plain_read(black_box(slice)),
-        || digest_table(black_box(large.view())),
-    );
+    let (read, digest) = time_pair(reps, || plain_read(black_box(slice)), || digest_table(black_box(large.view())));
     let ratio = read / digest;
     json!({
         "name": "digest_c",
@@ -254,12 +216,8 @@ fn digest_c(large: &ArcArray2<i32>, reps: usize) -> Value {
 }
 
 fn digest_c_small(grid: &Grid, batches: usize) -> Result<Value> {
-    let Some(c) = grid.provider().gather("C2E") else {
-        bail!("the ICON grid has no C2E")
-    };
-    let IndexTable::I32(table) = c.host_table() else {
-        bail!("C2E is int32")
-    };
+    let Some(c) = grid.provider().gather("C2E") else { bail!("the ICON grid has no C2E") };
+    let IndexTable::I32(table) = c.host_table() else { bail!("C2E is int32") };
     let table = table.as_standard_layout().into_owned();
     let bytes: &[u8] = bytemuck_cast(table.as_slice().expect("C order"));
     let view = table.view();
@@ -282,9 +240,7 @@ fn digest_c_small(grid: &Grid, batches: usize) -> Result<Value> {
             },
         ],
     );
-    let [digest, twox, xxhash_rust, xxhash_rust_stream] = times[..] else {
-        unreachable!("four functions")
-    };
+    let [digest, twox, xxhash_rust, xxhash_rust_stream] = times[..] else { unreachable!("four functions") };
     let same = twox_hash::XxHash3_128::oneshot(bytes) == xxhash_rust::xxh3::xxh3_128(bytes);
     let limit = twox.min(xxhash_rust);
     let ratio = limit / digest;
@@ -326,11 +282,8 @@ fn digest_f(large: &ArcArray2<i32>, reps: usize) -> Value {
         (false, _, Some(after)) => hwm_before.map(|b| after.saturating_sub(b)),
         _ => None,
     };
-    let (digest_c_seconds, seconds) = time_pair(
-        reps,
-        || digest_table(black_box(large.view())),
-        || digest_table(black_box(fortran.view())),
-    );
+    let (digest_c_seconds, seconds) =
+        time_pair(reps, || digest_table(black_box(large.view())), || digest_table(black_box(fortran.view())));
     let ratio = digest_c_seconds / seconds;
     json!({
         "name": "digest_f",
@@ -349,46 +302,25 @@ fn digest_f(large: &ArcArray2<i32>, reps: usize) -> Value {
 
 fn proc_status_kib(field: &str) -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status
-        .lines()
-        .find(|l| l.starts_with(field) && l[field.len()..].starts_with(':'))?;
-    line[field.len() + 1..]
-        .trim()
-        .trim_end_matches("kB")
-        .trim()
-        .parse()
-        .ok()
+    let line = status.lines().find(|l| l.starts_with(field) && l[field.len()..].starts_with(':'))?;
+    line[field.len() + 1..].trim().trim_end_matches("kB").trim().parse().ok()
 }
 
 /// Resets the peak RSS (VmHWM) to the current RSS (Linux `clear_refs` value 5).
 fn reset_peak_rss() -> bool {
-    std::fs::OpenOptions::new()
-        .write(true)
-        .open("/proc/self/clear_refs")
-        .and_then(|mut f| f.write_all(b"5"))
-        .is_ok()
+    std::fs::OpenOptions::new().write(true).open("/proc/self/clear_refs").and_then(|mut f| f.write_all(b"5")).is_ok()
 }
 
 fn host_connectivity_of(table: &ArcArray2<i32>) -> Result<Arc<Connectivity>> {
     let (cell, edge, local) = dims("Cell", "Edge", "E2CDim");
-    Ok(Arc::new(Connectivity::new(
-        edge,
-        local,
-        cell,
-        None,
-        TableSource::Host(IndexTable::I32(table.clone())),
-    )?))
+    Ok(Arc::new(Connectivity::new(edge, local, cell, None, TableSource::Host(IndexTable::I32(table.clone())))?))
 }
 
 fn dims(
     domain: &str,
     codomain: &str,
     local: &str,
-) -> (
-    gridkey_offsets::Dimension,
-    gridkey_offsets::Dimension,
-    gridkey_offsets::Dimension,
-) {
+) -> (gridkey_offsets::Dimension, gridkey_offsets::Dimension, gridkey_offsets::Dimension) {
     use gridkey_offsets::{Dimension, DimensionKind};
     (
         Dimension::new(domain, DimensionKind::Horizontal),
@@ -490,9 +422,7 @@ fn tiled_provider(provider: &OffsetProvider, tiles: usize) -> Result<OffsetProvi
         let entry = match entry {
             Entry::Dimension(d) => Entry::Dimension(d.clone()),
             Entry::Gather(c) => {
-                let IndexTable::I32(a) = c.host_table() else {
-                    bail!("grid tables are int32")
-                };
+                let IndexTable::I32(a) = c.host_table() else { bail!("grid tables are int32") };
                 let views = vec![a.view(); tiles];
                 let big = ndarray::concatenate(ndarray::Axis(0), &views)?;
                 Entry::Gather(Arc::new(Connectivity::new(
@@ -509,10 +439,7 @@ fn tiled_provider(provider: &OffsetProvider, tiles: usize) -> Result<OffsetProvi
     Ok(out)
 }
 
-fn table_bytes<G>(
-    provider: &gridkey_offsets::Provider<G>,
-    shape: impl Fn(&G) -> ([usize; 2], usize),
-) -> usize {
+fn table_bytes<G>(provider: &gridkey_offsets::Provider<G>, shape: impl Fn(&G) -> ([usize; 2], usize)) -> usize {
     provider
         .entries()
         .iter()
@@ -535,25 +462,13 @@ fn ct_bytes(p: &CompileTimeOffsetProvider) -> usize {
 }
 
 fn gathers<G>(p: &gridkey_offsets::Provider<G>) -> usize {
-    p.entries()
-        .iter()
-        .filter(|(_, e)| matches!(e, Entry::Gather(_)))
-        .count()
+    p.entries().iter().filter(|(_, e)| matches!(e, Entry::Gather(_))).count()
 }
 
-fn view_memo(
-    icon: &OffsetProvider,
-    tiled: &OffsetProvider,
-    store: &TableStore,
-    batches: usize,
-) -> Result<Value> {
+fn view_memo(icon: &OffsetProvider, tiled: &OffsetProvider, store: &TableStore, batches: usize) -> Result<Value> {
     let n = gathers(icon);
-    let icon_s = time_small(batches, || {
-        compile_time_offset_provider(icon, store).expect("memo hit")
-    }) / n as f64;
-    let tiled_s = time_small(batches, || {
-        compile_time_offset_provider(tiled, store).expect("memo hit")
-    }) / n as f64;
+    let icon_s = time_small(batches, || compile_time_offset_provider(icon, store).expect("memo hit")) / n as f64;
+    let tiled_s = time_small(batches, || compile_time_offset_provider(tiled, store).expect("memo hit")) / n as f64;
     let worst = icon_s.max(tiled_s);
     Ok(json!({
         "name": "view_memo",
@@ -567,21 +482,13 @@ fn view_memo(
     }))
 }
 
-fn key_case(
-    icon: &CompileTimeOffsetProvider,
-    tiled: &CompileTimeOffsetProvider,
-    batches: usize,
-) -> Result<Value> {
+fn key_case(icon: &CompileTimeOffsetProvider, tiled: &CompileTimeOffsetProvider, batches: usize) -> Result<Value> {
     let programs = gridkey_stencil::icon_programs();
-    let Some(div) = programs.iter().find(|p| p.name() == "div") else {
-        bail!("no program div")
-    };
+    let Some(div) = programs.iter().find(|p| p.name() == "div") else { bail!("no program div") };
     let encoding = div.encode();
     let frontend = gridkey_stencil::frontend();
     let options = TranslationOptions::new();
-    let key = |p: &CompileTimeOffsetProvider| {
-        KeyInputs::new(&frontend, div.name(), &encoding, &options, p).key()
-    };
+    let key = |p: &CompileTimeOffsetProvider| KeyInputs::new(&frontend, div.name(), &encoding, &options, p).key();
     let icon_s = time_small(batches, || key(icon));
     let tiled_s = time_small(batches, || key(tiled));
     let worst = icon_s.max(tiled_s);
@@ -607,10 +514,7 @@ fn r2b9_provider(icon: &OffsetProvider) -> Result<OffsetProvider> {
         let entry = match entry {
             Entry::Dimension(d) => Entry::Dimension(d.clone()),
             Entry::Gather(c) => {
-                let Some(&(_, rows)) = R2B9_ROWS
-                    .iter()
-                    .find(|(name, _)| *name == c.domain().name())
-                else {
+                let Some(&(_, rows)) = R2B9_ROWS.iter().find(|(name, _)| *name == c.domain().name()) else {
                     bail!("no R2B9 row count for domain {}", c.domain().name())
                 };
                 let shape = [rows, c.shape()[1]];
@@ -638,10 +542,7 @@ fn r2b9_provider(icon: &OffsetProvider) -> Result<OffsetProvider> {
 
 fn frame_of(provider: &Arc<CompileTimeOffsetProvider>, cache_dir: &Path) -> Result<(usize, usize)> {
     let programs = gridkey_stencil::icon_programs();
-    let div = programs
-        .iter()
-        .find(|p| p.name() == "div")
-        .context("no program div")?;
+    let div = programs.iter().find(|p| p.name() == "div").context("no program div")?;
     let task = CompilationTask {
         program: div.name().to_owned(),
         encoding: div.encode(),
@@ -649,21 +550,14 @@ fn frame_of(provider: &Arc<CompileTimeOffsetProvider>, cache_dir: &Path) -> Resu
         provider: provider.clone(),
         settings: Excluded(Settings::capture(cache_dir, gridkey::DECLARED_VARS)),
     };
-    let message = ToWorker::Task {
-        id: 0,
-        task: WireTask::from_task(&task).map_err(anyhow::Error::msg)?,
-    };
+    let message = ToWorker::Task { id: 0, task: WireTask::from_task(&task).map_err(anyhow::Error::msg)? };
     let mut frame = Vec::new();
     write_frame(&mut frame, &message)?;
     let postcard = postcard::to_stdvec(&message)?;
     Ok((frame.len(), postcard.len()))
 }
 
-fn payload(
-    icon: &OffsetProvider,
-    icon_ct: &CompileTimeOffsetProvider,
-    scratch: &Path,
-) -> Result<Value> {
+fn payload(icon: &OffsetProvider, icon_ct: &CompileTimeOffsetProvider, scratch: &Path) -> Result<Value> {
     let r2b9 = r2b9_provider(icon)?;
     // Both frames name the same cache directory, so that only the providers differ.
     let cache_dir = scratch.join("cache-payload");
@@ -686,13 +580,7 @@ fn payload(
     }))
 }
 
-fn process_speedup(
-    grid: &Grid,
-    grid_path: &Path,
-    gridkey_bin: &Path,
-    scratch: &Path,
-    reps: usize,
-) -> Result<Value> {
+fn process_speedup(grid: &Grid, grid_path: &Path, gridkey_bin: &Path, scratch: &Path, reps: usize) -> Result<Value> {
     let programs = gridkey_stencil::icon_programs();
     let mut times = [Vec::new(), Vec::new()];
     let modes = [(BuildJobsMode::Serial, 1), (BuildJobsMode::Process, 2)];
@@ -702,11 +590,7 @@ fn process_speedup(
             let cache = scratch.join(format!("cache-build-{rep}-{mode}"));
             std::fs::create_dir_all(&cache)?;
             let jobs = BuildJobs::new(mode, jobs);
-            let runner = Runner::new(
-                jobs,
-                Arc::new(StencilHandler),
-                WorkerCommand::gridkey(gridkey_bin.to_path_buf()),
-            );
+            let runner = Runner::new(jobs, Arc::new(StencilHandler), WorkerCommand::gridkey(gridkey_bin.to_path_buf()));
             let config = RunConfig {
                 grid: grid_path.to_path_buf(),
                 cache_dir: cache.clone(),
@@ -750,12 +634,7 @@ fn process_speedup(
 
 /// Seconds to build the translated sources of `programs` with `cc` directly: one at a time, and
 /// two at a time (two threads, half the sources each); medians of `reps`.
-fn cc_only(
-    grid: &Grid,
-    programs: &[gridkey_stencil::Program],
-    scratch: &Path,
-    reps: usize,
-) -> Result<(f64, f64)> {
+fn cc_only(grid: &Grid, programs: &[gridkey_stencil::Program], scratch: &Path, reps: usize) -> Result<(f64, f64)> {
     let cache = scratch.join("cache-cc-only");
     let store = TableStore::open(&cache)?;
     let ct = compile_time_offset_provider(grid.provider(), &store)?;
@@ -765,10 +644,7 @@ fn cc_only(
     let mut sources = Vec::new();
     for (i, program) in programs.iter().enumerate() {
         let path = dir.join(format!("k{i}.c"));
-        std::fs::write(
-            &path,
-            gridkey_stencil::translate(program, &ct, &options)?.as_bytes(),
-        )?;
+        std::fs::write(&path, gridkey_stencil::translate(program, &ct, &options)?.as_bytes())?;
         sources.push(path);
     }
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".to_owned());
@@ -795,8 +671,7 @@ fn cc_only(
         std::thread::scope(|scope| -> Result<()> {
             let left = scope.spawn(|| a.iter().try_for_each(|s| build(s)));
             b.iter().try_for_each(|s| build(s))?;
-            left.join()
-                .map_err(|_| anyhow::anyhow!("a cc thread panicked"))?
+            left.join().map_err(|_| anyhow::anyhow!("a cc thread panicked"))?
         })?;
         two.push(t.elapsed().as_secs_f64());
     }
@@ -820,11 +695,7 @@ fn worker_start(gridkey_bin: &Path, scratch: &Path, reps: usize) -> Result<Value
     for _ in 0..reps {
         let jobs = BuildJobs::new(BuildJobsMode::Process, 1);
         let t = Instant::now();
-        let runner = Runner::new(
-            jobs,
-            Arc::new(StencilHandler),
-            WorkerCommand::gridkey(gridkey_bin.to_path_buf()),
-        );
+        let runner = Runner::new(jobs, Arc::new(StencilHandler), WorkerCommand::gridkey(gridkey_bin.to_path_buf()));
         let result = runner.run_all(std::slice::from_ref(&task));
         times.push(t.elapsed().as_secs_f64());
         // The handler's decode error proves the task made the round trip through a worker.
@@ -844,11 +715,7 @@ fn worker_start(gridkey_bin: &Path, scratch: &Path, reps: usize) -> Result<Value
 
 fn machine() -> Value {
     let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let model = cpuinfo
-        .lines()
-        .find(|l| l.starts_with("model name"))
-        .and_then(|l| l.split(':').nth(1))
-        .map(str::trim);
+    let model = cpuinfo.lines().find(|l| l.starts_with("model name")).and_then(|l| l.split(':').nth(1)).map(str::trim);
     json!({
         "cpu": model,
         "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
@@ -858,34 +725,17 @@ fn machine() -> Value {
 }
 
 fn print_table(doc: &Value) {
-    println!(
-        "{:<16} {:>12} {:>12} {:>10} {:<10} {:<5}",
-        "case", "bytes", "seconds", "ratio", "goal", "meets"
-    );
+    println!("{:<16} {:>12} {:>12} {:>10} {:<10} {:<5}", "case", "bytes", "seconds", "ratio", "goal", "meets");
     for case in doc["cases"].as_array().into_iter().flatten() {
-        let num = |v: &Value, prec: usize| {
-            v.as_f64()
-                .map_or("-".to_owned(), |x| format!("{x:.prec$e}"))
-        };
+        let num = |v: &Value, prec: usize| v.as_f64().map_or("-".to_owned(), |x| format!("{x:.prec$e}"));
         println!(
             "{:<16} {:>12} {:>12} {:>10} {:<10} {:<5}",
             case["name"].as_str().unwrap_or("?"),
-            case["bytes"]
-                .as_u64()
-                .map_or("-".to_owned(), |b| b.to_string()),
+            case["bytes"].as_u64().map_or("-".to_owned(), |b| b.to_string()),
             num(&case["seconds"], 3),
-            case["ratio"]
-                .as_f64()
-                .map_or("-".to_owned(), |r| format!("{r:.3}")),
-            case["goal"]
-                .as_str()
-                .unwrap_or("")
-                .split(',')
-                .next()
-                .unwrap_or(""),
-            case["meets"]
-                .as_bool()
-                .map_or("-", |m| if m { "yes" } else { "NO" }),
+            case["ratio"].as_f64().map_or("-".to_owned(), |r| format!("{r:.3}")),
+            case["goal"].as_str().unwrap_or("").split(',').next().unwrap_or(""),
+            case["meets"].as_bool().map_or("-", |m| if m { "yes" } else { "NO" }),
         );
     }
 }

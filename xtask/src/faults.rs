@@ -122,7 +122,10 @@ pub fn faults(root: &Path, bin: PathBuf) -> Result<bool> {
     if is_root() {
         m.row("cache directory owned by another user", "warning naming the owner, run ok", |m| m.shared_dir(true));
     } else {
-        println!("{:<58} {:<44} skipped: chown to another user needs root", "cache directory owned by another user", "");
+        println!(
+            "{:<58} {:<44} skipped: chown to another user needs root",
+            "cache directory owned by another user", ""
+        );
     }
     m.row("cache directory writable by everyone", "warning, run ok", |m| m.shared_dir(false));
     m.row("cache path that is a file", "typed error naming it", Matrix::dir_is_file);

@@ -13,21 +13,14 @@ use gridkey::RunReport;
 
 pub fn kill_demo(args: &[String], gridkey_bin: &Path) -> Result<bool> {
     let grid = crate::grid_arg(args)?;
-    let cache = tempfile::Builder::new()
-        .prefix("gridkey-kill-demo-")
-        .tempdir_in(crate::root().join("target"))?;
+    let cache = tempfile::Builder::new().prefix("gridkey-kill-demo-").tempdir_in(crate::root().join("target"))?;
     let run = |json: bool| -> Command {
         let mut cmd = Command::new(gridkey_bin);
-        cmd.args(["run", "--mode", "process", "--jobs", "2", "--grid"])
-            .arg(&grid)
-            .arg("--cache-dir")
-            .arg(cache.path());
+        cmd.args(["run", "--mode", "process", "--jobs", "2", "--grid"]).arg(&grid).arg("--cache-dir").arg(cache.path());
         if json {
             cmd.arg("--json");
         }
-        cmd.env_remove("GRIDKEY_BUILD_TIMEOUT")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
+        cmd.env_remove("GRIDKEY_BUILD_TIMEOUT").stdout(Stdio::piped()).stderr(Stdio::piped());
         cmd
     };
 
@@ -35,19 +28,12 @@ pub fn kill_demo(args: &[String], gridkey_bin: &Path) -> Result<bool> {
     let victim = busy_worker(&first)?;
     // SAFETY: kill(2) on a worker process of the run this command started.
     if unsafe { libc::kill(victim as i32, libc::SIGKILL) } != 0 {
-        bail!(
-            "cannot kill worker {victim}: {}",
-            std::io::Error::last_os_error()
-        );
+        bail!("cannot kill worker {victim}: {}", std::io::Error::last_os_error());
     }
     println!("killed worker pid {victim} with SIGKILL while its C compiler ran");
     let out = first.wait_with_output()?;
-    let report: RunReport = serde_json::from_slice(&out.stdout).with_context(|| {
-        format!(
-            "the first run printed no report: {}",
-            String::from_utf8_lossy(&out.stderr)
-        )
-    })?;
+    let report: RunReport = serde_json::from_slice(&out.stdout)
+        .with_context(|| format!("the first run printed no report: {}", String::from_utf8_lossy(&out.stderr)))?;
     let failed: Vec<_> = report.programs.iter().filter(|p| !p.verified).collect();
     println!(
         "first run: exit status {}, {}/{} programs verified",
@@ -56,29 +42,20 @@ pub fn kill_demo(args: &[String], gridkey_bin: &Path) -> Result<bool> {
         report.programs.len()
     );
     for p in &failed {
-        println!(
-            "  FAILED {}: {}",
-            p.program,
-            p.error.as_deref().unwrap_or("-")
-        );
+        println!("  FAILED {}: {}", p.program, p.error.as_deref().unwrap_or("-"));
     }
     let signal_named = failed.len() == 1
-        && failed[0].error.as_deref().is_some_and(|e| {
-            e.contains(&format!("pid {victim}")) && e.contains("killed by signal 9 (SIGKILL)")
-        });
+        && failed[0]
+            .error
+            .as_deref()
+            .is_some_and(|e| e.contains(&format!("pid {victim}")) && e.contains("killed by signal 9 (SIGKILL)"));
 
     let out = run(false).output()?;
     let text = String::from_utf8_lossy(&out.stdout);
     print!("second run:\n{text}");
     let second_ok = out.status.success()
-        && text.contains(&format!(
-            "{n}/{n} programs verified",
-            n = report.programs.len()
-        ))
-        && text.contains(&format!(
-            "{} cache hits, 0 misses, 0 translations",
-            report.programs.len()
-        ));
+        && text.contains(&format!("{n}/{n} programs verified", n = report.programs.len()))
+        && text.contains(&format!("{} cache hits, 0 misses, 0 translations", report.programs.len()));
     let ok = out.status.code().is_some() && signal_named && second_ok;
     println!(
         "\nkill demo: {} (one program failed with the signal: {signal_named}; second run all verified from the cache: {second_ok})",
@@ -89,16 +66,9 @@ pub fn kill_demo(args: &[String], gridkey_bin: &Path) -> Result<bool> {
 
 fn children(pid: u32) -> Vec<u32> {
     let mut out = Vec::new();
-    for task in std::fs::read_dir(format!("/proc/{pid}/task"))
-        .into_iter()
-        .flatten()
-        .flatten()
-    {
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).into_iter().flatten().flatten() {
         let text = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
-        out.extend(
-            text.split_whitespace()
-                .filter_map(|p| p.parse::<u32>().ok()),
-        );
+        out.extend(text.split_whitespace().filter_map(|p| p.parse::<u32>().ok()));
     }
     out
 }
@@ -107,26 +77,14 @@ fn children(pid: u32) -> Vec<u32> {
 fn busy_worker(run: &Child) -> Result<u32> {
     let deadline = Instant::now() + Duration::from_secs(300);
     while Instant::now() < deadline {
-        if let Some(w) = children(run.id())
-            .into_iter()
-            .find(|&w| !children(w).is_empty())
-        {
+        if let Some(w) = children(run.id()).into_iter().find(|&w| !children(w).is_empty()) {
             return Ok(w);
         }
         let stat = std::fs::read_to_string(format!("/proc/{}/stat", run.id())).unwrap_or_default();
-        if stat
-            .rsplit_once(')')
-            .is_none_or(|(_, rest)| rest.trim_start().starts_with('Z'))
-        {
-            bail!(
-                "gridkey run (pid {}) ended before a worker could be caught running its C compiler",
-                run.id()
-            );
+        if stat.rsplit_once(')').is_none_or(|(_, rest)| rest.trim_start().starts_with('Z')) {
+            bail!("gridkey run (pid {}) ended before a worker could be caught running its C compiler", run.id());
         }
         std::thread::sleep(Duration::from_millis(2));
     }
-    bail!(
-        "no worker of gridkey run (pid {}) ever ran a C compiler",
-        run.id()
-    )
+    bail!("no worker of gridkey run (pid {}) ever ran a C compiler", run.id())
 }

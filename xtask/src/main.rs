@@ -111,7 +111,11 @@ fn modes(args: &[String]) -> Result<bool> {
     let runners: Vec<Runner<StencilHandler>> = BuildJobsMode::ALL
         .iter()
         .map(|&mode| {
-            Runner::new(BuildJobs::new(mode, jobs), Arc::new(StencilHandler), WorkerCommand::gridkey(gridkey_bin.clone()))
+            Runner::new(
+                BuildJobs::new(mode, jobs),
+                Arc::new(StencilHandler),
+                WorkerCommand::gridkey(gridkey_bin.clone()),
+            )
         })
         .collect();
     let mut ok = true;
@@ -124,7 +128,9 @@ fn modes(args: &[String]) -> Result<bool> {
         let report = run_mode(&grid, &programs, runner, cache.path(), &grid_path, &options)?;
         ok &= check_verified(&report);
         for p in &report.programs {
-            keys.entry(p.program.clone()).or_default().insert(format!("mode {}", report.mode), p.key.clone().unwrap_or_default());
+            keys.entry(p.program.clone())
+                .or_default()
+                .insert(format!("mode {}", report.mode), p.key.clone().unwrap_or_default());
         }
     }
 
@@ -141,10 +147,15 @@ fn modes(args: &[String]) -> Result<bool> {
             }
         }
         for program in &programs {
-            let key = KeyInputs::new(&gridkey_stencil::frontend(), program.name(), &program.encode(), &options, &ct).key();
+            let key =
+                KeyInputs::new(&gridkey_stencil::frontend(), program.name(), &program.encode(), &options, &ct).key();
             keys.entry(program.name().to_owned()).or_default().insert(format!("tables {variant}"), key.to_hex());
             let compiled = gridkey_stencil::translate(program, &ct, &options)?;
-            let direct = gridkey_stencil::emit_c(program, &gridkey_stencil::infer_domains_runtime(program, &provider)?, &options);
+            let direct = gridkey_stencil::emit_c(
+                program,
+                &gridkey_stencil::infer_domains_runtime(program, &provider)?,
+                &options,
+            );
             source_checks += 1;
             if compiled.as_bytes() == direct.as_bytes() {
                 sources_identical += 1;

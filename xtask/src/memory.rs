@@ -25,9 +25,7 @@ use gridkey::faults::FaultReport;
 use gridkey_fingerprint::{Excluded, TranslationOptions};
 use gridkey_jobs::protocol::{read_frame, FromWorker};
 use gridkey_jobs::{CompilationTask, ProcessPool, Settings, WorkerCommand};
-use gridkey_offsets::{
-    CompileTimeConnectivity, CompileTimeOffsetProvider, Dimension, DimensionKind, Entry,
-};
+use gridkey_offsets::{CompileTimeConnectivity, CompileTimeOffsetProvider, Dimension, DimensionKind, Entry};
 use gridkey_store::{TableSpec, TableStore, TableView};
 
 const CELLS: usize = 20_971_520;
@@ -35,12 +33,7 @@ const EDGES: usize = 31_457_280;
 const VERTICES: usize = 10_485_762;
 
 /// One ICON connectivity: offset, domain (name, size), codomain (name, size), neighbours.
-type TableShape = (
-    &'static str,
-    (&'static str, usize),
-    (&'static str, usize),
-    usize,
-);
+type TableShape = (&'static str, (&'static str, usize), (&'static str, usize), usize);
 
 /// The ICON connectivities at R02B09 sizes.
 const TABLES: [TableShape; 8] = [
@@ -55,23 +48,14 @@ const TABLES: [TableShape; 8] = [
 ];
 
 /// Fields of smaps_rollup shown, in this order.
-const FIELDS: [&str; 6] = [
-    "Rss",
-    "Pss",
-    "Shared_Clean",
-    "Private_Clean",
-    "Private_Dirty",
-    "Anonymous",
-];
+const FIELDS: [&str; 6] = ["Rss", "Pss", "Shared_Clean", "Private_Clean", "Private_Dirty", "Anonymous"];
 
 pub fn memory(args: &[String], gridkey_bin: &Path) -> Result<bool> {
     let (mut scale, mut workers, mut starts) = (64usize, 2usize, 20usize);
     let mut it = args.iter();
     while let Some(flag) = it.next() {
         let value = it.next().with_context(|| format!("{flag} needs a value"))?;
-        let n: usize = value
-            .parse()
-            .with_context(|| format!("{flag} {value}: expected a positive integer"))?;
+        let n: usize = value.parse().with_context(|| format!("{flag} {value}: expected a positive integer"))?;
         match flag.as_str() {
             "--scale" => scale = n.max(1),
             "--workers" => workers = n.max(1),
@@ -88,17 +72,11 @@ pub fn memory(args: &[String], gridkey_bin: &Path) -> Result<bool> {
         times[times.len() - 1] * 1e3
     );
 
-    let cache = tempfile::Builder::new()
-        .prefix("gridkey-memory-")
-        .tempdir_in(crate::root().join("target"))?;
+    let cache = tempfile::Builder::new().prefix("gridkey-memory-").tempdir_in(crate::root().join("target"))?;
     let store = TableStore::open(cache.path())?;
     let worker = WorkerCommand {
         program: gridkey_bin.to_path_buf(),
-        args: vec![
-            "worker".into(),
-            "--handler".into(),
-            gridkey::faults::FAULT_HANDLER_NAME.into(),
-        ],
+        args: vec!["worker".into(), "--handler".into(), gridkey::faults::FAULT_HANDLER_NAME.into()],
     };
     let pool: ProcessPool<FaultReport> = ProcessPool::new(worker, workers);
 
@@ -106,62 +84,28 @@ pub fn memory(args: &[String], gridkey_bin: &Path) -> Result<bool> {
         "\nper-worker memory from /proc/<pid>/smaps_rollup while a task holds the mapped tables (MiB); \
          the parent holds and has read the same tables"
     );
-    println!(
-        "  {:<22} {:>9} {:>6} {}",
-        "provider",
-        "tables MiB",
-        "pid",
-        FIELDS.map(|f| format!("{f:>14}")).join("")
-    );
+    println!("  {:<22} {:>9} {:>6} {}", "provider", "tables MiB", "pid", FIELDS.map(|f| format!("{f:>14}")).join(""));
     let mut private_by_size = Vec::new();
     for (label, divide) in [("no tables", 0), ("R2B9 / scale", scale), ("R2B9", 1)] {
         let t = Instant::now();
-        let provider = if divide == 0 {
-            Arc::new(CompileTimeOffsetProvider::new())
-        } else {
-            provider(&store, divide)?
-        };
+        let provider = if divide == 0 { Arc::new(CompileTimeOffsetProvider::new()) } else { provider(&store, divide)? };
         let bytes: u64 = table_bytes(&provider);
         let parent_sum = touch(&provider);
         let made = t.elapsed().as_secs_f64();
-        let tasks: Vec<CompilationTask> = (0..workers)
-            .map(|i| task(&format!("memory-{i}"), &provider, cache.path()))
-            .collect();
+        let tasks: Vec<CompilationTask> =
+            (0..workers).map(|i| task(&format!("memory-{i}"), &provider, cache.path())).collect();
         let mut worst_private = 0u64;
         for r in pool.run_all(&tasks) {
             let r = r.map_err(|e| anyhow::anyhow!("{e}"))?;
             if r.element_sum != parent_sum {
-                bail!(
-                    "worker {} read a sum of {} where this process read {parent_sum}",
-                    r.pid,
-                    r.element_sum
-                );
+                bail!("worker {} read a sum of {} where this process read {parent_sum}", r.pid, r.element_sum);
             }
-            let label = if divide > 1 {
-                format!("R2B9 / {divide}")
-            } else {
-                label.to_owned()
-            };
-            let cols = FIELDS
-                .map(|f| {
-                    format!(
-                        "{:>13.1}",
-                        r.memory.get(f).copied().unwrap_or(0) as f64 / MIB
-                    )
-                })
-                .join("");
-            println!(
-                "  {label:<22} {:>9.1} {:>6} {cols}",
-                bytes as f64 / MIB,
-                r.pid
-            );
+            let label = if divide > 1 { format!("R2B9 / {divide}") } else { label.to_owned() };
+            let cols = FIELDS.map(|f| format!("{:>13.1}", r.memory.get(f).copied().unwrap_or(0) as f64 / MIB)).join("");
+            println!("  {label:<22} {:>9.1} {:>6} {cols}", bytes as f64 / MIB, r.pid);
             worst_private = worst_private.max(private(&r.memory));
         }
-        let label = if divide > 1 {
-            format!("R2B9 / {divide}")
-        } else {
-            label.to_owned()
-        };
+        let label = if divide > 1 { format!("R2B9 / {divide}") } else { label.to_owned() };
         println!("  ({label}: tables made, stored, mapped and read by the parent in {made:.1} s)");
         private_by_size.push((bytes, worst_private));
         drop(provider);
@@ -215,10 +159,7 @@ fn task(program: &str, provider: &Arc<CompileTimeOffsetProvider>, cache: &Path) 
         encoding: Vec::new(),
         options: TranslationOptions::new(),
         provider: provider.clone(),
-        settings: Excluded(Settings {
-            cache_dir: PathBuf::from(cache),
-            vars: BTreeMap::new(),
-        }),
+        settings: Excluded(Settings { cache_dir: PathBuf::from(cache), vars: BTreeMap::new() }),
     }
 }
 
@@ -232,11 +173,7 @@ fn provider(store: &TableStore, divide: usize) -> Result<Arc<CompileTimeOffsetPr
         let digest = gridkey_digest::digest_table(table.view());
         store.put_table(digest, table.view())?;
         drop(table);
-        let spec = TableSpec {
-            digest,
-            dtype: gridkey_digest::Dtype::I32,
-            shape: [n, k],
-        };
+        let spec = TableSpec { digest, dtype: gridkey_digest::Dtype::I32, shape: [n, k] };
         let c = CompileTimeConnectivity::rehydrate(
             offset,
             store,

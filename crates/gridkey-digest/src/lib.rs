@@ -43,7 +43,9 @@ pub const BUFFER_BYTES: usize = 64 * 1024;
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum DigestError {
     /// The raw byte buffer does not hold exactly `shape.product() * itemsize` bytes.
-    #[error("table buffer holds {found} bytes but dtype {dtype} and shape {shape:?} need {expected}: pass the whole table")]
+    #[error(
+        "table buffer holds {found} bytes but dtype {dtype} and shape {shape:?} need {expected}: pass the whole table"
+    )]
     Length {
         /// The dtype the caller declared.
         dtype: Dtype,
@@ -344,12 +346,7 @@ pub fn digest_raw(
 ) -> Result<TableDigest, DigestError> {
     let expected = shape.iter().product::<usize>() * dtype.itemsize();
     if bytes.len() != expected {
-        return Err(DigestError::Length {
-            dtype,
-            shape: shape.to_vec(),
-            expected,
-            found: bytes.len(),
-        });
+        return Err(DigestError::Length { dtype, shape: shape.to_vec(), expected, found: bytes.len() });
     }
     Ok(match dtype {
         Dtype::I32 => digest_raw_n::<4>(bytes, dtype, byte_order, memory_order, shape),

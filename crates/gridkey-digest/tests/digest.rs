@@ -32,8 +32,10 @@ fn synthetic_golden_digests() {
             // random_1000x4_i4 comes from NumPy's generator; the grid tables cover large tables.
             continue;
         };
-        let shape: Vec<usize> = case["shape"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as usize).collect();
-        let flat: Vec<i64> = values.iter().flat_map(|row| row.as_array().unwrap().iter().map(|x| x.as_i64().unwrap())).collect();
+        let shape: Vec<usize> =
+            case["shape"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as usize).collect();
+        let flat: Vec<i64> =
+            values.iter().flat_map(|row| row.as_array().unwrap().iter().map(|x| x.as_i64().unwrap())).collect();
         check(&flat, (shape[0], shape[1]), case["dtype"].as_str().unwrap(), case["digest"].as_str().unwrap());
         checked += 1;
         let _ = name;
@@ -57,8 +59,7 @@ fn raw_length_mismatch_is_an_error() {
 
 fn table() -> impl Strategy<Value = Array2<i32>> {
     (0usize..40, 1usize..8).prop_flat_map(|(n, k)| {
-        proptest::collection::vec(-1i32..100_000, n * k)
-            .prop_map(move |v| Array2::from_shape_vec((n, k), v).unwrap())
+        proptest::collection::vec(-1i32..100_000, n * k).prop_map(move |v| Array2::from_shape_vec((n, k), v).unwrap())
     })
 }
 

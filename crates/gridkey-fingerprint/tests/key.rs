@@ -4,8 +4,8 @@
 use std::sync::Arc;
 
 use gridkey_fingerprint::{
-    decode_entry, encode_entry, Excluded, Frontend, KeyEncode, KeyEncoder, KeyInputs, Miss, OffsetInput, TranslationCache,
-    TranslationKey, TranslationOptions, ENTRY_FORMAT_VERSION,
+    decode_entry, encode_entry, Excluded, Frontend, KeyEncode, KeyEncoder, KeyInputs, Miss, OffsetInput,
+    TranslationCache, TranslationKey, TranslationOptions, ENTRY_FORMAT_VERSION,
 };
 use gridkey_offsets::{
     compile_time_offset_provider, CompileTimeOffsetProvider, Connectivity, Dimension, DimensionKind, Entry, IndexTable,
@@ -22,7 +22,10 @@ fn frontend() -> Frontend {
 fn runtime(c2e: TableSource, e2c: TableSource) -> OffsetProvider {
     let mut p = OffsetProvider::new();
     let gather = |l: &str, d: &str, c: &str, skip, src| {
-        Entry::Gather(Arc::new(Connectivity::new(Dimension::horizontal(d), Dimension::local(l), Dimension::horizontal(c), skip, src).unwrap()))
+        Entry::Gather(Arc::new(
+            Connectivity::new(Dimension::horizontal(d), Dimension::local(l), Dimension::horizontal(c), skip, src)
+                .unwrap(),
+        ))
     };
     p.push("C2E", gather("C2EDim", "Cell", "Edge", None, c2e)).unwrap();
     p.push("Koff", Entry::Dimension(Dimension::new("K", DimensionKind::Vertical))).unwrap();
@@ -99,15 +102,51 @@ fn every_included_input_changes_the_key() {
     });
     type Edit = fn(&mut OffsetInput);
     let gather_edits: [(&str, Edit); 9] = [
-        ("domain", |g| if let OffsetInput::Gather { domain, .. } = g { *domain = "Vertex".into() }),
-        ("local dimension", |g| if let OffsetInput::Gather { local, .. } = g { *local = "C2E2CDim".into() }),
-        ("codomain", |g| if let OffsetInput::Gather { codomain, .. } = g { *codomain = "Cell".into() }),
-        ("skip value present", |g| if let OffsetInput::Gather { skip_value, .. } = g { *skip_value = Some(-1) }),
-        ("dtype", |g| if let OffsetInput::Gather { dtype, .. } = g { *dtype = "<i8".into() }),
-        ("rows", |g| if let OffsetInput::Gather { shape, .. } = g { shape[0] += 1 }),
-        ("max neighbours", |g| if let OffsetInput::Gather { shape, .. } = g { shape[1] += 1 }),
-        ("table digest", |g| if let OffsetInput::Gather { digest, .. } = g { *digest = "0".repeat(32) }),
-        ("shape transposed", |g| if let OffsetInput::Gather { shape, .. } = g { shape.swap(0, 1) }),
+        ("domain", |g| {
+            if let OffsetInput::Gather { domain, .. } = g {
+                *domain = "Vertex".into()
+            }
+        }),
+        ("local dimension", |g| {
+            if let OffsetInput::Gather { local, .. } = g {
+                *local = "C2E2CDim".into()
+            }
+        }),
+        ("codomain", |g| {
+            if let OffsetInput::Gather { codomain, .. } = g {
+                *codomain = "Cell".into()
+            }
+        }),
+        ("skip value present", |g| {
+            if let OffsetInput::Gather { skip_value, .. } = g {
+                *skip_value = Some(-1)
+            }
+        }),
+        ("dtype", |g| {
+            if let OffsetInput::Gather { dtype, .. } = g {
+                *dtype = "<i8".into()
+            }
+        }),
+        ("rows", |g| {
+            if let OffsetInput::Gather { shape, .. } = g {
+                shape[0] += 1
+            }
+        }),
+        ("max neighbours", |g| {
+            if let OffsetInput::Gather { shape, .. } = g {
+                shape[1] += 1
+            }
+        }),
+        ("table digest", |g| {
+            if let OffsetInput::Gather { digest, .. } = g {
+                *digest = "0".repeat(32)
+            }
+        }),
+        ("shape transposed", |g| {
+            if let OffsetInput::Gather { shape, .. } = g {
+                shape.swap(0, 1)
+            }
+        }),
     ];
     for (what, edit) in gather_edits {
         check_differs(what, |k| edit(gather_mut(k, 0)));
@@ -122,9 +161,21 @@ fn every_included_input_changes_the_key() {
 fn one_changed_table_element_changes_the_key() {
     let dir = tempfile::tempdir().unwrap();
     let mut t = c2e();
-    let a = KeyInputs::new(&frontend(), "div", b"p", &TranslationOptions::new(), &compile_time(dir.path(), &runtime(host(t.clone()), host(e2c()))));
+    let a = KeyInputs::new(
+        &frontend(),
+        "div",
+        b"p",
+        &TranslationOptions::new(),
+        &compile_time(dir.path(), &runtime(host(t.clone()), host(e2c()))),
+    );
     t[[5, 2]] += 1;
-    let b = KeyInputs::new(&frontend(), "div", b"p", &TranslationOptions::new(), &compile_time(dir.path(), &runtime(host(t), host(e2c()))));
+    let b = KeyInputs::new(
+        &frontend(),
+        "div",
+        b"p",
+        &TranslationOptions::new(),
+        &compile_time(dir.path(), &runtime(host(t), host(e2c()))),
+    );
     assert_ne!(a.key(), b.key());
 }
 
@@ -133,7 +184,9 @@ fn excluded_inputs_do_not_change_the_key() {
     // Paths: two cache directories. Layout and width: C, Fortran, int64, host copy.
     let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let options = TranslationOptions::new();
-    let key = |dir: &std::path::Path, p: &OffsetProvider| KeyInputs::new(&frontend(), "div", b"p", &options, &compile_time(dir, p)).key();
+    let key = |dir: &std::path::Path, p: &OffsetProvider| {
+        KeyInputs::new(&frontend(), "div", b"p", &options, &compile_time(dir, p)).key()
+    };
     let reference = key(d1.path(), &runtime(host(c2e()), host(e2c())));
     assert_eq!(key(d2.path(), &runtime(host(c2e()), host(e2c()))), reference, "cache directory");
     let mut f = Array2::<i32>::zeros(c2e().raw_dim().f());
@@ -223,21 +276,29 @@ fn bad_entries_are_misses_and_are_rebuilt() {
     check_miss("truncated", |b| b[..b.len() - 3].to_vec(), "announces");
     check_miss("header only", |b| b[..10].to_vec(), "shorter than its header");
     check_miss("empty", |_| Vec::new(), "shorter than its header");
-    check_miss("flipped byte", |b| {
-        let mut b = b.to_vec();
-        b[34] ^= 0x20;
-        b
-    }, "checksum");
+    check_miss(
+        "flipped byte",
+        |b| {
+            let mut b = b.to_vec();
+            b[34] ^= 0x20;
+            b
+        },
+        "checksum",
+    );
     check_miss("not an entry", |b| vec![b'x'; b.len()], "magic");
-    check_miss("future version", |b| {
-        let key: [u8; 16] = b[8..24].try_into().unwrap();
-        let mut future = encode_entry(&key_from(key), b"payload");
-        future[4..8].copy_from_slice(&(ENTRY_FORMAT_VERSION + 1).to_le_bytes());
-        let body = future.len() - 8;
-        let check = xxhash_rust::xxh3::xxh3_64(&future[..body]).to_le_bytes();
-        future[body..].copy_from_slice(&check);
-        future
-    }, "format version 2");
+    check_miss(
+        "future version",
+        |b| {
+            let key: [u8; 16] = b[8..24].try_into().unwrap();
+            let mut future = encode_entry(&key_from(key), b"payload");
+            future[4..8].copy_from_slice(&(ENTRY_FORMAT_VERSION + 1).to_le_bytes());
+            let body = future.len() - 8;
+            let check = xxhash_rust::xxh3::xxh3_64(&future[..body]).to_le_bytes();
+            future[body..].copy_from_slice(&check);
+            future
+        },
+        "format version 2",
+    );
     check_miss("another key's entry", |_| encode_entry(&key_from([7; 16]), b"payload"), "another key");
 }
 
@@ -251,7 +312,10 @@ fn a_cache_path_that_is_a_file_is_an_error_naming_it() {
     let file = dir.path().join("cache");
     std::fs::write(&file, b"").unwrap();
     let err = TranslationCache::open(&file).unwrap_err();
-    assert!(err.to_string().contains(&file.display().to_string()) && err.to_string().contains("GRIDKEY_CACHE_DIR"), "{err}");
+    assert!(
+        err.to_string().contains(&file.display().to_string()) && err.to_string().contains("GRIDKEY_CACHE_DIR"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -56,21 +56,12 @@ pub(crate) fn signature(first: &[u8], file_len: u64) -> Signature {
         return Signature::Other("it is an HDF5 file (netCDF-4)".to_owned());
     }
     if first.starts_with(b"CDF") && first.len() >= 4 {
-        return Signature::Other(format!(
-            "it starts with `CDF` but has the unknown version byte {}",
-            first[3]
-        ));
+        return Signature::Other(format!("it starts with `CDF` but has the unknown version byte {}", first[3]));
     }
     let shown: String = first
         .iter()
         .take(4)
-        .map(|&b| {
-            if b.is_ascii_graphic() || b == b' ' {
-                char::from(b).to_string()
-            } else {
-                format!("\\x{b:02x}")
-            }
-        })
+        .map(|&b| if b.is_ascii_graphic() || b == b' ' { char::from(b).to_string() } else { format!("\\x{b:02x}") })
         .collect();
     Signature::Other(format!(
         "it starts with \"{shown}\" instead of the netCDF-3 signature \"CDF\\x01\" or \"CDF\\x02\""
@@ -118,24 +109,19 @@ impl<R: Read> Walker<R> {
     fn bytes(&mut self, n: u64, what: &str) -> Step<Vec<u8>> {
         self.need(n, what)?;
         let mut buf = vec![0u8; n as usize];
-        self.input.read_exact(&mut buf).map_err(|e| {
-            HeaderProblem::Malformed(format!("reading {what} at byte {}: {e}", self.pos))
-        })?;
+        self.input
+            .read_exact(&mut buf)
+            .map_err(|e| HeaderProblem::Malformed(format!("reading {what} at byte {}: {e}", self.pos)))?;
         self.pos += n;
         Ok(buf)
     }
 
     fn skip(&mut self, n: u64, what: &str) -> Step<()> {
         self.need(n, what)?;
-        let copied =
-            std::io::copy(&mut (&mut self.input).take(n), &mut std::io::sink()).map_err(|e| {
-                HeaderProblem::Malformed(format!("reading {what} at byte {}: {e}", self.pos))
-            })?;
+        let copied = std::io::copy(&mut (&mut self.input).take(n), &mut std::io::sink())
+            .map_err(|e| HeaderProblem::Malformed(format!("reading {what} at byte {}: {e}", self.pos)))?;
         if copied != n {
-            return malformed(format!(
-                "the file ended while reading {what} at byte {}",
-                self.pos
-            ));
+            return malformed(format!("the file ended while reading {what} at byte {}", self.pos));
         }
         self.pos += n;
         Ok(())
@@ -182,16 +168,12 @@ impl<R: Read> Walker<R> {
         if t == 0 {
             let n = self.u32(what)?;
             if n != 0 {
-                return malformed(format!(
-                    "{what} at byte {at} is absent but has {n} elements"
-                ));
+                return malformed(format!("{what} at byte {at} is absent but has {n} elements"));
             }
             return Ok(0);
         }
         if t != tag {
-            return malformed(format!(
-                "expected {what} at byte {at} (tag {tag:#x}), found tag {t:#x}"
-            ));
+            return malformed(format!("expected {what} at byte {at} (tag {tag:#x}), found tag {t:#x}"));
         }
         self.list_count(what, min_bytes)
     }
@@ -203,9 +185,7 @@ impl<R: Read> Walker<R> {
             3 => Ok(2),
             4 | 5 => Ok(4),
             6 => Ok(8),
-            t => malformed(format!(
-                "{what} at byte {at} is {t}, not a netCDF-3 type (1 to 6)"
-            )),
+            t => malformed(format!("{what} at byte {at} is {t}, not a netCDF-3 type (1 to 6)")),
         }
     }
 
@@ -236,20 +216,13 @@ struct VarHeader {
 /// Walks the header of the netCDF-3 file `file` (`file_len` bytes, signature already checked)
 /// and checks that every variable's data lies inside the file.
 pub(crate) fn check(file: &File, file_len: u64) -> Result<(), HeaderProblem> {
-    let mut w = Walker {
-        input: BufReader::new(file),
-        pos: 0,
-        len: file_len,
-    };
+    let mut w = Walker { input: BufReader::new(file), pos: 0, len: file_len };
     let magic = w.bytes(4, "the signature")?;
     let offset64 = magic[3] == 2;
     let at = w.pos;
     let numrecs = w.u32("the record count")?;
     if numrecs > i32::MAX as u32 && numrecs != STREAMING {
-        return malformed(format!(
-            "the record count at byte {at} is negative ({})",
-            numrecs as i32
-        ));
+        return malformed(format!("the record count at byte {at} is negative ({})", numrecs as i32));
     }
 
     let ndims = w.list_tag(NC_DIMENSION, "the dimension list", 8)?;
@@ -288,17 +261,9 @@ pub(crate) fn check(file: &File, file_len: u64) -> Result<(), HeaderProblem> {
         } else {
             i64::from(w.u32(&format!("the data offset of {what}"))? as i32)
         };
-        let begin = u64::try_from(begin).or_else(|_| {
-            malformed(format!(
-                "the data offset of {what} at byte {at} is negative ({begin})"
-            ))
-        })?;
-        vars.push(VarHeader {
-            name,
-            dim_ids,
-            type_size,
-            begin,
-        });
+        let begin = u64::try_from(begin)
+            .or_else(|_| malformed(format!("the data offset of {what} at byte {at} is negative ({begin})")))?;
+        vars.push(VarHeader { name, dim_ids, type_size, begin });
     }
 
     for var in &vars {
@@ -306,11 +271,7 @@ pub(crate) fn check(file: &File, file_len: u64) -> Result<(), HeaderProblem> {
         // records are interleaved with the other record variables', so only its first record
         // is checked here. Tables are never read from record variables.
         let is_record = var.dim_ids.first().is_some_and(|&d| dims[d as usize] == 0);
-        let mut extents = var
-            .dim_ids
-            .iter()
-            .skip(usize::from(is_record))
-            .map(|&d| dims[d as usize]);
+        let mut extents = var.dim_ids.iter().skip(usize::from(is_record)).map(|&d| dims[d as usize]);
         let bytes = extents.try_fold(var.type_size, |acc, n| acc.checked_mul(n));
         let end = bytes.and_then(|b| var.begin.checked_add(b));
         match end {

@@ -319,20 +319,15 @@ pub fn read_grid(path: &Path) -> Result<Grid, GridError> {
     } else if reader.data_set().has_var(MPAS_MARKER) {
         GridKind::Mpas
     } else {
-        return Err(GridError::NotAGrid {
-            path: path.to_path_buf(),
-        });
+        return Err(GridError::NotAGrid { path: path.to_path_buf() });
     };
     let dim_size = |location: Location| {
         let dimension = location.dim(kind);
-        reader
-            .data_set()
-            .dim_size(dimension)
-            .ok_or_else(|| GridError::MissingDimension {
-                path: path.to_path_buf(),
-                kind,
-                dimension: dimension.to_owned(),
-            })
+        reader.data_set().dim_size(dimension).ok_or_else(|| GridError::MissingDimension {
+            path: path.to_path_buf(),
+            kind,
+            dimension: dimension.to_owned(),
+        })
     };
     let sizes = GridSizes {
         cells: dim_size(Location::Cell)?,
@@ -378,17 +373,15 @@ pub fn read_grid(path: &Path) -> Result<Grid, GridError> {
         };
         let codomain_size = spec.codomain.size(sizes);
         let canonical =
-            canonicalize(&raw, layout, n, k, codomain_size, row_counts).map_err(|bad| {
-                GridError::IndexOutOfRange {
-                    path: path.to_path_buf(),
-                    variable: variable.to_owned(),
-                    offset: spec.offset.to_owned(),
-                    row: bad.row,
-                    column: bad.column,
-                    value: bad.value,
-                    codomain: spec.codomain.name().to_owned(),
-                    codomain_size,
-                }
+            canonicalize(&raw, layout, n, k, codomain_size, row_counts).map_err(|bad| GridError::IndexOutOfRange {
+                path: path.to_path_buf(),
+                variable: variable.to_owned(),
+                offset: spec.offset.to_owned(),
+                row: bad.row,
+                column: bad.column,
+                value: bad.value,
+                codomain: spec.codomain.name().to_owned(),
+                codomain_size,
             })?;
         drop(raw);
 
@@ -416,19 +409,10 @@ pub fn read_grid(path: &Path) -> Result<Grid, GridError> {
             .map_err(|source| ctx.provider_error(source))?;
     }
     provider
-        .push(
-            "Koff",
-            Entry::Dimension(Dimension::new("K", DimensionKind::Vertical)),
-        )
+        .push("Koff", Entry::Dimension(Dimension::new("K", DimensionKind::Vertical)))
         .map_err(|source| ctx.provider_error(source))?;
 
-    Ok(Grid {
-        kind,
-        path: path.to_path_buf(),
-        sizes,
-        provider,
-        tables,
-    })
+    Ok(Grid { kind, path: path.to_path_buf(), sizes, provider, tables })
 }
 
 /// The file being read, for errors.
@@ -442,25 +426,15 @@ impl Ctx<'_> {
     }
 
     fn provider_error(&self, source: gridkey_offsets::OffsetsError) -> GridError {
-        GridError::Provider {
-            path: self.path(),
-            source,
-        }
+        GridError::Provider { path: self.path(), source }
     }
 
     /// Opens the file, classifies its first bytes and walks its header.
     fn precheck(&self) -> Result<(), GridError> {
-        let open_err = |source| GridError::Open {
-            path: self.path(),
-            source,
-        };
+        let open_err = |source| GridError::Open { path: self.path(), source };
         let meta = std::fs::metadata(self.path).map_err(open_err)?;
         if !meta.is_file() {
-            let what = if meta.is_dir() {
-                "it is a directory"
-            } else {
-                "it is not a regular file"
-            };
+            let what = if meta.is_dir() { "it is a directory" } else { "it is not a regular file" };
             return Err(open_err(std::io::Error::other(what)));
         }
         let file = File::open(self.path).map_err(open_err)?;
@@ -468,24 +442,15 @@ impl Ctx<'_> {
         let mut first = Vec::with_capacity(8);
         (&file).take(8).read_to_end(&mut first).map_err(open_err)?;
         if let header::Signature::Other(found) = header::signature(&first, len) {
-            return Err(GridError::NotNetcdf3 {
-                path: self.path(),
-                found,
-            });
+            return Err(GridError::NotNetcdf3 { path: self.path(), found });
         }
         // The walk reads from the start of the file through its own handle.
         let file = File::open(self.path).map_err(open_err)?;
         header::check(&file, len).map_err(|problem| match problem {
-            header::HeaderProblem::Malformed(detail) => GridError::Malformed {
-                path: self.path(),
-                detail,
-            },
-            header::HeaderProblem::Truncated { variable, end } => GridError::Truncated {
-                path: self.path(),
-                variable,
-                end,
-                file_len: len,
-            },
+            header::HeaderProblem::Malformed(detail) => GridError::Malformed { path: self.path(), detail },
+            header::HeaderProblem::Truncated { variable, end } => {
+                GridError::Truncated { path: self.path(), variable, end, file_len: len }
+            }
         })
     }
 
@@ -493,20 +458,14 @@ impl Ctx<'_> {
     fn guarded<T>(&self, f: impl FnOnce() -> Result<T, ReadError>) -> Result<T, GridError> {
         match panic::catch_unwind(AssertUnwindSafe(f)) {
             Ok(Ok(v)) => Ok(v),
-            Ok(Err(source)) => Err(GridError::Netcdf {
-                path: self.path(),
-                reason: format!("{source:?}"),
-            }),
+            Ok(Err(source)) => Err(GridError::Netcdf { path: self.path(), reason: format!("{source:?}") }),
             Err(payload) => {
                 let message = payload
                     .downcast_ref::<&str>()
                     .map(|s| s.to_string())
                     .or_else(|| payload.downcast_ref::<String>().cloned())
                     .unwrap_or_else(|| "no message".to_owned());
-                Err(GridError::ReaderPanicked {
-                    path: self.path(),
-                    message,
-                })
+                Err(GridError::ReaderPanicked { path: self.path(), message })
             }
         }
     }
@@ -523,14 +482,15 @@ impl Ctx<'_> {
         let domain_dim = spec.domain.dim(kind);
         let neighbour_dim = spec.domain.usual_neighbour_dim(kind);
         let (expected, domain_axis) = match kind {
-            GridKind::Icon => (format!("({neighbour_dim}, {domain_dim}): the neighbour axis first, then `{domain_dim}`"), 1),
-            GridKind::Mpas => (format!("({domain_dim}, {neighbour_dim}): `{domain_dim}` first, then the neighbour axis"), 0),
+            GridKind::Icon => {
+                (format!("({neighbour_dim}, {domain_dim}): the neighbour axis first, then `{domain_dim}`"), 1)
+            }
+            GridKind::Mpas => {
+                (format!("({domain_dim}, {neighbour_dim}): `{domain_dim}` first, then the neighbour axis"), 0)
+            }
         };
-        let dims =
-            self.check_int_variable(ds, kind, variable, &format!("offset {}", spec.offset))?;
-        let fits = dims.len() == 2
-            && dims.iter().all(|d| !d.unlimited)
-            && dims[domain_axis].name == domain_dim;
+        let dims = self.check_int_variable(ds, kind, variable, &format!("offset {}", spec.offset))?;
+        let fits = dims.len() == 2 && dims.iter().all(|d| !d.unlimited) && dims[domain_axis].name == domain_dim;
         if !fits {
             return Err(GridError::WrongShape {
                 path: self.path(),
@@ -550,14 +510,12 @@ impl Ctx<'_> {
         variable: &str,
         needed_for: &str,
     ) -> Result<Vec<DimInfo>, GridError> {
-        let var = ds
-            .get_var(variable)
-            .ok_or_else(|| GridError::MissingVariable {
-                path: self.path(),
-                kind,
-                variable: variable.to_owned(),
-                needed_for: needed_for.to_owned(),
-            })?;
+        let var = ds.get_var(variable).ok_or_else(|| GridError::MissingVariable {
+            path: self.path(),
+            kind,
+            variable: variable.to_owned(),
+            needed_for: needed_for.to_owned(),
+        })?;
         if var.data_type() != DataType::I32 {
             return Err(GridError::WrongType {
                 path: self.path(),
@@ -569,19 +527,14 @@ impl Ctx<'_> {
         Ok(var
             .get_dims()
             .iter()
-            .map(|d| DimInfo {
-                name: d.name(),
-                size: d.size(),
-                unlimited: d.is_unlimited(),
-            })
+            .map(|d| DimInfo { name: d.name(), size: d.size(), unlimited: d.is_unlimited() })
             .collect())
     }
 
     /// Reads MPAS `nEdgesOnCell`, a fixed-size `int` variable over `nCells`.
     fn read_counts(&self, reader: &mut FileReader) -> Result<Vec<i32>, GridError> {
         let needed_for = "the neighbour counts of the cell tables C2E, C2V and C2E2C";
-        let dims =
-            self.check_int_variable(reader.data_set(), GridKind::Mpas, MPAS_COUNT, needed_for)?;
+        let dims = self.check_int_variable(reader.data_set(), GridKind::Mpas, MPAS_COUNT, needed_for)?;
         let cells = Location::Cell.dim(GridKind::Mpas);
         if dims.len() != 1 || dims[0].unlimited || dims[0].name != cells {
             return Err(GridError::WrongShape {
@@ -605,10 +558,7 @@ impl Ctx<'_> {
 
     /// Checks every count is in `0..=k`, the neighbour axis of `table`.
     fn check_counts(&self, counts: &[i32], k: usize, table: &str) -> Result<(), GridError> {
-        match counts
-            .iter()
-            .position(|&c| usize::try_from(c).map_or(true, |c| c > k))
-        {
+        match counts.iter().position(|&c| usize::try_from(c).map_or(true, |c| c > k)) {
             None => Ok(()),
             Some(row) => Err(GridError::CountOutOfRange {
                 path: self.path(),
@@ -697,9 +647,7 @@ fn canonicalize(
     let mut out = Vec::with_capacity(n * k);
     let (mut skip_count, mut min, mut max) = (0usize, i32::MAX, i32::MIN);
     for i in 0..n {
-        let valid = counts
-            .and_then(|c| c.get(i))
-            .map_or(k, |&c| usize::try_from(c).unwrap_or(0).min(k));
+        let valid = counts.and_then(|c| c.get(i)).map_or(k, |&c| usize::try_from(c).unwrap_or(0).min(k));
         for j in 0..k {
             let value = if j >= valid {
                 -1
@@ -713,11 +661,7 @@ fn canonicalize(
                 } else if x >= 1 && i64::from(x) <= size {
                     x - 1
                 } else {
-                    return Err(BadEntry {
-                        row: i,
-                        column: j,
-                        value: x,
-                    });
+                    return Err(BadEntry { row: i, column: j, value: x });
                 }
             };
             skip_count += usize::from(value == -1);
@@ -729,17 +673,8 @@ fn canonicalize(
     if out.is_empty() {
         (min, max) = (-1, -1);
     }
-    let table = Array2::from_shape_vec((n, k), out).map_err(|_| BadEntry {
-        row: 0,
-        column: 0,
-        value: 0,
-    })?;
-    Ok(Canonical {
-        table,
-        skip_count,
-        min,
-        max,
-    })
+    let table = Array2::from_shape_vec((n, k), out).map_err(|_| BadEntry { row: 0, column: 0, value: 0 })?;
+    Ok(Canonical { table, skip_count, min, max })
 }
 
 #[cfg(test)]
@@ -768,23 +703,9 @@ mod tests {
         // canonical [[1, 5], [9, 1]] with codomain 4: first bad is (0, 1) = 5, not (1, 0) = 9.
         let raw = [1, 9, 5, 1];
         let bad = canonicalize(&raw, Layout::NeighbourFirst, 2, 2, 4, None).unwrap_err();
-        assert_eq!(
-            bad,
-            BadEntry {
-                row: 0,
-                column: 1,
-                value: 5
-            }
-        );
+        assert_eq!(bad, BadEntry { row: 0, column: 1, value: 5 });
         let bad = canonicalize(&[1, -1], Layout::DomainFirst, 1, 2, 4, None).unwrap_err();
-        assert_eq!(
-            bad,
-            BadEntry {
-                row: 0,
-                column: 1,
-                value: -1
-            }
-        );
+        assert_eq!(bad, BadEntry { row: 0, column: 1, value: -1 });
     }
 
     #[test]
@@ -801,12 +722,8 @@ mod tests {
         assert_eq!(signature(b"CDF\x02\0\0\0\0", 8), Signature::Netcdf3);
         assert_eq!(signature(b"CDF\x01", 4), Signature::Netcdf3);
         assert!(matches!(signature(b"", 0), Signature::Other(s) if s.contains("empty")));
-        assert!(
-            matches!(signature(b"\x89HDF\r\n\x1a\n", 100), Signature::Other(s) if s.contains("HDF5"))
-        );
-        assert!(
-            matches!(signature(b"CDF\x05\0\0\0\0", 100), Signature::Other(s) if s.contains("CDF-5"))
-        );
+        assert!(matches!(signature(b"\x89HDF\r\n\x1a\n", 100), Signature::Other(s) if s.contains("HDF5")));
+        assert!(matches!(signature(b"CDF\x05\0\0\0\0", 100), Signature::Other(s) if s.contains("CDF-5")));
         assert!(matches!(signature(b"hello", 5), Signature::Other(s) if s.contains("\"hell\"")));
     }
 }

@@ -11,18 +11,12 @@ use gridkey_offsets::IndexTable;
 use ndarray::Array2;
 use proptest::prelude::*;
 
-const MPAS: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../../data/grids/oQU480.231010.nc"
-);
+const MPAS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../data/grids/oQU480.231010.nc");
 
 fn read_err(path: &Path) -> GridError {
     let err = read_grid(path).expect_err("reading must fail");
     let msg = err.to_string();
-    assert!(
-        msg.contains(&path.display().to_string()),
-        "message names the file: {msg}"
-    );
+    assert!(msg.contains(&path.display().to_string()), "message names the file: {msg}");
     assert!(!msg.ends_with('.'), "message ends without a period: {msg}");
     err
 }
@@ -45,16 +39,10 @@ fn missing_file() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("no-such-grid.nc");
     let err = read_err(&path);
-    assert!(
-        matches!(&err, GridError::Open { source, .. } if source.kind() == std::io::ErrorKind::NotFound),
-        "{err:?}"
-    );
+    assert!(matches!(&err, GridError::Open { source, .. } if source.kind() == std::io::ErrorKind::NotFound), "{err:?}");
     let msg = err.to_string();
     assert!(msg.contains("cannot read grid file"), "{msg}");
-    assert!(
-        msg.contains("pass --grid with a netCDF-3 ICON or MPAS grid"),
-        "{msg}"
-    );
+    assert!(msg.contains("pass --grid with a netCDF-3 ICON or MPAS grid"), "{msg}");
 }
 
 #[test]
@@ -70,10 +58,7 @@ fn text_file() {
     let dir = tempfile::tempdir().unwrap();
     let path = write_bytes(dir.path(), "grid.txt", b"this is not a grid\n");
     let err = read_err(&path);
-    assert!(
-        matches!(&err, GridError::NotNetcdf3 { found, .. } if found.contains("\"this\"")),
-        "{err:?}"
-    );
+    assert!(matches!(&err, GridError::NotNetcdf3 { found, .. } if found.contains("\"this\"")), "{err:?}");
     let msg = err.to_string();
     assert!(msg.contains("is not a netCDF-3 file"), "{msg}");
     assert!(msg.contains("--grid"), "{msg}");
@@ -84,10 +69,7 @@ fn empty_file() {
     let dir = tempfile::tempdir().unwrap();
     let path = write_bytes(dir.path(), "empty.nc", b"");
     let err = read_err(&path);
-    assert!(
-        matches!(&err, GridError::NotNetcdf3 { found, .. } if found.contains("empty")),
-        "{err:?}"
-    );
+    assert!(matches!(&err, GridError::NotNetcdf3 { found, .. } if found.contains("empty")), "{err:?}");
 }
 
 #[test]
@@ -97,10 +79,7 @@ fn netcdf4_hdf5_file_says_how_to_convert() {
     bytes.resize(4096, 0);
     let path = write_bytes(dir.path(), "icon_grid_nc4.nc", &bytes);
     let err = read_err(&path);
-    assert!(
-        matches!(&err, GridError::NotNetcdf3 { found, .. } if found.contains("HDF5")),
-        "{err:?}"
-    );
+    assert!(matches!(&err, GridError::NotNetcdf3 { found, .. } if found.contains("HDF5")), "{err:?}");
     let msg = err.to_string();
     assert!(msg.contains("netCDF-4"), "{msg}");
     assert!(msg.contains("nccopy -k '64-bit offset'"), "{msg}");
@@ -113,10 +92,7 @@ fn cdf5_file_is_not_readable() {
     bytes.resize(64, 0);
     let path = write_bytes(dir.path(), "grid_cdf5.nc", &bytes);
     let err = read_err(&path);
-    assert!(
-        matches!(&err, GridError::NotNetcdf3 { found, .. } if found.contains("CDF-5")),
-        "{err:?}"
-    );
+    assert!(matches!(&err, GridError::NotNetcdf3 { found, .. } if found.contains("CDF-5")), "{err:?}");
     assert!(err.to_string().contains("nccopy"), "{err}");
 }
 
@@ -138,19 +114,11 @@ fn truncated_copies_of_the_mpas_grid() {
         let path = write_bytes(dir.path(), &format!("cut{cut}.nc"), &full[..cut]);
         let err = read_err(&path);
         match &err {
-            GridError::Truncated {
-                variable,
-                end,
-                file_len,
-                ..
-            } => {
+            GridError::Truncated { variable, end, file_len, .. } => {
                 assert!(*end > *file_len);
                 assert_eq!(*file_len, cut as u64);
                 let msg = err.to_string();
-                assert!(
-                    msg.contains("truncated") && msg.contains(&format!("`{variable}`")),
-                    "{msg}"
-                );
+                assert!(msg.contains("truncated") && msg.contains(&format!("`{variable}`")), "{msg}");
             }
             other => panic!("cut {cut}: expected Truncated, got {other:?}"),
         }
@@ -168,23 +136,11 @@ fn synthetic_icon_grid_is_transposed_and_rebased() {
     let grid = read_grid(&path).expect("synthetic ICON grid reads");
     assert_eq!(grid.kind(), GridKind::Icon);
     assert_eq!(
-        (
-            grid.sizes().cells,
-            grid.sizes().edges,
-            grid.sizes().vertices
-        ),
+        (grid.sizes().cells, grid.sizes().edges, grid.sizes().vertices),
         (ICON_CELLS, ICON_EDGES, ICON_VERTICES)
     );
-    let offsets: Vec<&str> = grid
-        .provider()
-        .entries()
-        .iter()
-        .map(|(n, _)| n.as_str())
-        .collect();
-    assert_eq!(
-        offsets,
-        ["C2E", "C2V", "C2E2C", "E2C", "E2V", "V2E", "V2C", "V2E2V", "Koff"]
-    );
+    let offsets: Vec<&str> = grid.provider().entries().iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(offsets, ["C2E", "C2V", "C2E2C", "E2C", "E2V", "V2E", "V2C", "V2E2V", "Koff"]);
     let raw = icon_raw(3, ICON_CELLS, ICON_EDGES, 3);
     let c2e = table(&grid, "C2E");
     assert_eq!(c2e.dim(), (ICON_CELLS, 3));
@@ -197,10 +153,7 @@ fn synthetic_icon_grid_is_transposed_and_rebased() {
     let v2e = table(&grid, "V2E");
     assert!(v2e.column(5).iter().all(|&x| x == -1));
     assert_eq!(grid.table_info("V2E").unwrap().skip_count, ICON_VERTICES);
-    assert_eq!(
-        grid.provider().gather("V2E").unwrap().skip_value(),
-        Some(-1)
-    );
+    assert_eq!(grid.provider().gather("V2E").unwrap().skip_value(), Some(-1));
     assert_eq!(grid.provider().gather("C2E").unwrap().skip_value(), None);
 }
 
@@ -209,23 +162,12 @@ fn out_of_range_index_names_variable_and_entry() {
     let dir = tempfile::tempdir().unwrap();
     let mut fixture = icon();
     // Canonical C2E[1, 2] is stored at edge_of_cell[2, 1]: one past the last edge.
-    let Data::I32(d) = &mut fixture.var_mut("edge_of_cell").data else {
-        unreachable!()
-    };
+    let Data::I32(d) = &mut fixture.var_mut("edge_of_cell").data else { unreachable!() };
     d[2 * ICON_CELLS + 1] = ICON_EDGES as i32 + 1;
     let path = fixture.write_in(dir.path(), "icon_bad_edge.nc");
     let err = read_err(&path);
     match &err {
-        GridError::IndexOutOfRange {
-            variable,
-            offset,
-            row,
-            column,
-            value,
-            codomain,
-            codomain_size,
-            ..
-        } => {
+        GridError::IndexOutOfRange { variable, offset, row, column, value, codomain, codomain_size, .. } => {
             assert_eq!(variable, "edge_of_cell");
             assert_eq!(offset, "C2E");
             assert_eq!((*row, *column), (1, 2));
@@ -236,14 +178,7 @@ fn out_of_range_index_names_variable_and_entry() {
         other => panic!("expected IndexOutOfRange, got {other:?}"),
     }
     let msg = err.to_string();
-    for part in [
-        "`edge_of_cell`",
-        "C2E",
-        "row 1, column 2",
-        "has 8",
-        "1..=7",
-        "0 for no neighbour",
-    ] {
+    for part in ["`edge_of_cell`", "C2E", "row 1, column 2", "has 8", "1..=7", "0 for no neighbour"] {
         assert!(msg.contains(part), "message lacks {part:?}: {msg}");
     }
 }
@@ -252,9 +187,7 @@ fn out_of_range_index_names_variable_and_entry() {
 fn negative_index_is_out_of_range() {
     let dir = tempfile::tempdir().unwrap();
     let mut fixture = icon();
-    let Data::I32(d) = &mut fixture.var_mut("cells_of_vertex").data else {
-        unreachable!()
-    };
+    let Data::I32(d) = &mut fixture.var_mut("cells_of_vertex").data else { unreachable!() };
     d[3 * ICON_VERTICES] = -1; // canonical V2C[0, 3]
     let path = fixture.write_in(dir.path(), "icon_negative.nc");
     let err = read_err(&path);
@@ -278,10 +211,7 @@ fn variable_of_wrong_type() {
         "{err:?}"
     );
     let msg = err.to_string();
-    assert!(
-        msg.contains("`adjacent_cell_of_edge` has type double, expected int"),
-        "{msg}"
-    );
+    assert!(msg.contains("`adjacent_cell_of_edge` has type double, expected int"), "{msg}");
 }
 
 #[test]
@@ -293,12 +223,7 @@ fn variable_of_wrong_shape() {
     let path = fixture.write_in(dir.path(), "icon_transposed.nc");
     let err = read_err(&path);
     match &err {
-        GridError::WrongShape {
-            variable,
-            expected,
-            found,
-            ..
-        } => {
+        GridError::WrongShape { variable, expected, found, .. } => {
             assert_eq!(variable, "vertex_of_cell");
             assert!(expected.starts_with("(nv, cell)"), "{expected}");
             assert_eq!(found, &format!("(cell = {ICON_CELLS}, nv = 3)"));
@@ -328,9 +253,7 @@ fn missing_variable_and_dimension() {
             if variable == "vertices_of_vertex" && needed_for == "offset V2E2V"),
         "{err:?}"
     );
-    assert!(err
-        .to_string()
-        .contains("the icon grid has no variable `vertices_of_vertex` (needed for offset V2E2V)"));
+    assert!(err.to_string().contains("the icon grid has no variable `vertices_of_vertex` (needed for offset V2E2V)"));
 
     let mut fixture = mpas();
     fixture.remove("nEdgesOnCell");
@@ -356,10 +279,7 @@ fn missing_variable_and_dimension() {
     }
     let path = fixture.write_in(dir.path(), "icon_no_vertex_dim.nc");
     let err = read_err(&path);
-    assert!(
-        matches!(&err, GridError::MissingDimension { dimension, .. } if dimension == "vertex"),
-        "{err:?}"
-    );
+    assert!(matches!(&err, GridError::MissingDimension { dimension, .. } if dimension == "vertex"), "{err:?}");
 }
 
 #[test]
@@ -374,10 +294,7 @@ fn neither_icon_nor_mpas() {
     let err = read_err(&path);
     assert!(matches!(err, GridError::NotAGrid { .. }), "{err:?}");
     let msg = err.to_string();
-    assert!(
-        msg.contains("`edge_of_cell`") && msg.contains("`edgesOnCell`"),
-        "{msg}"
-    );
+    assert!(msg.contains("`edge_of_cell`") && msg.contains("`edgesOnCell`"), "{msg}");
 }
 
 #[test]
@@ -386,22 +303,11 @@ fn mpas_padding_past_the_count_is_no_neighbour() {
     let path = mpas().write_in(dir.path(), "mpas.nc");
     let grid = read_grid(&path).expect("synthetic MPAS grid reads, garbage padding and all");
     assert_eq!(grid.kind(), GridKind::Mpas);
-    let offsets: Vec<&str> = grid
-        .provider()
-        .entries()
-        .iter()
-        .map(|(n, _)| n.as_str())
-        .collect();
-    assert_eq!(
-        offsets,
-        ["C2E", "C2V", "C2E2C", "E2C", "E2V", "V2E", "V2C", "Koff"]
-    );
+    let offsets: Vec<&str> = grid.provider().entries().iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(offsets, ["C2E", "C2V", "C2E2C", "E2C", "E2V", "V2E", "V2C", "Koff"]);
     // Counts 4, 2, 3 of 4 slots; valid slots hold ((i * 5 + j) % codomain).
     let c2e = table(&grid, "C2E");
-    assert_eq!(
-        c2e,
-        ndarray::arr2(&[[0, 1, 2, 3], [5, 0, -1, -1], [4, 5, 0, -1]])
-    );
+    assert_eq!(c2e, ndarray::arr2(&[[0, 1, 2, 3], [5, 0, -1, -1], [4, 5, 0, -1]]));
     assert_eq!(grid.table_info("C2E").unwrap().skip_count, 3);
     assert_eq!(grid.table_info("C2E").unwrap().min, -1);
     assert_eq!(grid.table_info("C2E").unwrap().max, 5);
@@ -428,9 +334,7 @@ fn table_over_the_unlimited_dimension_is_rejected() {
 fn mpas_index_within_the_count_is_checked() {
     let dir = tempfile::tempdir().unwrap();
     let mut fixture = mpas();
-    let Data::I32(d) = &mut fixture.var_mut("cellsOnCell").data else {
-        unreachable!()
-    };
+    let Data::I32(d) = &mut fixture.var_mut("cellsOnCell").data else { unreachable!() };
     d[2 * 4 + 1] = 4; // cell 2, slot 1 (< count 3); there are 3 cells
     let path = fixture.write_in(dir.path(), "mpas_bad_cell.nc");
     let err = read_err(&path);
@@ -472,16 +376,9 @@ fn be(words: &[u32]) -> Vec<u8> {
 fn absurd_counts_in_the_header_are_rejected_before_the_reader() {
     let dir = tempfile::tempdir().unwrap();
     // 2^31 - 1 dimensions in a 16-byte file.
-    let path = write_bytes(
-        dir.path(),
-        "many_dims.nc",
-        &header(&be(&[0x0A, 0x7FFF_FFFF])),
-    );
+    let path = write_bytes(dir.path(), "many_dims.nc", &header(&be(&[0x0A, 0x7FFF_FFFF])));
     let err = read_err(&path);
-    assert!(
-        matches!(&err, GridError::Malformed { detail, .. } if detail.contains("the dimension list")),
-        "{err:?}"
-    );
+    assert!(matches!(&err, GridError::Malformed { detail, .. } if detail.contains("the dimension list")), "{err:?}");
 
     // One dimension of 2^31 - 1 and an int variable over it whose data starts at byte 200.
     let mut rest = be(&[0x0A, 1, 1]);
@@ -491,10 +388,7 @@ fn absurd_counts_in_the_header_are_rejected_before_the_reader() {
     rest.extend(be(&[1, 0, 0, 0, 4, 0, 0, 200]));
     let path = write_bytes(dir.path(), "huge_var.nc", &header(&rest));
     let err = read_err(&path);
-    assert!(
-        matches!(&err, GridError::Truncated { variable, .. } if variable == "v"),
-        "{err:?}"
-    );
+    assert!(matches!(&err, GridError::Truncated { variable, .. } if variable == "v"), "{err:?}");
 
     // A name longer than the file.
     let mut rest = be(&[0x0A, 1, 1_000_000]);

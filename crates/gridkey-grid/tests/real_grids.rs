@@ -9,18 +9,9 @@ use gridkey_grid::{read_grid, Grid, GridKind, GridSizes};
 use gridkey_offsets::{DimensionKind, Entry, IndexTable};
 use serde_json::Value;
 
-const ICON: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../../data/grids/icon_grid_0013_R02B04_R.nc"
-);
-const MPAS: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../../data/grids/oQU480.231010.nc"
-);
-const GOLDEN: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../../data/golden/table-digests-v1.json"
-);
+const ICON: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../data/grids/icon_grid_0013_R02B04_R.nc");
+const MPAS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../data/grids/oQU480.231010.nc");
+const GOLDEN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../data/golden/table-digests-v1.json");
 
 fn golden(file_name: &str) -> Value {
     let text = std::fs::read_to_string(GOLDEN).expect("golden file");
@@ -42,78 +33,33 @@ fn check_against_golden(grid: &Grid, file_name: &str) {
     assert_eq!(offsets, golden_offsets, "the same offsets as the witness");
     let order = ["C2E", "C2V", "C2E2C", "E2C", "E2V", "V2E", "V2C", "V2E2V"];
     let in_order: Vec<&str> = grid.tables().iter().map(|t| t.offset.as_str()).collect();
-    let expected: Vec<&str> = order
-        .iter()
-        .copied()
-        .filter(|o| tables.contains_key(*o))
-        .collect();
+    let expected: Vec<&str> = order.iter().copied().filter(|o| tables.contains_key(*o)).collect();
     assert_eq!(in_order, expected, "provider order");
 
     for info in grid.tables() {
         let g = &tables[&info.offset];
         let ctx = format!("{file_name} {}", info.offset);
-        let shape: Vec<usize> = g["shape"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|x| x.as_u64().unwrap() as usize)
-            .collect();
+        let shape: Vec<usize> = g["shape"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as usize).collect();
         assert_eq!(info.shape.to_vec(), shape, "{ctx}: shape");
-        assert_eq!(
-            info.skip_count as u64,
-            g["skip_count"].as_u64().unwrap(),
-            "{ctx}: skip_count"
-        );
-        assert_eq!(
-            i64::from(info.min),
-            g["min"].as_i64().unwrap(),
-            "{ctx}: min"
-        );
-        assert_eq!(
-            i64::from(info.max),
-            g["max"].as_i64().unwrap(),
-            "{ctx}: max"
-        );
+        assert_eq!(info.skip_count as u64, g["skip_count"].as_u64().unwrap(), "{ctx}: skip_count");
+        assert_eq!(i64::from(info.min), g["min"].as_i64().unwrap(), "{ctx}: min");
+        assert_eq!(i64::from(info.max), g["max"].as_i64().unwrap(), "{ctx}: max");
         assert_eq!(info.domain, g["domain"].as_str().unwrap(), "{ctx}: domain");
-        assert_eq!(
-            info.codomain,
-            g["codomain"].as_str().unwrap(),
-            "{ctx}: codomain"
-        );
+        assert_eq!(info.codomain, g["codomain"].as_str().unwrap(), "{ctx}: codomain");
         assert_eq!(g["dtype"], "<i4", "{ctx}: golden dtype");
 
-        let conn = grid
-            .provider()
-            .gather(&info.offset)
-            .expect("gather in provider");
+        let conn = grid.provider().gather(&info.offset).expect("gather in provider");
         assert_eq!(conn.shape(), info.shape, "{ctx}: connectivity shape");
-        let IndexTable::I32(table) = conn.host_table() else {
-            panic!("{ctx}: table is not int32")
-        };
+        let IndexTable::I32(table) = conn.host_table() else { panic!("{ctx}: table is not int32") };
         assert!(table.is_standard_layout(), "{ctx}: C order");
-        assert_eq!(
-            format!("{}", digest_table(table.view())),
-            g["digest"].as_str().unwrap(),
-            "{ctx}: digest"
-        );
+        assert_eq!(format!("{}", digest_table(table.view())), g["digest"].as_str().unwrap(), "{ctx}: digest");
 
         // The facts in TableInfo are the facts of the table in the provider.
         let skips = table.iter().filter(|&&x| x == -1).count();
         assert_eq!(skips, info.skip_count, "{ctx}: recount");
-        assert_eq!(
-            *table.iter().min().unwrap(),
-            info.min,
-            "{ctx}: recomputed min"
-        );
-        assert_eq!(
-            *table.iter().max().unwrap(),
-            info.max,
-            "{ctx}: recomputed max"
-        );
-        assert!(
-            table.iter().all(|&x| x >= -1),
-            "{ctx}: -1 is the only negative"
-        );
+        assert_eq!(*table.iter().min().unwrap(), info.min, "{ctx}: recomputed min");
+        assert_eq!(*table.iter().max().unwrap(), info.max, "{ctx}: recomputed max");
+        assert!(table.iter().all(|&x| x >= -1), "{ctx}: -1 is the only negative");
 
         // Dimensions and the skip-value rule: Some(-1) exactly when a -1 is present.
         assert_eq!(conn.domain().name(), info.domain);
@@ -122,11 +68,7 @@ fn check_against_golden(grid: &Grid, file_name: &str) {
         assert_eq!(conn.local().kind(), DimensionKind::Local);
         assert_eq!(conn.codomain().name(), info.codomain);
         assert_eq!(conn.codomain().kind(), DimensionKind::Horizontal);
-        assert_eq!(
-            conn.skip_value(),
-            (info.skip_count > 0).then_some(-1),
-            "{ctx}: skip value"
-        );
+        assert_eq!(conn.skip_value(), (info.skip_count > 0).then_some(-1), "{ctx}: skip value");
     }
 
     // Entries: the gathers in table order, then Koff -> K (vertical).
@@ -153,33 +95,17 @@ fn icon_r02b04_matches_the_witness() {
     let grid = read_grid(Path::new(ICON)).expect("ICON grid reads");
     eprintln!("ICON R02B04 read in {:?}", start.elapsed());
     assert_eq!(grid.kind(), GridKind::Icon);
-    assert_eq!(
-        grid.sizes(),
-        GridSizes {
-            cells: 20480,
-            edges: 30720,
-            vertices: 10242
-        }
-    );
+    assert_eq!(grid.sizes(), GridSizes { cells: 20480, edges: 30720, vertices: 10242 });
     assert_eq!(grid.path(), Path::new(ICON));
     assert_eq!(grid.tables().len(), 8);
     check_against_golden(&grid, "icon_grid_0013_R02B04_R.nc");
 
     // Only the 12 pentagon vertices miss a neighbour, in their 6th slot.
     for offset in ["V2E", "V2C", "V2E2V"] {
-        let IndexTable::I32(t) = grid.provider().gather(offset).unwrap().host_table() else {
-            unreachable!()
-        };
-        let skipped: Vec<(usize, usize)> = t
-            .indexed_iter()
-            .filter(|(_, &x)| x == -1)
-            .map(|(ix, _)| ix)
-            .collect();
+        let IndexTable::I32(t) = grid.provider().gather(offset).unwrap().host_table() else { unreachable!() };
+        let skipped: Vec<(usize, usize)> = t.indexed_iter().filter(|(_, &x)| x == -1).map(|(ix, _)| ix).collect();
         assert_eq!(skipped.len(), 12, "{offset}");
-        assert!(
-            skipped.iter().all(|&(_, col)| col == 5),
-            "{offset}: gaps only in slot 5"
-        );
+        assert!(skipped.iter().all(|&(_, col)| col == 5), "{offset}: gaps only in slot 5");
     }
     assert_eq!(grid.table_info("C2E").unwrap().variable, "edge_of_cell");
     assert!(grid.table_info("nope").is_none());
@@ -189,23 +115,13 @@ fn icon_r02b04_matches_the_witness() {
 fn mpas_qu480_matches_the_witness() {
     let grid = read_grid(Path::new(MPAS)).expect("MPAS grid reads");
     assert_eq!(grid.kind(), GridKind::Mpas);
-    assert_eq!(
-        grid.sizes(),
-        GridSizes {
-            cells: 1791,
-            edges: 5754,
-            vertices: 3947
-        }
-    );
+    assert_eq!(grid.sizes(), GridSizes { cells: 1791, edges: 5754, vertices: 3947 });
     assert_eq!(grid.tables().len(), 7, "MPAS has no V2E2V");
     assert!(grid.provider().get("V2E2V").is_none());
     check_against_golden(&grid, "oQU480.231010.nc");
     assert_eq!(grid.table_info("C2E2C").unwrap().variable, "cellsOnCell");
     // The land-removed mesh has boundary edges: E2C has gaps, E2V has none (so no skip value).
-    assert_eq!(
-        grid.provider().gather("E2C").unwrap().skip_value(),
-        Some(-1)
-    );
+    assert_eq!(grid.provider().gather("E2C").unwrap().skip_value(), Some(-1));
     assert_eq!(grid.provider().gather("E2V").unwrap().skip_value(), None);
 }
 

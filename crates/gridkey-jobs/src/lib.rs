@@ -115,7 +115,11 @@ impl std::str::FromStr for BuildJobsMode {
             "serial" => Ok(BuildJobsMode::Serial),
             "thread" => Ok(BuildJobsMode::Thread),
             "process" => Ok(BuildJobsMode::Process),
-            _ => Err(JobsError::BadSetting { var: ENV_MODE, value: value.to_owned(), accepted: "serial, thread or process" }),
+            _ => Err(JobsError::BadSetting {
+                var: ENV_MODE,
+                value: value.to_owned(),
+                accepted: "serial, thread or process",
+            }),
         }
     }
 }
@@ -218,10 +222,7 @@ pub struct Settings {
 impl Settings {
     /// Settings for `cache_dir`, capturing the current value of each variable in `declared`.
     pub fn capture(cache_dir: &Path, declared: &[&str]) -> Self {
-        let vars = declared
-            .iter()
-            .filter_map(|&name| std::env::var(name).ok().map(|v| (name.to_owned(), v)))
-            .collect();
+        let vars = declared.iter().filter_map(|&name| std::env::var(name).ok().map(|v| (name.to_owned(), v))).collect();
         Self { cache_dir: cache_dir.to_path_buf(), vars }
     }
 }
@@ -383,7 +384,11 @@ impl<H: TaskHandler + 'static> Runner<H> {
     }
 
     /// [`Self::run_all`], telling `progress` when each task starts and ends.
-    pub fn run_all_with(&self, tasks: &[CompilationTask], progress: &dyn Progress) -> Vec<Result<H::Output, TaskError>> {
+    pub fn run_all_with(
+        &self,
+        tasks: &[CompilationTask],
+        progress: &dyn Progress,
+    ) -> Vec<Result<H::Output, TaskError>> {
         let fail = |task: &CompilationTask, cause| TaskError { program: task.program.clone(), cause };
         match self {
             Runner::Serial(handler) => tasks

@@ -27,9 +27,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 use serde::de::DeserializeOwned;
 
-use crate::protocol::{
-    read_frame, write_frame, FromWorker, ToWorker, WireFailure, WireTask, PROTOCOL_VERSION,
-};
+use crate::protocol::{read_frame, write_frame, FromWorker, ToWorker, WireFailure, WireTask, PROTOCOL_VERSION};
 use crate::{CompilationTask, NoProgress, Progress, TaskError, TaskFailure};
 
 /// Bytes of a worker's stderr kept for error messages.
@@ -68,10 +66,7 @@ pub struct WorkerCommand {
 impl WorkerCommand {
     /// `program worker`.
     pub fn gridkey(program: PathBuf) -> Self {
-        Self {
-            program,
-            args: vec!["worker".to_owned()],
-        }
+        Self { program, args: vec!["worker".to_owned()] }
     }
 }
 
@@ -123,12 +118,7 @@ impl<O: DeserializeOwned + Send> ProcessPool<O> {
 
     /// Process ids of the idle workers.
     pub fn idle_pids(&self) -> Vec<u32> {
-        self.idle
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .iter()
-            .map(|w| w.pid)
-            .collect()
+        self.idle.lock().unwrap_or_else(|p| p.into_inner()).iter().map(|w| w.pid).collect()
     }
 
     /// Runs every task in the workers; results in submission order.
@@ -138,11 +128,7 @@ impl<O: DeserializeOwned + Send> ProcessPool<O> {
 
     /// [`Self::run_all`], telling `progress` when each task starts and ends (from the threads
     /// that drive the workers).
-    pub fn run_all_with(
-        &self,
-        tasks: &[CompilationTask],
-        progress: &dyn Progress,
-    ) -> Vec<Result<O, TaskError>> {
+    pub fn run_all_with(&self, tasks: &[CompilationTask], progress: &dyn Progress) -> Vec<Result<O, TaskError>> {
         let wires: Vec<Result<WireTask, String>> = tasks.iter().map(WireTask::from_task).collect();
         let (task_tx, task_rx) = crossbeam_channel::unbounded::<usize>();
         for (i, w) in wires.iter().enumerate() {
@@ -178,10 +164,8 @@ impl<O: DeserializeOwned + Send> ProcessPool<O> {
             }
         });
         drop(done_tx);
-        let mut results: Vec<Option<Result<O, TaskFailure>>> = wires
-            .iter()
-            .map(|w| w.as_ref().err().map(|e| Err(TaskFailure::Start(e.clone()))))
-            .collect();
+        let mut results: Vec<Option<Result<O, TaskFailure>>> =
+            wires.iter().map(|w| w.as_ref().err().map(|e| Err(TaskFailure::Start(e.clone())))).collect();
         for (i, r) in done_rx {
             results[i] = Some(r);
         }
@@ -189,31 +173,22 @@ impl<O: DeserializeOwned + Send> ProcessPool<O> {
             .into_iter()
             .zip(tasks)
             .map(|(r, t)| {
-                r.expect("every task reports").map_err(|cause| TaskError {
-                    program: t.program.clone(),
-                    cause,
-                })
+                r.expect("every task reports").map_err(|cause| TaskError { program: t.program.clone(), cause })
             })
             .collect()
     }
 
     /// Runs one task on `slot`'s worker (starting one if empty); on a worker fault the worker is
     /// reaped and `slot` left empty so the next task starts a fresh one.
-    fn run_one(
-        &self,
-        slot: &mut Option<Worker>,
-        id: u64,
-        wire: &WireTask,
-    ) -> Result<O, TaskFailure> {
+    fn run_one(&self, slot: &mut Option<Worker>, id: u64, wire: &WireTask) -> Result<O, TaskFailure> {
         if slot.is_none() {
             *self.started.lock().unwrap_or_else(|p| p.into_inner()) += 1;
             *slot = Some(Worker::spawn(&self.command).map_err(TaskFailure::Start)?);
         }
         let worker = slot.as_mut().expect("just filled");
         match worker.exchange(id, wire, self.timeout) {
-            Ok(Ok(bytes)) => postcard::from_bytes(&bytes).map_err(|e| {
-                TaskFailure::Handler(format!("the worker's output does not decode: {e}"))
-            }),
+            Ok(Ok(bytes)) => postcard::from_bytes(&bytes)
+                .map_err(|e| TaskFailure::Handler(format!("the worker's output does not decode: {e}"))),
             Ok(Err(WireFailure::Handler(e))) => Err(TaskFailure::Handler(e)),
             Ok(Err(WireFailure::Panic(p))) => Err(TaskFailure::Panic(p)),
             Ok(Err(WireFailure::Rehydrate(e))) => Err(TaskFailure::Rehydrate(e)),
@@ -230,12 +205,7 @@ impl<O> Drop for ProcessPool<O> {
         let workers = std::mem::take(&mut *self.idle.lock().unwrap_or_else(|p| p.into_inner()));
         for mut w in workers {
             let _ = write_frame(&mut w.stdin, &ToWorker::Shutdown);
-            let Worker {
-                mut child,
-                stdin,
-                pid,
-                ..
-            } = w;
+            let Worker { mut child, stdin, pid, .. } = w;
             drop(stdin);
             exit_unreaped(pid, Duration::from_secs(2));
             kill_group(pid);
@@ -262,10 +232,7 @@ fn kill_group(pid: u32) {
 }
 
 fn forget_live(pid: u32) {
-    LIVE_WORKERS
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .remove(&(pid as i32));
+    LIVE_WORKERS.lock().unwrap_or_else(|p| p.into_inner()).remove(&(pid as i32));
 }
 
 impl Worker {
@@ -286,10 +253,7 @@ impl Worker {
             .spawn()
             .map_err(|e| start_err(e.to_string()))?;
         let pid = child.id();
-        LIVE_WORKERS
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(pid as i32);
+        LIVE_WORKERS.lock().unwrap_or_else(|p| p.into_inner()).insert(pid as i32);
         let stdin = child.stdin.take().expect("piped");
         let mut stdout = BufReader::new(child.stdout.take().expect("piped"));
         let mut stderr = child.stderr.take().expect("piped");
@@ -316,22 +280,11 @@ impl Worker {
                 break;
             }
         });
-        let worker = Worker {
-            child,
-            stdin,
-            frames,
-            tail,
-            stderr_reader: Some(stderr_reader),
-            pid,
-        };
+        let worker = Worker { child, stdin, frames, tail, stderr_reader: Some(stderr_reader), pid };
         match worker.frames.recv().unwrap_or(Ok(None)) {
-            Ok(Some(FromWorker::Hello { protocol, .. })) if protocol == PROTOCOL_VERSION => {
-                Ok(worker)
-            }
+            Ok(Some(FromWorker::Hello { protocol, .. })) if protocol == PROTOCOL_VERSION => Ok(worker),
             Ok(Some(FromWorker::Hello { protocol, .. })) => {
-                let reason = format!(
-                    "it speaks protocol {protocol}, this gridkey speaks {PROTOCOL_VERSION}"
-                );
+                let reason = format!("it speaks protocol {protocol}, this gridkey speaks {PROTOCOL_VERSION}");
                 let _ = worker.reap(Fault::Garbage(reason.clone()));
                 Err(start_err(reason))
             }
@@ -353,14 +306,7 @@ impl Worker {
         wire: &WireTask,
         timeout: Option<Duration>,
     ) -> Result<Result<Vec<u8>, WireFailure>, Fault> {
-        write_frame(
-            &mut self.stdin,
-            &ToWorker::Task {
-                id,
-                task: wire.clone(),
-            },
-        )
-        .map_err(|_| Fault::Died)?;
+        write_frame(&mut self.stdin, &ToWorker::Task { id, task: wire.clone() }).map_err(|_| Fault::Died)?;
         let frame = match timeout {
             None => self.frames.recv().map_err(|_| Fault::Died)?,
             Some(limit) => match self.frames.recv_timeout(limit) {
@@ -373,9 +319,7 @@ impl Worker {
             Ok(Some(FromWorker::Done { id: got, result })) if got == id => Ok(result),
             Ok(Some(other)) => Err(Fault::Garbage(format!("unexpected frame {other:?}"))),
             Ok(None) => Err(Fault::Died),
-            Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
-                Err(Fault::Garbage(e.to_string()))
-            }
+            Err(e) if e.kind() == std::io::ErrorKind::InvalidData => Err(Fault::Garbage(e.to_string())),
             Err(_) => Err(Fault::Died),
         }
     }
@@ -392,10 +336,7 @@ impl Worker {
         // reaped yet, so its pid (the group id) cannot have been reused.
         kill_group(self.pid);
         forget_live(self.pid);
-        let status = self
-            .child
-            .wait()
-            .unwrap_or_else(|_| ExitStatus::from_raw(0));
+        let status = self.child.wait().unwrap_or_else(|_| ExitStatus::from_raw(0));
         drop(self.stdin);
         if let Some(reader) = self.stderr_reader.take() {
             // The stderr pipe closes when the worker and its children are gone; do not wait
@@ -407,31 +348,13 @@ impl Worker {
         }
         let stderr_tail = {
             let t = self.tail.lock().unwrap_or_else(|p| p.into_inner());
-            String::from_utf8_lossy(&t.iter().copied().collect::<Vec<u8>>())
-                .trim()
-                .to_owned()
+            String::from_utf8_lossy(&t.iter().copied().collect::<Vec<u8>>()).trim().to_owned()
         };
-        let stderr_tail = if stderr_tail.is_empty() {
-            "(nothing)".to_owned()
-        } else {
-            stderr_tail
-        };
+        let stderr_tail = if stderr_tail.is_empty() { "(nothing)".to_owned() } else { stderr_tail };
         match fault {
-            Fault::Died => TaskFailure::WorkerDied {
-                pid: self.pid,
-                status: describe(status),
-                stderr_tail,
-            },
-            Fault::Garbage(reason) => TaskFailure::Protocol {
-                pid: self.pid,
-                reason,
-                stderr_tail,
-            },
-            Fault::Timeout(limit) => TaskFailure::Timeout {
-                pid: self.pid,
-                seconds: limit.as_secs_f64(),
-                stderr_tail,
-            },
+            Fault::Died => TaskFailure::WorkerDied { pid: self.pid, status: describe(status), stderr_tail },
+            Fault::Garbage(reason) => TaskFailure::Protocol { pid: self.pid, reason, stderr_tail },
+            Fault::Timeout(limit) => TaskFailure::Timeout { pid: self.pid, seconds: limit.as_secs_f64(), stderr_tail },
         }
     }
 }
@@ -444,12 +367,8 @@ fn exit_unreaped(pid: u32, limit: Duration) -> bool {
         // SAFETY: waitid(2) on our own child, writing into a zeroed siginfo_t we own.
         let exited = unsafe {
             let mut info: libc::siginfo_t = std::mem::zeroed();
-            let rc = libc::waitid(
-                libc::P_PID,
-                pid as libc::id_t,
-                &mut info,
-                libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
-            );
+            let rc =
+                libc::waitid(libc::P_PID, pid as libc::id_t, &mut info, libc::WEXITED | libc::WNOHANG | libc::WNOWAIT);
             rc == 0 && info.si_pid() != 0
         };
         if exited || Instant::now() >= deadline {

@@ -182,14 +182,21 @@ impl WireTask {
         let cache_dir = settings
             .cache_dir
             .to_str()
-            .ok_or_else(|| format!("cache directory {} is not valid UTF-8; choose another GRIDKEY_CACHE_DIR", settings.cache_dir.display()))?
+            .ok_or_else(|| {
+                format!(
+                    "cache directory {} is not valid UTF-8; choose another GRIDKEY_CACHE_DIR",
+                    settings.cache_dir.display()
+                )
+            })?
             .to_owned();
         let offsets = task
             .provider
             .entries()
             .iter()
             .map(|(offset, entry)| match entry {
-                Entry::Dimension(d) => WireOffset::Dimension { offset: offset.clone(), dimension: WireDimension::from(d) },
+                Entry::Dimension(d) => {
+                    WireOffset::Dimension { offset: offset.clone(), dimension: WireDimension::from(d) }
+                }
                 Entry::Gather(c) => WireOffset::Gather {
                     offset: offset.clone(),
                     digest: *c.digest().as_bytes(),
@@ -224,7 +231,8 @@ impl WireTask {
             let (offset, entry) = match wire {
                 WireOffset::Dimension { offset, dimension } => (offset, Entry::Dimension(dimension.to_dimension()?)),
                 WireOffset::Gather { offset, digest, dtype, shape, domain, local, codomain, skip_value } => {
-                    let dtype = Dtype::from_typestr(dtype).ok_or_else(|| format!("offset {offset}: unknown dtype {dtype}"))?;
+                    let dtype =
+                        Dtype::from_typestr(dtype).ok_or_else(|| format!("offset {offset}: unknown dtype {dtype}"))?;
                     let spec = TableSpec {
                         digest: TableDigest::from_bytes(*digest),
                         dtype,
@@ -272,7 +280,8 @@ pub fn read_frame<T: for<'de> Deserialize<'de>, R: BufRead>(input: &mut R) -> io
         return Ok(None);
     }
     if buf.last() != Some(&0) {
-        let why = if n as u64 >= MAX_FRAME_BYTES { "frame longer than the limit" } else { "stream ended inside a frame" };
+        let why =
+            if n as u64 >= MAX_FRAME_BYTES { "frame longer than the limit" } else { "stream ended inside a frame" };
         return Err(io::Error::new(io::ErrorKind::InvalidData, why));
     }
     decode_frame(&mut buf).map(Some)

@@ -8,7 +8,10 @@ use std::sync::Arc;
 use gridkey_fingerprint::{Excluded, TranslationOptions};
 use gridkey_jobs::protocol::{read_frame, write_frame, FromWorker, ToWorker, WireFailure, WireTask};
 use gridkey_jobs::{CompilationTask, Settings};
-use gridkey_offsets::{compile_time_offset_provider, Connectivity, Dimension, DimensionKind, Entry, IndexTable, OffsetProvider, TableSource};
+use gridkey_offsets::{
+    compile_time_offset_provider, Connectivity, Dimension, DimensionKind, Entry, IndexTable, OffsetProvider,
+    TableSource,
+};
 use gridkey_store::TableStore;
 use ndarray::Array2;
 use proptest::prelude::*;
@@ -32,7 +35,10 @@ fn task(cache: &Path, rows: usize) -> CompilationTask {
         encoding: vec![1, 2, 3],
         options: TranslationOptions::new(),
         provider: Arc::new(ct),
-        settings: Excluded(Settings { cache_dir: cache.to_path_buf(), vars: [("CC".to_owned(), "cc".to_owned())].into() }),
+        settings: Excluded(Settings {
+            cache_dir: cache.to_path_buf(),
+            vars: [("CC".to_owned(), "cc".to_owned())].into(),
+        }),
     }
 }
 

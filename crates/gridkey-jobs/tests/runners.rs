@@ -4,7 +4,9 @@
 use std::sync::Arc;
 
 use gridkey_fingerprint::{Excluded, TranslationOptions};
-use gridkey_jobs::{BuildJobs, BuildJobsMode, CompilationTask, JobsError, Runner, Settings, TaskFailure, TaskHandler, WorkerCommand};
+use gridkey_jobs::{
+    BuildJobs, BuildJobsMode, CompilationTask, JobsError, Runner, Settings, TaskFailure, TaskHandler, WorkerCommand,
+};
 use gridkey_offsets::CompileTimeOffsetProvider;
 
 /// Echoes the program name; fails on `bad`, panics on `boom`; sleeps a little to interleave.
@@ -32,7 +34,10 @@ fn tasks(names: &[&str]) -> Vec<CompilationTask> {
             encoding: vec![(names.len() - i) as u8],
             options: TranslationOptions::new(),
             provider: provider.clone(),
-            settings: Excluded(Settings { cache_dir: "/nonexistent".into(), vars: [("CC".to_owned(), "gcc".to_owned())].into() }),
+            settings: Excluded(Settings {
+                cache_dir: "/nonexistent".into(),
+                vars: [("CC".to_owned(), "gcc".to_owned())].into(),
+            }),
         })
         .collect()
 }
@@ -85,7 +90,11 @@ fn settings_from_the_environment() {
     check(Some("process"), Some("0"), Ok((BuildJobsMode::Serial, 1)));
     check(Some("thread"), Some("-2"), Ok((BuildJobsMode::Serial, 1)));
     check(Some("serial"), Some("8"), Ok((BuildJobsMode::Serial, 1)));
-    check(Some("processes"), None, Err("GRIDKEY_BUILD_JOBS_MODE=\"processes\" is not valid: expected serial, thread or process"));
+    check(
+        Some("processes"),
+        None,
+        Err("GRIDKEY_BUILD_JOBS_MODE=\"processes\" is not valid: expected serial, thread or process"),
+    );
     check(Some("thread"), Some("many"), Err("GRIDKEY_BUILD_JOBS=\"many\" is not valid"));
 }
 
@@ -107,10 +116,7 @@ fn timeout_from_the_environment() {
     check_timeout("0", Ok(None));
     check_timeout("30", Ok(Some(30.0)));
     check_timeout(" 2.5 ", Ok(Some(2.5)));
-    check_timeout(
-        "-1",
-        Err("GRIDKEY_BUILD_TIMEOUT=\"-1\" is not valid: expected a number of seconds"),
-    );
+    check_timeout("-1", Err("GRIDKEY_BUILD_TIMEOUT=\"-1\" is not valid: expected a number of seconds"));
     check_timeout("ten", Err("GRIDKEY_BUILD_TIMEOUT=\"ten\" is not valid"));
     check_timeout("inf", Err("GRIDKEY_BUILD_TIMEOUT=\"inf\" is not valid"));
 }
@@ -121,31 +127,18 @@ struct Recorder(std::sync::Mutex<Vec<(usize, String, Option<bool>)>>);
 
 impl gridkey_jobs::Progress for Recorder {
     fn started(&self, index: usize, program: &str) {
-        self.0
-            .lock()
-            .unwrap()
-            .push((index, program.to_owned(), None));
+        self.0.lock().unwrap().push((index, program.to_owned(), None));
     }
     fn finished(&self, index: usize, program: &str, ok: bool) {
-        self.0
-            .lock()
-            .unwrap()
-            .push((index, program.to_owned(), Some(ok)));
+        self.0.lock().unwrap().push((index, program.to_owned(), Some(ok)));
     }
 }
 
 #[test]
 fn progress_sees_each_task_start_then_end_with_its_outcome() {
     let names = ["a", "bad", "b", "boom", "c"];
-    for jobs in [
-        BuildJobs::new(BuildJobsMode::Serial, 1),
-        BuildJobs::new(BuildJobsMode::Thread, 3),
-    ] {
-        let runner = Runner::new(
-            jobs,
-            Arc::new(Echo),
-            WorkerCommand::gridkey("/unused".into()),
-        );
+    for jobs in [BuildJobs::new(BuildJobsMode::Serial, 1), BuildJobs::new(BuildJobsMode::Thread, 3)] {
+        let runner = Runner::new(jobs, Arc::new(Echo), WorkerCommand::gridkey("/unused".into()));
         let recorder = Recorder::default();
         let results = runner.run_all_with(&tasks(&names), &recorder);
         let events = recorder.0.into_inner().unwrap();
@@ -153,11 +146,7 @@ fn progress_sees_each_task_start_then_end_with_its_outcome() {
         for (i, name) in names.iter().enumerate() {
             let mine: Vec<_> = events.iter().filter(|(j, _, _)| *j == i).collect();
             assert_eq!(mine.len(), 2, "{name}");
-            assert_eq!(
-                (mine[0].1.as_str(), mine[0].2),
-                (*name, None),
-                "started first"
-            );
+            assert_eq!((mine[0].1.as_str(), mine[0].2), (*name, None), "started first");
             assert_eq!(mine[1].2, Some(results[i].is_ok()), "{name}: the outcome");
         }
     }

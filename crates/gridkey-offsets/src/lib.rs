@@ -289,7 +289,11 @@ fn check_dimensions(domain: &Dimension, local: &Dimension, codomain: &Dimension)
     located("domain", domain)?;
     located("codomain", codomain)?;
     if local.kind != DimensionKind::Local {
-        return Err(OffsetsError::DimensionKind { what: "local", name: local.name.clone(), expected: DimensionKind::Local });
+        return Err(OffsetsError::DimensionKind {
+            what: "local",
+            name: local.name.clone(),
+            expected: DimensionKind::Local,
+        });
     }
     Ok(())
 }
@@ -321,9 +325,8 @@ impl CompileTimeConnectivity {
         skip_value: Option<i64>,
     ) -> Result<Self, OffsetsError> {
         check_dimensions(&domain, &local, &codomain)?;
-        let table = store
-            .open_table(spec)
-            .map_err(|source| OffsetsError::Store { offset: offset.to_owned(), source })?;
+        let table =
+            store.open_table(spec).map_err(|source| OffsetsError::Store { offset: offset.to_owned(), source })?;
         Ok(Self { domain, local, codomain, skip_value, table })
     }
 

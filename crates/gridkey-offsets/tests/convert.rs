@@ -14,8 +14,14 @@ use proptest::prelude::*;
 
 fn conn(source: TableSource) -> Arc<Connectivity> {
     Arc::new(
-        Connectivity::new(Dimension::horizontal("Cell"), Dimension::local("C2EDim"), Dimension::horizontal("Edge"), Some(-1), source)
-            .unwrap(),
+        Connectivity::new(
+            Dimension::horizontal("Cell"),
+            Dimension::local("C2EDim"),
+            Dimension::horizontal("Edge"),
+            Some(-1),
+            source,
+        )
+        .unwrap(),
     )
 }
 
@@ -89,9 +95,14 @@ fn the_view_keeps_every_entry_in_order() {
     let ct = compile_time_offset_provider(&p, &store).unwrap();
     let names: Vec<&str> = ct.entries().iter().map(|(n, _)| n.as_str()).collect();
     assert_eq!(names, ["V2E", "Koff", "C2E"]);
-    assert!(matches!(ct.get("Koff"), Some(Entry::Dimension(d)) if d.name() == "K" && d.kind() == DimensionKind::Vertical));
+    assert!(
+        matches!(ct.get("Koff"), Some(Entry::Dimension(d)) if d.name() == "K" && d.kind() == DimensionKind::Vertical)
+    );
     let c = ct.gather("C2E").unwrap();
-    assert_eq!((c.domain().name(), c.local().name(), c.codomain().name(), c.skip_value()), ("Cell", "C2EDim", "Edge", Some(-1)));
+    assert_eq!(
+        (c.domain().name(), c.local().name(), c.codomain().name(), c.skip_value()),
+        ("Cell", "C2EDim", "Edge", Some(-1))
+    );
 }
 
 #[test]
@@ -114,8 +125,14 @@ fn duplicate_offsets_and_bad_dimension_kinds_are_errors() {
     let err = p.push("Koff", Entry::Dimension(Dimension::new("K", DimensionKind::Vertical))).unwrap_err();
     assert!(matches!(err, OffsetsError::DuplicateOffset { ref offset } if offset == "Koff"), "{err:?}");
     let table = TableSource::Host(IndexTable::I32(Array2::zeros((1, 1)).into_shared()));
-    let err = Connectivity::new(Dimension::horizontal("Cell"), Dimension::horizontal("C2EDim"), Dimension::horizontal("Edge"), None, table)
-        .unwrap_err();
+    let err = Connectivity::new(
+        Dimension::horizontal("Cell"),
+        Dimension::horizontal("C2EDim"),
+        Dimension::horizontal("Edge"),
+        None,
+        table,
+    )
+    .unwrap_err();
     assert!(matches!(err, OffsetsError::DimensionKind { what: "local", .. }), "{err:?}");
 }
 

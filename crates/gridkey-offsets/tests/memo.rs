@@ -54,7 +54,10 @@ fn converting_the_same_provider_twice_copies_and_hashes_once() {
     assert_eq!(after.tables_hashed, mid.tables_hashed, "and hashes nothing");
     assert_eq!(after.memo_hits - mid.memo_hits, 3);
     for name in ["C2E", "E2C", "V2E"] {
-        assert!(Arc::ptr_eq(first.gather(name).unwrap(), second.gather(name).unwrap()), "{name}: the same view is reused");
+        assert!(
+            Arc::ptr_eq(first.gather(name).unwrap(), second.gather(name).unwrap()),
+            "{name}: the same view is reused"
+        );
     }
 
     // Another store is another memo entry: the table is converted into it too.

@@ -41,15 +41,8 @@ impl CompileConfig {
     /// `cache_dir`, the compiler from the environment variable `CC` (`cc` when unset or blank),
     /// `verify_hits` off.
     pub fn from_env(cache_dir: impl Into<PathBuf>) -> Self {
-        let cc = std::env::var("CC")
-            .ok()
-            .filter(|cc| !cc.trim().is_empty())
-            .unwrap_or_else(|| "cc".to_owned());
-        Self {
-            cache_dir: cache_dir.into(),
-            cc,
-            verify_hits: false,
-        }
+        let cc = std::env::var("CC").ok().filter(|cc| !cc.trim().is_empty()).unwrap_or_else(|| "cc".to_owned());
+        Self { cache_dir: cache_dir.into(), cc, verify_hits: false }
     }
 }
 
@@ -112,18 +105,11 @@ pub fn compile(
 ) -> Result<CompileOutcome, StencilError> {
     let opts = check_options(options)?;
     let started = Instant::now();
-    let inputs = KeyInputs::new(
-        &frontend(),
-        program.name(),
-        &program.encode(),
-        options,
-        provider,
-    );
+    let inputs = KeyInputs::new(&frontend(), program.name(), &program.encode(), options, provider);
     let key = inputs.key();
     let cache = TranslationCache::open(&config.cache_dir)?;
     let cached = cache.get(&key).and_then(|bytes| {
-        String::from_utf8(bytes)
-            .map_err(|e| Miss::Invalid(format!("entry is not UTF-8 C source: {e}")))
+        String::from_utf8(bytes).map_err(|e| Miss::Invalid(format!("entry is not UTF-8 C source: {e}")))
     });
     let (source, miss_reason) = match cached {
         Ok(source) => {
@@ -165,15 +151,7 @@ pub fn compile(
     let built = if artifact.is_file() {
         false
     } else {
-        build(
-            program.name(),
-            &config.cc,
-            &cc,
-            &flags,
-            &source,
-            &dir,
-            &artifact,
-        )?;
+        build(program.name(), &config.cc, &cc, &flags, &source, &dir, &artifact)?;
         true
     };
     Ok(CompileOutcome {
@@ -224,12 +202,7 @@ fn build(
     let io_err = |action, path: &Path| {
         let program = program.to_owned();
         let path = path.to_path_buf();
-        move |source| StencilError::Io {
-            program,
-            action,
-            path,
-            source,
-        }
+        move |source| StencilError::Io { program, action, path, source }
     };
     let compiler_err = |status, stderr_tail| StencilError::Compiler {
         cc: cc_text.to_owned(),
@@ -238,10 +211,7 @@ fn build(
         stderr_tail,
     };
     let Some((exe, pre_args)) = cc.split_first() else {
-        return Err(compiler_err(
-            None,
-            "the compiler command is empty".to_owned(),
-        ));
+        return Err(compiler_err(None, "the compiler command is empty".to_owned()));
     };
     fs::create_dir_all(dir).map_err(io_err("create", dir))?;
     let work = tempfile::Builder::new()
@@ -274,10 +244,7 @@ fn build(
     };
     if !output.status.success() {
         let stderr = String::from_utf8_lossy(&output.stderr);
-        return Err(compiler_err(
-            output.status.code(),
-            tail(stderr.trim_end(), STDERR_TAIL).to_owned(),
-        ));
+        return Err(compiler_err(output.status.code(), tail(stderr.trim_end(), STDERR_TAIL).to_owned()));
     }
     let written = fs::metadata(out.path()).map_err(io_err("read", out.path()))?;
     if written.len() == 0 {
@@ -286,12 +253,9 @@ fn build(
             "the compiler exited successfully but wrote no library".to_owned(),
         ));
     }
-    fs::File::open(out.path())
-        .and_then(|f| f.sync_all())
-        .map_err(io_err("sync", out.path()))?;
+    fs::File::open(out.path()).and_then(|f| f.sync_all()).map_err(io_err("sync", out.path()))?;
     // A concurrent build of the same key renames the same content over it: harmless.
-    out.persist(artifact)
-        .map_err(|e| io_err("rename into", artifact)(e.error))?;
+    out.persist(artifact).map_err(|e| io_err("rename into", artifact)(e.error))?;
     Ok(())
 }
 
@@ -325,13 +289,7 @@ mod tests {
         assert_ne!(base, build_key("int x;", &s(&["gcc"]), &s(&["-O2"])));
         assert_ne!(base, build_key("int x;", &s(&["cc"]), &s(&["-O3"])));
         // Word boundaries are part of the key: "ccache gcc" is not "ccacheg cc".
-        assert_ne!(
-            build_key("", &s(&["ccache", "gcc"]), &[]),
-            build_key("", &s(&["ccacheg", "cc"]), &[])
-        );
-        assert_ne!(
-            build_key("", &s(&["cc", "-O2"]), &[]),
-            build_key("", &s(&["cc"]), &s(&["-O2"]))
-        );
+        assert_ne!(build_key("", &s(&["ccache", "gcc"]), &[]), build_key("", &s(&["ccacheg", "cc"]), &[]));
+        assert_ne!(build_key("", &s(&["cc", "-O2"]), &[]), build_key("", &s(&["cc"]), &s(&["-O2"])));
     }
 }

@@ -5,10 +5,7 @@ use std::fmt::Write as _;
 use gridkey_fingerprint::{content_digest, TranslationOptions};
 use gridkey_offsets::CompileTimeOffsetProvider;
 
-use crate::{
-    infer_domains, DomainFacts, FieldRole, FieldShape, Need, Program, Reduce, StencilError,
-    FRONTEND_NAME,
-};
+use crate::{infer_domains, DomainFacts, FieldRole, FieldShape, Need, Program, Reduce, StencilError, FRONTEND_NAME};
 
 /// Version of the kernel ABI (the `gk_table`, `gk_field` and `gk_status` structs and the
 /// signature of `gk_run`); a kernel reports it through `gk_abi_version()` and
@@ -77,12 +74,7 @@ pub fn check_options(options: &TranslationOptions) -> Result<StencilOptions, Ste
                     }
                 }
             }
-            _ => {
-                return Err(StencilError::UnknownOption {
-                    option: option.clone(),
-                    known: OPT_LEVEL.to_owned(),
-                })
-            }
+            _ => return Err(StencilError::UnknownOption { option: option.clone(), known: OPT_LEVEL.to_owned() }),
         }
     }
     Ok(parsed)
@@ -134,29 +126,11 @@ pub fn emit_c(program: &Program, facts: &DomainFacts, options: &TranslationOptio
     let offsets = program.offsets();
     let tables: Vec<_> = offsets
         .iter()
-        .map(|o| {
-            facts
-                .tables()
-                .get(o)
-                .expect("emit_c needs the facts inferred for this program")
-        })
+        .map(|o| facts.tables().get(o).expect("emit_c needs the facts inferred for this program"))
         .collect();
-    let needs = facts
-        .field_needs(program)
-        .expect("emit_c needs the facts inferred for this program");
-    let slot = |offset: &str| {
-        offsets
-            .iter()
-            .position(|o| o == offset)
-            .expect("an offset of the program")
-    };
-    let field_slot = |field: &str| {
-        program
-            .fields()
-            .iter()
-            .position(|f| f.name == field)
-            .expect("a declared field")
-    };
+    let needs = facts.field_needs(program).expect("emit_c needs the facts inferred for this program");
+    let slot = |offset: &str| offsets.iter().position(|o| o == offset).expect("an offset of the program");
+    let field_slot = |field: &str| program.fields().iter().position(|f| f.name == field).expect("a declared field");
 
     let mut c = String::new();
     let w = &mut c;
@@ -179,11 +153,8 @@ pub fn emit_c(program: &Program, facts: &DomainFacts, options: &TranslationOptio
     c.push_str(FAIL);
     let w = &mut c;
     let _ = writeln!(w, "int gk_abi_version(void) {{ return {ABI_VERSION}; }}");
-    let _ = writeln!(
-        w,
-        "const char *gk_program_digest(void) {{ return \"{}\"; }}\n",
-        content_digest(&program.encode())
-    );
+    let _ =
+        writeln!(w, "const char *gk_program_digest(void) {{ return \"{}\"; }}\n", content_digest(&program.encode()));
 
     for (t, (offset, f)) in offsets.iter().zip(&tables).enumerate() {
         let skip = match (f.has_skip, f.skip_value) {
@@ -214,11 +185,7 @@ pub fn emit_c(program: &Program, facts: &DomainFacts, options: &TranslationOptio
             FieldShape::Dense { dim } => format!("dense on {dim}"),
             FieldShape::Sparse { domain, local } => format!("sparse on ({domain}, {local})"),
         };
-        let _ = writeln!(
-            w,
-            "/* field {i}: {}, {shape}, {role}, {need} values */",
-            field.name
-        );
+        let _ = writeln!(w, "/* field {i}: {}, {shape}, {role}, {need} values */", field.name);
         let _ = writeln!(w, "#define GK_F{i}_LEN INT64_C({})", need.min_len());
     }
     c.push('\n');
@@ -232,31 +199,23 @@ pub fn emit_c(program: &Program, facts: &DomainFacts, options: &TranslationOptio
                 Reduce::Sum => "sum",
                 Reduce::Mean => "mean",
             };
-            let weights = stage
-                .weights
-                .as_deref()
-                .map_or_else(String::new, |wf| format!("{wf} * "));
+            let weights = stage.weights.as_deref().map_or_else(String::new, |wf| format!("{wf} * "));
             let _ = writeln!(
                 w,
                 "/* stage {s}: {}[i] = {reduce} over k of {weights}{}[{}[i, k]], {ctype} table */",
                 stage.output, stage.source, stage.offset
             );
-            let _ = writeln!(w, "static int gk_stage{s}_{suffix}(const gk_table *t, const gk_field *fields, gk_status *st) {{");
-            let _ = writeln!(w, "  const {ctype} *tab = (const {ctype} *)t->data;");
-            let _ = writeln!(w, "  const int64_t s0 = t->stride0, s1 = t->stride1;");
             let _ = writeln!(
                 w,
-                "  const double *src = fields[{}].data;",
-                field_slot(&stage.source)
+                "static int gk_stage{s}_{suffix}(const gk_table *t, const gk_field *fields, gk_status *st) {{"
             );
+            let _ = writeln!(w, "  const {ctype} *tab = (const {ctype} *)t->data;");
+            let _ = writeln!(w, "  const int64_t s0 = t->stride0, s1 = t->stride1;");
+            let _ = writeln!(w, "  const double *src = fields[{}].data;", field_slot(&stage.source));
             if let Some(wf) = &stage.weights {
                 let _ = writeln!(w, "  const double *w = fields[{}].data;", field_slot(wf));
             }
-            let _ = writeln!(
-                w,
-                "  double *out = fields[{}].data;",
-                field_slot(&stage.output)
-            );
+            let _ = writeln!(w, "  double *out = fields[{}].data;", field_slot(&stage.output));
             let _ = writeln!(w, "  for (int64_t i = 0; i < GK_T{t}_ROWS; ++i) {{");
             let _ = writeln!(w, "    double acc = 0.0;");
             if stage.reduce == Reduce::Mean {
@@ -268,10 +227,7 @@ pub fn emit_c(program: &Program, facts: &DomainFacts, options: &TranslationOptio
                 let _ = writeln!(w, "      if (j == GK_T{t}_SKIP) continue;");
             }
             let _ = writeln!(w, "      if (j < GK_T{t}_MIN || j > GK_T{t}_MAX)");
-            let _ = writeln!(
-                w,
-                "        return gk_fail(st, GK_INDEX, {t}, GK_T{t}_MIN, GK_T{t}_MAX, j, i, k);"
-            );
+            let _ = writeln!(w, "        return gk_fail(st, GK_INDEX, {t}, GK_T{t}_MIN, GK_T{t}_MAX, j, i, k);");
             if stage.weights.is_some() {
                 let _ = writeln!(w, "      acc += w[i * GK_T{t}_COLS + k] * src[j];");
             } else {
@@ -296,22 +252,22 @@ pub fn emit_c(program: &Program, facts: &DomainFacts, options: &TranslationOptio
     }
 
     let w = &mut c;
-    let _ = writeln!(
-        w,
-        "int gk_run(const gk_table *tables, const gk_field *fields, gk_status *st) {{"
-    );
+    let _ = writeln!(w, "int gk_run(const gk_table *tables, const gk_field *fields, gk_status *st) {{");
     let _ = writeln!(w, "  int rc;");
     let _ = writeln!(w, "  gk_fail(st, GK_OK, 0, 0, 0, 0, 0, 0);");
     for t in 0..tables.len() {
         let _ = writeln!(w, "  if (tables[{t}].rows != GK_T{t}_ROWS)");
-        let _ = writeln!(w, "    return gk_fail(st, GK_TABLE_ROWS, {t}, GK_T{t}_ROWS, GK_T{t}_ROWS, tables[{t}].rows, 0, 0);");
-        let _ = writeln!(w, "  if (tables[{t}].cols != GK_T{t}_COLS)");
-        let _ = writeln!(w, "    return gk_fail(st, GK_TABLE_COLS, {t}, GK_T{t}_COLS, GK_T{t}_COLS, tables[{t}].cols, 0, 0);");
-        let _ = writeln!(w, "  if (tables[{t}].width != 4 && tables[{t}].width != 8)");
         let _ = writeln!(
             w,
-            "    return gk_fail(st, GK_TABLE_WIDTH, {t}, 4, 8, tables[{t}].width, 0, 0);"
+            "    return gk_fail(st, GK_TABLE_ROWS, {t}, GK_T{t}_ROWS, GK_T{t}_ROWS, tables[{t}].rows, 0, 0);"
         );
+        let _ = writeln!(w, "  if (tables[{t}].cols != GK_T{t}_COLS)");
+        let _ = writeln!(
+            w,
+            "    return gk_fail(st, GK_TABLE_COLS, {t}, GK_T{t}_COLS, GK_T{t}_COLS, tables[{t}].cols, 0, 0);"
+        );
+        let _ = writeln!(w, "  if (tables[{t}].width != 4 && tables[{t}].width != 8)");
+        let _ = writeln!(w, "    return gk_fail(st, GK_TABLE_WIDTH, {t}, 4, 8, tables[{t}].width, 0, 0);");
     }
     for (i, need) in needs.iter().enumerate() {
         let (cmp, kind) = match need {
@@ -319,21 +275,12 @@ pub fn emit_c(program: &Program, facts: &DomainFacts, options: &TranslationOptio
             Need::AtLeast(_) => ("<", "GK_FIELD_AT_LEAST"),
         };
         let _ = writeln!(w, "  if (fields[{i}].len {cmp} GK_F{i}_LEN)");
-        let _ = writeln!(
-            w,
-            "    return gk_fail(st, {kind}, {i}, GK_F{i}_LEN, GK_F{i}_LEN, fields[{i}].len, 0, 0);"
-        );
+        let _ = writeln!(w, "    return gk_fail(st, {kind}, {i}, GK_F{i}_LEN, GK_F{i}_LEN, fields[{i}].len, 0, 0);");
     }
     for (s, stage) in program.stages().iter().enumerate() {
         let t = slot(&stage.offset);
-        let _ = writeln!(
-            w,
-            "  rc = tables[{t}].width == 4 ? gk_stage{s}_i32(&tables[{t}], fields, st)"
-        );
-        let _ = writeln!(
-            w,
-            "                             : gk_stage{s}_i64(&tables[{t}], fields, st);"
-        );
+        let _ = writeln!(w, "  rc = tables[{t}].width == 4 ? gk_stage{s}_i32(&tables[{t}], fields, st)");
+        let _ = writeln!(w, "                             : gk_stage{s}_i64(&tables[{t}], fields, st);");
         let _ = writeln!(w, "  if (rc != GK_OK) return rc;");
     }
     let _ = writeln!(w, "  return GK_OK;");

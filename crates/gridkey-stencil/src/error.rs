@@ -76,13 +76,17 @@ pub enum StencilError {
         reason: String,
     },
     /// Bytes that are not a program's stable encoding.
-    #[error("cannot decode a program: {reason}; the encoding comes from another gridkey-stencil version or was damaged")]
+    #[error(
+        "cannot decode a program: {reason}; the encoding comes from another gridkey-stencil version or was damaged"
+    )]
     Decode {
         /// What is wrong.
         reason: String,
     },
     /// The offset provider has no entry for an offset the program uses.
-    #[error("program {program} uses offset {offset}, which the offset provider does not have; add {offset} to the provider")]
+    #[error(
+        "program {program} uses offset {offset}, which the offset provider does not have; add {offset} to the provider"
+    )]
     MissingOffset {
         /// The program's name.
         program: String,
@@ -162,7 +166,9 @@ pub enum StencilError {
     #[error("translation cache: {0}")]
     Cache(#[from] FingerprintError),
     /// An I/O error of the build cache or the build directory.
-    #[error("program {program}: cannot {action} {path}: {source}; check that the cache directory is writable and has space")]
+    #[error(
+        "program {program}: cannot {action} {path}: {source}; check that the cache directory is writable and has space"
+    )]
     Io {
         /// The program's name.
         program: String,
@@ -196,7 +202,9 @@ pub enum StencilError {
         first_difference: usize,
     },
     /// The shared library could not be loaded or is not a kernel of this program.
-    #[error("cannot load the kernel of program {program} from {artifact}: {reason}; delete the file so it is built again")]
+    #[error(
+        "cannot load the kernel of program {program} from {artifact}: {reason}; delete the file so it is built again"
+    )]
     Load {
         /// The program's name.
         program: String,
@@ -259,7 +267,9 @@ pub enum StencilError {
         max: i64,
     },
     /// The kernel returned a status this crate does not know (a library of another ABI).
-    #[error("kernel of program {program} returned status {code} (slot {slot}); delete the artifact so it is built again")]
+    #[error(
+        "kernel of program {program} returned status {code} (slot {slot}); delete the artifact so it is built again"
+    )]
     KernelStatus {
         /// The program's name.
         program: String,

@@ -11,9 +11,7 @@ use xxhash_rust::xxh3::xxh3_64;
 
 use crate::emit::status;
 use crate::infer::resolve;
-use crate::{
-    infer_domains_runtime, FieldRole, FieldShape, Need, Program, Reduce, StencilError, ABI_VERSION,
-};
+use crate::{infer_domains_runtime, FieldRole, FieldShape, Need, Program, Reduce, StencilError, ABI_VERSION};
 
 /// Field values by field name: f64, dense fields one value per element, sparse fields
 /// `rows · cols` values in C order.
@@ -33,9 +31,7 @@ pub fn dimension_sizes(provider: &OffsetProvider) -> BTreeMap<String, usize> {
     let mut sizes = BTreeMap::new();
     for (_, entry) in provider.entries() {
         if let Entry::Gather(c) = entry {
-            sizes
-                .entry(c.domain().name().to_owned())
-                .or_insert(c.shape()[0]);
+            sizes.entry(c.domain().name().to_owned()).or_insert(c.shape()[0]);
         }
     }
     sizes
@@ -66,11 +62,7 @@ impl SplitMix64 {
 /// field's values do not depend on the other fields).
 ///
 /// Errors: those of [`infer_domains_runtime`].
-pub fn make_inputs(
-    program: &Program,
-    provider: &OffsetProvider,
-    seed: u64,
-) -> Result<Fields, StencilError> {
+pub fn make_inputs(program: &Program, provider: &OffsetProvider, seed: u64) -> Result<Fields, StencilError> {
     let facts = infer_domains_runtime(program, provider)?;
     let needs = facts.field_needs(program)?;
     let sizes = dimension_sizes(provider);
@@ -80,15 +72,11 @@ pub fn make_inputs(
             continue;
         }
         let len = match (need, &field.shape) {
-            (Need::AtLeast(n), FieldShape::Dense { dim }) => {
-                sizes.get(dim).copied().unwrap_or(n).max(n)
-            }
+            (Need::AtLeast(n), FieldShape::Dense { dim }) => sizes.get(dim).copied().unwrap_or(n).max(n),
             (need, _) => need.min_len(),
         };
         let mut rng = SplitMix64(seed ^ xxh3_64(field.name.as_bytes()));
-        fields
-            .0
-            .insert(field.name.clone(), (0..len).map(|_| rng.value()).collect());
+        fields.0.insert(field.name.clone(), (0..len).map(|_| rng.value()).collect());
     }
     Ok(fields)
 }
@@ -139,10 +127,7 @@ pub struct Kernel {
 
 impl std::fmt::Debug for Kernel {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Kernel")
-            .field("program", &self.program.name())
-            .field("artifact", &self.artifact)
-            .finish()
+        f.debug_struct("Kernel").field("program", &self.program.name()).field("artifact", &self.artifact).finish()
     }
 }
 
@@ -173,41 +158,23 @@ impl Kernel {
         let library = unsafe { libloading::Library::new(&path) }.map_err(|e| err(e.to_string()))?;
         // SAFETY: the symbols are declared in the emitted C with exactly these signatures.
         let (abi, digest, run) = unsafe {
-            let abi = *library
-                .get::<AbiFn>("gk_abi_version")
-                .map_err(|e| err(e.to_string()))?;
-            let digest = *library
-                .get::<DigestFn>("gk_program_digest")
-                .map_err(|e| err(e.to_string()))?;
-            let run = *library
-                .get::<RunFn>("gk_run")
-                .map_err(|e| err(e.to_string()))?;
+            let abi = *library.get::<AbiFn>("gk_abi_version").map_err(|e| err(e.to_string()))?;
+            let digest = *library.get::<DigestFn>("gk_program_digest").map_err(|e| err(e.to_string()))?;
+            let run = *library.get::<RunFn>("gk_run").map_err(|e| err(e.to_string()))?;
             (abi, digest, run)
         };
         // SAFETY: both functions take no argument and return a constant.
         let found_abi = unsafe { abi() };
         if found_abi != ABI_VERSION {
-            return Err(err(format!(
-                "kernel ABI {found_abi}, this frontend runs ABI {ABI_VERSION}"
-            )));
+            return Err(err(format!("kernel ABI {found_abi}, this frontend runs ABI {ABI_VERSION}")));
         }
         // SAFETY: `gk_program_digest` returns a pointer to a NUL-terminated string literal.
-        let found = unsafe { CStr::from_ptr(digest()) }
-            .to_string_lossy()
-            .into_owned();
+        let found = unsafe { CStr::from_ptr(digest()) }.to_string_lossy().into_owned();
         let want = content_digest(&program.encode());
         if found != want {
-            return Err(err(format!(
-                "it was built from program encoding {found}, not {want} (another program)"
-            )));
+            return Err(err(format!("it was built from program encoding {found}, not {want} (another program)")));
         }
-        Ok(Kernel {
-            program: program.clone(),
-            artifact: artifact.to_path_buf(),
-            run,
-            _library: library,
-            _lock: lock,
-        })
+        Ok(Kernel { program: program.clone(), artifact: artifact.to_path_buf(), run, _library: library, _lock: lock })
     }
 
     /// The program this kernel computes.
@@ -253,34 +220,25 @@ impl Kernel {
         // Temporaries and outputs: dense on the domain of the stage that writes them.
         let mut owned: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
         for stage in program.stages() {
-            let rows = host[offsets
-                .iter()
-                .position(|o| *o == stage.offset)
-                .expect("an offset of the program")]
-            .shape()[0];
+            let rows =
+                host[offsets.iter().position(|o| *o == stage.offset).expect("an offset of the program")].shape()[0];
             owned.insert(stage.output.as_str(), vec![0.0; rows]);
         }
         let mut fields = Vec::with_capacity(program.fields().len());
         for field in program.fields() {
-            let (data, len) =
-                match owned.get_mut(field.name.as_str()) {
-                    Some(values) => (values.as_mut_ptr(), values.len()),
-                    None => {
-                        let values = inputs.0.get(&field.name).ok_or_else(|| {
-                            StencilError::MissingField {
-                                program: name(),
-                                field: field.name.clone(),
-                            }
-                        })?;
-                        // The kernel writes only stage outputs, never an input: the cast to *mut
-                        // is only to share one struct between both.
-                        (values.as_ptr().cast_mut(), values.len())
-                    }
-                };
-            fields.push(GkField {
-                data,
-                len: len as i64,
-            });
+            let (data, len) = match owned.get_mut(field.name.as_str()) {
+                Some(values) => (values.as_mut_ptr(), values.len()),
+                None => {
+                    let values = inputs
+                        .0
+                        .get(&field.name)
+                        .ok_or_else(|| StencilError::MissingField { program: name(), field: field.name.clone() })?;
+                    // The kernel writes only stage outputs, never an input: the cast to *mut
+                    // is only to share one struct between both.
+                    (values.as_ptr().cast_mut(), values.len())
+                }
+            };
+            fields.push(GkField { data, len: len as i64 });
         }
         let mut st = GkStatus::default();
         // SAFETY: `tables` point at live tables (`host` holds them) whose rows, cols, strides
@@ -305,41 +263,20 @@ impl Kernel {
         let program = self.program.name().to_owned();
         let slot = usize::try_from(st.slot).ok();
         let offset = slot.and_then(|s| offsets.get(s)).cloned();
-        let field = slot
-            .and_then(|s| self.program.fields().get(s))
-            .map(|f| f.name.clone());
-        let unknown = StencilError::KernelStatus {
-            program: program.clone(),
-            code: rc,
-            slot: st.slot,
-        };
+        let field = slot.and_then(|s| self.program.fields().get(s)).map(|f| f.name.clone());
+        let unknown = StencilError::KernelStatus { program: program.clone(), code: rc, slot: st.slot };
         match (rc, offset, field) {
-            (status::TABLE_ROWS | status::TABLE_COLS, Some(offset), _) => {
-                StencilError::TableExtent {
-                    program,
-                    offset,
-                    axis: if rc == status::TABLE_ROWS {
-                        "rows"
-                    } else {
-                        "cols"
-                    },
-                    compiled: st.expected as u64,
-                    runtime: st.found as u64,
-                }
-            }
+            (status::TABLE_ROWS | status::TABLE_COLS, Some(offset), _) => StencilError::TableExtent {
+                program,
+                offset,
+                axis: if rc == status::TABLE_ROWS { "rows" } else { "cols" },
+                compiled: st.expected as u64,
+                runtime: st.found as u64,
+            },
             (status::FIELD_EXACT | status::FIELD_AT_LEAST, _, Some(field)) => {
                 let n = st.expected as usize;
-                let need = if rc == status::FIELD_EXACT {
-                    Need::Exactly(n)
-                } else {
-                    Need::AtLeast(n)
-                };
-                StencilError::FieldLength {
-                    program,
-                    field,
-                    need,
-                    found: st.found as usize,
-                }
+                let need = if rc == status::FIELD_EXACT { Need::Exactly(n) } else { Need::AtLeast(n) };
+                StencilError::FieldLength { program, field, need, found: st.found as usize }
             }
             (status::INDEX, Some(offset), _) => StencilError::IndexOutOfRange {
                 program,
@@ -380,25 +317,14 @@ pub fn evaluate_reference(
         let v = inputs
             .0
             .get(&field.name)
-            .ok_or_else(|| StencilError::MissingField {
-                program: name(),
-                field: field.name.clone(),
-            })?;
+            .ok_or_else(|| StencilError::MissingField { program: name(), field: field.name.clone() })?;
         if !need.accepts(v.len()) {
-            return Err(StencilError::FieldLength {
-                program: name(),
-                field: field.name.clone(),
-                need,
-                found: v.len(),
-            });
+            return Err(StencilError::FieldLength { program: name(), field: field.name.clone(), need, found: v.len() });
         }
         values.insert(field.name.clone(), v.clone());
     }
     for stage in program.stages() {
-        let c = gathers[offsets
-            .iter()
-            .position(|o| *o == stage.offset)
-            .expect("an offset of the program")];
+        let c = gathers[offsets.iter().position(|o| *o == stage.offset).expect("an offset of the program")];
         let table = c.host_table();
         let src = &values[&stage.source];
         let weights = stage.weights.as_ref().map(|w| values[w].as_slice());
@@ -417,12 +343,7 @@ pub fn evaluate_reference(
         })?;
         values.insert(stage.output.clone(), out);
     }
-    Ok(Fields(
-        values
-            .into_iter()
-            .filter(|(f, _)| program.role(f) == Some(FieldRole::Output))
-            .collect(),
-    ))
+    Ok(Fields(values.into_iter().filter(|(f, _)| program.role(f) == Some(FieldRole::Output)).collect()))
 }
 
 /// One stage in Rust; an index outside `src` is returned as `(row, col, index)` (inference
@@ -443,10 +364,7 @@ fn reduce<T: Copy + Into<i64>>(
                 if Some(j) == skip_value {
                     continue;
                 }
-                let x = *usize::try_from(j)
-                    .ok()
-                    .and_then(|j| src.get(j))
-                    .ok_or((i, k, j))?;
+                let x = *usize::try_from(j).ok().and_then(|j| src.get(j)).ok_or((i, k, j))?;
                 acc += weights.map_or(x, |w| w[i * cols + k] * x);
                 n += 1;
             }

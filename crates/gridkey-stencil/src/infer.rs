@@ -4,8 +4,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use gridkey_offsets::{
-    CompileTimeConnectivity, CompileTimeOffsetProvider, CompileTimeTable, Connectivity, Dimension,
-    Entry, IndexTable, OffsetProvider, Provider, TableSource,
+    CompileTimeConnectivity, CompileTimeOffsetProvider, CompileTimeTable, Connectivity, Dimension, Entry, IndexTable,
+    OffsetProvider, Provider, TableSource,
 };
 use ndarray::ArrayView2;
 use serde::{Deserialize, Serialize};
@@ -73,44 +73,30 @@ impl DomainFacts {
         let mut needs = Vec::with_capacity(program.fields().len());
         for field in program.fields() {
             let need = match &field.shape {
-                FieldShape::Dense { dim } => {
-                    match (self.domain_rows.get(dim), self.required_extents.get(dim)) {
-                        (Some(&rows), _) => Need::Exactly(rows),
-                        (None, Some(&extent)) => Need::AtLeast(extent),
-                        (None, None) => {
-                            return Err(StencilError::Extent {
-                                program: program.name().to_owned(),
-                                dimension: dim.clone(),
-                                reason: format!(
-                                    "the facts know no table with dimension {dim} for field {}",
-                                    field.name
-                                ),
-                            })
-                        }
+                FieldShape::Dense { dim } => match (self.domain_rows.get(dim), self.required_extents.get(dim)) {
+                    (Some(&rows), _) => Need::Exactly(rows),
+                    (None, Some(&extent)) => Need::AtLeast(extent),
+                    (None, None) => {
+                        return Err(StencilError::Extent {
+                            program: program.name().to_owned(),
+                            dimension: dim.clone(),
+                            reason: format!("the facts know no table with dimension {dim} for field {}", field.name),
+                        })
                     }
-                }
+                },
                 FieldShape::Sparse { domain, .. } => {
                     let mut need = None;
-                    for stage in program
-                        .stages()
-                        .iter()
-                        .filter(|s| s.weights.as_deref() == Some(&field.name))
-                    {
-                        let t = self.tables.get(&stage.offset).ok_or_else(|| {
-                            StencilError::MissingOffset {
-                                program: program.name().to_owned(),
-                                offset: stage.offset.clone(),
-                            }
+                    for stage in program.stages().iter().filter(|s| s.weights.as_deref() == Some(&field.name)) {
+                        let t = self.tables.get(&stage.offset).ok_or_else(|| StencilError::MissingOffset {
+                            program: program.name().to_owned(),
+                            offset: stage.offset.clone(),
                         })?;
                         let n = t.rows * t.cols;
                         if need.is_some_and(|m| m != n) {
                             return Err(StencilError::Extent {
                                 program: program.name().to_owned(),
                                 dimension: domain.clone(),
-                                reason: format!(
-                                    "sparse field {} weighs tables of different sizes",
-                                    field.name
-                                ),
+                                reason: format!("sparse field {} weighs tables of different sizes", field.name),
                             });
                         }
                         need = Some(n);
@@ -156,14 +142,7 @@ pub(crate) fn table_facts<T: Copy + Into<i64>>(
     if min > max {
         (min, max) = (0, -1);
     }
-    Ok(TableFacts {
-        rows,
-        cols,
-        min,
-        max,
-        has_skip,
-        skip_value,
-    })
+    Ok(TableFacts { rows, cols, min, max, has_skip, skip_value })
 }
 
 /// The dimensions of a gather connectivity, runtime or compile-time.
@@ -215,22 +194,13 @@ pub(crate) fn resolve<'p, G: GatherDims>(
 ) -> Result<Vec<&'p G>, StencilError> {
     let name = || program.name().to_owned();
     let lookup = |offset: &str| match provider.get(offset) {
-        None => Err(StencilError::MissingOffset {
-            program: name(),
-            offset: offset.to_owned(),
-        }),
-        Some(Entry::Dimension(d)) => Err(StencilError::NotAGather {
-            program: name(),
-            offset: offset.to_owned(),
-            dimension: d.name().to_owned(),
-        }),
+        None => Err(StencilError::MissingOffset { program: name(), offset: offset.to_owned() }),
+        Some(Entry::Dimension(d)) => {
+            Err(StencilError::NotAGather { program: name(), offset: offset.to_owned(), dimension: d.name().to_owned() })
+        }
         Some(Entry::Gather(g)) => Ok(g.as_ref()),
     };
-    let gathers = program
-        .offsets()
-        .iter()
-        .map(|o| lookup(o))
-        .collect::<Result<Vec<_>, _>>()?;
+    let gathers = program.offsets().iter().map(|o| lookup(o)).collect::<Result<Vec<_>, _>>()?;
     for stage in program.stages() {
         let g = lookup(&stage.offset)?;
         let mismatch = |field: &str, role, actual: String| StencilError::DimensionMismatch {
@@ -241,23 +211,13 @@ pub(crate) fn resolve<'p, G: GatherDims>(
             actual,
         };
         if program.dense_dim(&stage.output) != g.domain().name() {
-            return Err(mismatch(
-                &stage.output,
-                Side::Domain,
-                g.domain().name().to_owned(),
-            ));
+            return Err(mismatch(&stage.output, Side::Domain, g.domain().name().to_owned()));
         }
         if program.dense_dim(&stage.source) != g.codomain().name() {
-            return Err(mismatch(
-                &stage.source,
-                Side::Codomain,
-                g.codomain().name().to_owned(),
-            ));
+            return Err(mismatch(&stage.source, Side::Codomain, g.codomain().name().to_owned()));
         }
         if let Some(w) = &stage.weights {
-            if let FieldShape::Sparse { domain, local } =
-                &program.field(w).expect("checked by Program::new").shape
-            {
+            if let FieldShape::Sparse { domain, local } = &program.field(w).expect("checked by Program::new").shape {
                 if domain != g.domain().name() || local != g.local().name() {
                     return Err(mismatch(
                         w,
@@ -302,10 +262,7 @@ fn infer_with<G: GatherDims>(
                 return Err(StencilError::Extent {
                     program: name(),
                     dimension: domain,
-                    reason: format!(
-                        "table {other} has {rows} rows, table {} has {} rows",
-                        stage.offset, f.rows
-                    ),
+                    reason: format!("table {other} has {rows} rows, table {} has {} rows", stage.offset, f.rows),
                 })
             }
             Some(_) => {}
@@ -315,9 +272,7 @@ fn infer_with<G: GatherDims>(
         }
         let codomain = program.dense_dim(&stage.source).to_owned();
         let need = usize::try_from(f.max + 1).expect("max >= -1");
-        let entry = required_extents
-            .entry(codomain)
-            .or_insert((0, stage.offset.clone()));
+        let entry = required_extents.entry(codomain).or_insert((0, stage.offset.clone()));
         if need > entry.0 {
             *entry = (need, stage.offset.clone());
         }
@@ -328,10 +283,7 @@ fn infer_with<G: GatherDims>(
                 return Err(StencilError::Extent {
                     program: name(),
                     dimension: dim.clone(),
-                    reason: format!(
-                        "table {by} indexes up to {}, but table {of} has only {rows} rows",
-                        extent - 1
-                    ),
+                    reason: format!("table {by} indexes up to {}, but table {of} has only {rows} rows", extent - 1),
                 });
             }
         }
@@ -339,10 +291,7 @@ fn infer_with<G: GatherDims>(
     let facts = DomainFacts {
         tables,
         domain_rows: domain_rows.into_iter().map(|(d, (n, _))| (d, n)).collect(),
-        required_extents: required_extents
-            .into_iter()
-            .map(|(d, (n, _))| (d, n))
-            .collect(),
+        required_extents: required_extents.into_iter().map(|(d, (n, _))| (d, n)).collect(),
     };
     facts.field_needs(program)?;
     Ok(facts)
@@ -356,15 +305,10 @@ fn infer_with<G: GatherDims>(
 /// and offset; [`StencilError::DimensionMismatch`] when a field's dimension is not the
 /// connectivity's; [`StencilError::TableEntry`] for a negative entry that is not the skip value;
 /// [`StencilError::Extent`] when tables disagree about a dimension.
-pub fn infer_domains(
-    program: &Program,
-    provider: &CompileTimeOffsetProvider,
-) -> Result<DomainFacts, StencilError> {
-    infer_with(program, provider, |c: &CompileTimeConnectivity| {
-        match c.table() {
-            CompileTimeTable::I32(t) => table_facts(t, c.skip_value()),
-            CompileTimeTable::I64(t) => table_facts(t, c.skip_value()),
-        }
+pub fn infer_domains(program: &Program, provider: &CompileTimeOffsetProvider) -> Result<DomainFacts, StencilError> {
+    infer_with(program, provider, |c: &CompileTimeConnectivity| match c.table() {
+        CompileTimeTable::I32(t) => table_facts(t, c.skip_value()),
+        CompileTimeTable::I64(t) => table_facts(t, c.skip_value()),
     })
 }
 
@@ -374,10 +318,7 @@ pub fn infer_domains(
 /// [`crate::evaluate_reference`] and [`crate::make_inputs`]; translation never calls it.
 ///
 /// Errors: as [`infer_domains`].
-pub fn infer_domains_runtime(
-    program: &Program,
-    provider: &OffsetProvider,
-) -> Result<DomainFacts, StencilError> {
+pub fn infer_domains_runtime(program: &Program, provider: &OffsetProvider) -> Result<DomainFacts, StencilError> {
     infer_with(program, provider, |c: &Connectivity| {
         let facts_of = |t: &IndexTable| match t {
             IndexTable::I32(a) => table_facts(a.view(), c.skip_value()),

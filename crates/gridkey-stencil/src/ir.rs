@@ -48,25 +48,12 @@ pub struct FieldDecl {
 impl FieldDecl {
     /// A dense field `name` on dimension `dim`.
     pub fn dense(name: impl Into<String>, dim: impl Into<String>) -> Self {
-        Self {
-            name: name.into(),
-            shape: FieldShape::Dense { dim: dim.into() },
-        }
+        Self { name: name.into(), shape: FieldShape::Dense { dim: dim.into() } }
     }
 
     /// A sparse field `name` on `(domain, local)`.
-    pub fn sparse(
-        name: impl Into<String>,
-        domain: impl Into<String>,
-        local: impl Into<String>,
-    ) -> Self {
-        Self {
-            name: name.into(),
-            shape: FieldShape::Sparse {
-                domain: domain.into(),
-                local: local.into(),
-            },
-        }
+    pub fn sparse(name: impl Into<String>, domain: impl Into<String>, local: impl Into<String>) -> Self {
+        Self { name: name.into(), shape: FieldShape::Sparse { domain: domain.into(), local: local.into() } }
     }
 }
 
@@ -97,13 +84,7 @@ impl Stage {
         offset: impl Into<String>,
         source: impl Into<String>,
     ) -> Self {
-        Self {
-            output: output.into(),
-            reduce,
-            offset: offset.into(),
-            source: source.into(),
-            weights: None,
-        }
+        Self { output: output.into(), reduce, offset: offset.into(), source: source.into(), weights: None }
     }
 
     /// This stage with sparse weight field `weights`.
@@ -156,32 +137,16 @@ impl TryFrom<ProgramParts> for Program {
 }
 
 fn valid_name(name: &str) -> bool {
-    !name.is_empty()
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+    !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
 }
 
 impl Program {
     /// A program called `name` with `fields` and `stages`.
     ///
     /// Errors: [`StencilError::InvalidProgram`] naming the rule broken (see [`Program`]).
-    pub fn new(
-        name: impl Into<String>,
-        fields: Vec<FieldDecl>,
-        stages: Vec<Stage>,
-    ) -> Result<Self, StencilError> {
-        let program = Self {
-            name: name.into(),
-            fields,
-            stages,
-        };
-        program
-            .check()
-            .map_err(|reason| StencilError::InvalidProgram {
-                program: program.name.clone(),
-                reason,
-            })?;
+    pub fn new(name: impl Into<String>, fields: Vec<FieldDecl>, stages: Vec<Stage>) -> Result<Self, StencilError> {
+        let program = Self { name: name.into(), fields, stages };
+        program.check().map_err(|reason| StencilError::InvalidProgram { program: program.name.clone(), reason })?;
         Ok(program)
     }
 
@@ -190,9 +155,7 @@ impl Program {
             if valid_name(name) {
                 Ok(())
             } else {
-                Err(format!(
-                    "{what} name {name:?} must be non-empty ASCII letters, digits, '_', '-' or '.'"
-                ))
+                Err(format!("{what} name {name:?} must be non-empty ASCII letters, digits, '_', '-' or '.'"))
             }
         };
         bad_name("program", &self.name)?;
@@ -215,22 +178,15 @@ impl Program {
         for (s, stage) in self.stages.iter().enumerate() {
             bad_name("offset", &stage.offset)?;
             let decl = |name: &str| {
-                self.field(name)
-                    .ok_or_else(|| format!("stage {s} uses field {name}, which is not declared"))
+                self.field(name).ok_or_else(|| format!("stage {s} uses field {name}, which is not declared"))
             };
             let out = decl(&stage.output)?;
             let src = decl(&stage.source)?;
             let FieldShape::Dense { dim: out_dim } = &out.shape else {
-                return Err(format!(
-                    "stage {s} writes {}, which is not a dense field",
-                    out.name
-                ));
+                return Err(format!("stage {s} writes {}, which is not a dense field", out.name));
             };
             if !matches!(src.shape, FieldShape::Dense { .. }) {
-                return Err(format!(
-                    "stage {s} reads {}, which is not a dense field",
-                    src.name
-                ));
+                return Err(format!("stage {s} reads {}, which is not a dense field", src.name));
             }
             if stage.source == stage.output {
                 return Err(format!("stage {s} reads its own output {}", stage.output));
@@ -240,43 +196,30 @@ impl Program {
                     FieldShape::Sparse { domain, .. } if domain == out_dim => {}
                     FieldShape::Sparse { domain, .. } => {
                         return Err(format!(
-                        "stage {s} weighs with {w} on {domain}, but its output {} is on {out_dim}",
-                        out.name
-                    ))
+                            "stage {s} weighs with {w} on {domain}, but its output {} is on {out_dim}",
+                            out.name
+                        ))
                     }
                     FieldShape::Dense { .. } => {
-                        return Err(format!(
-                            "stage {s} weighs with {w}, which is not a sparse field"
-                        ))
+                        return Err(format!("stage {s} weighs with {w}, which is not a sparse field"))
                     }
                 }
             }
             if self.stages[..s].iter().any(|t| t.output == stage.output) {
-                return Err(format!(
-                    "field {} is written by more than one stage",
-                    stage.output
-                ));
+                return Err(format!("field {} is written by more than one stage", stage.output));
             }
-            let read_here =
-                |t: &Stage| t.source == stage.output || t.weights.as_deref() == Some(&stage.output);
+            let read_here = |t: &Stage| t.source == stage.output || t.weights.as_deref() == Some(&stage.output);
             if self.stages[..s].iter().any(read_here) {
-                return Err(format!(
-                    "field {} is read before stage {s} writes it",
-                    stage.output
-                ));
+                return Err(format!("field {} is read before stage {s} writes it", stage.output));
             }
         }
         for field in &self.fields {
-            let used = self.stages.iter().any(|t| {
-                t.output == field.name
-                    || t.source == field.name
-                    || t.weights.as_deref() == Some(&field.name)
-            });
+            let used = self
+                .stages
+                .iter()
+                .any(|t| t.output == field.name || t.source == field.name || t.weights.as_deref() == Some(&field.name));
             if !used {
-                return Err(format!(
-                    "field {} is declared but no stage uses it",
-                    field.name
-                ));
+                return Err(format!("field {} is declared but no stage uses it", field.name));
             }
         }
         Ok(())
@@ -317,10 +260,7 @@ impl Program {
     pub fn role(&self, name: &str) -> Option<FieldRole> {
         self.field(name)?;
         let written = self.stages.iter().any(|s| s.output == name);
-        let read = self
-            .stages
-            .iter()
-            .any(|s| s.source == name || s.weights.as_deref() == Some(name));
+        let read = self.stages.iter().any(|s| s.source == name || s.weights.as_deref() == Some(name));
         Some(match (written, read) {
             (false, _) => FieldRole::Input,
             (true, true) => FieldRole::Temporary,
@@ -329,10 +269,7 @@ impl Program {
     }
 
     fn with_role(&self, role: FieldRole) -> Vec<&FieldDecl> {
-        self.fields
-            .iter()
-            .filter(|f| self.role(&f.name) == Some(role))
-            .collect()
+        self.fields.iter().filter(|f| self.role(&f.name) == Some(role)).collect()
     }
 
     /// The input fields (never written), in declaration order.
@@ -375,25 +312,17 @@ impl Program {
     /// [`IR_FORMAT_VERSION`] (or carry trailing bytes); [`StencilError::InvalidProgram`] for a
     /// well-formed encoding of an invalid program.
     pub fn decode(bytes: &[u8]) -> Result<Self, StencilError> {
-        let (version, rest) =
-            postcard::take_from_bytes::<u32>(bytes).map_err(|e| StencilError::Decode {
-                reason: format!("no format version: {e}"),
-            })?;
+        let (version, rest) = postcard::take_from_bytes::<u32>(bytes)
+            .map_err(|e| StencilError::Decode { reason: format!("no format version: {e}") })?;
         if version != IR_FORMAT_VERSION {
             return Err(StencilError::Decode {
-                reason: format!(
-                    "program format version {version}, this frontend reads {IR_FORMAT_VERSION}"
-                ),
+                reason: format!("program format version {version}, this frontend reads {IR_FORMAT_VERSION}"),
             });
         }
-        let (parts, rest) =
-            postcard::take_from_bytes::<ProgramParts>(rest).map_err(|e| StencilError::Decode {
-                reason: e.to_string(),
-            })?;
+        let (parts, rest) = postcard::take_from_bytes::<ProgramParts>(rest)
+            .map_err(|e| StencilError::Decode { reason: e.to_string() })?;
         if !rest.is_empty() {
-            return Err(StencilError::Decode {
-                reason: format!("{} trailing bytes after the program", rest.len()),
-            });
+            return Err(StencilError::Decode { reason: format!("{} trailing bytes after the program", rest.len()) });
         }
         Program::try_from(parts)
     }

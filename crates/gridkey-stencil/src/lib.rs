@@ -37,14 +37,10 @@ mod icon;
 mod infer;
 mod ir;
 
-pub use compile::{
-    build_key, compile, CompileConfig, CompileOutcome, BUILD_DIR, BUILD_FORMAT_VERSION,
-};
+pub use compile::{build_key, compile, CompileConfig, CompileOutcome, BUILD_DIR, BUILD_FORMAT_VERSION};
 pub use emit::{check_options, emit_c, translate, StencilOptions, ABI_VERSION, OPT_LEVEL};
 pub use error::{Need, Side, StencilError};
-pub use exec::{
-    dimension_sizes, evaluate_reference, make_inputs, max_relative_error, Fields, Kernel,
-};
+pub use exec::{dimension_sizes, evaluate_reference, make_inputs, max_relative_error, Fields, Kernel};
 pub use icon::icon_programs;
 pub use infer::{infer_domains, infer_domains_runtime, DomainFacts, TableFacts};
 pub use ir::{FieldDecl, FieldRole, FieldShape, Program, Reduce, Stage, IR_FORMAT_VERSION};
@@ -55,8 +51,5 @@ pub const FRONTEND_NAME: &str = "gridkey-stencil";
 /// This frontend as a translation-key input: [`FRONTEND_NAME`] and the crate version, so that a
 /// new release of the frontend changes every key.
 pub fn frontend() -> gridkey_fingerprint::Frontend {
-    gridkey_fingerprint::Frontend {
-        name: FRONTEND_NAME.to_owned(),
-        version: env!("CARGO_PKG_VERSION").to_owned(),
-    }
+    gridkey_fingerprint::Frontend { name: FRONTEND_NAME.to_owned(), version: env!("CARGO_PKG_VERSION").to_owned() }
 }

@@ -7,15 +7,13 @@ use gridkey_fingerprint::TranslationOptions;
 use gridkey_grid::read_grid;
 use gridkey_offsets::compile_time_offset_provider;
 use gridkey_stencil::{
-    compile, emit_c, evaluate_reference, icon_programs, infer_domains_runtime, make_inputs,
-    max_relative_error, translate, CompileConfig, Kernel,
+    compile, emit_c, evaluate_reference, icon_programs, infer_domains_runtime, make_inputs, max_relative_error,
+    translate, CompileConfig, Kernel,
 };
 use gridkey_store::TableStore;
 
 fn grid_file(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../data/grids")
-        .join(name)
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../data/grids").join(name)
 }
 
 /// The one place that runs the programs on a grid; returns the offsets whose tables had skip
@@ -32,19 +30,8 @@ fn check(file: &str) -> Vec<String> {
     for program in icon_programs() {
         let facts = infer_domains_runtime(&program, provider).unwrap();
         let source = translate(&program, &ct, &options).unwrap();
-        assert_eq!(
-            emit_c(&program, &facts, &options),
-            source,
-            "{file} {}",
-            program.name()
-        );
-        skips.extend(
-            facts
-                .tables()
-                .iter()
-                .filter(|(_, t)| t.has_skip)
-                .map(|(o, _)| o.clone()),
-        );
+        assert_eq!(emit_c(&program, &facts, &options), source, "{file} {}", program.name());
+        skips.extend(facts.tables().iter().filter(|(_, t)| t.has_skip).map(|(o, _)| o.clone()));
         let outcome = compile(&program, &ct, &options, &config).unwrap();
         let kernel = Kernel::load(&outcome.artifact, &program).unwrap();
         let inputs = make_inputs(&program, provider, 42).unwrap();
@@ -67,8 +54,5 @@ fn icon_r02b04_grid() {
 #[test]
 fn mpas_ocean_grid_with_boundaries() {
     let skips = check("oQU480.231010.nc");
-    assert!(
-        skips.contains(&"E2C".to_owned()) && skips.contains(&"C2E".to_owned()),
-        "{skips:?}"
-    );
+    assert!(skips.contains(&"E2C".to_owned()) && skips.contains(&"C2E".to_owned()), "{skips:?}");
 }

@@ -1,23 +1,16 @@
 //! The IR: validation, roles, the built-in programs and the stable encoding.
 
 use gridkey_stencil::{
-    icon_programs, FieldDecl, FieldRole, Program, Reduce, Stage, StencilError, FRONTEND_NAME,
-    IR_FORMAT_VERSION,
+    icon_programs, FieldDecl, FieldRole, Program, Reduce, Stage, StencilError, FRONTEND_NAME, IR_FORMAT_VERSION,
 };
 use proptest::prelude::*;
 
 /// The one place that builds an invalid program: asserts `InvalidProgram` with `reason` in it.
 fn check_invalid(name: &str, fields: Vec<FieldDecl>, stages: Vec<Stage>, reason: &str) {
     match Program::new(name, fields, stages) {
-        Err(StencilError::InvalidProgram {
-            program,
-            reason: got,
-        }) => {
+        Err(StencilError::InvalidProgram { program, reason: got }) => {
             assert_eq!(program, name);
-            assert!(
-                got.contains(reason),
-                "reason {got:?} does not contain {reason:?}"
-            );
+            assert!(got.contains(reason), "reason {got:?} does not contain {reason:?}");
         }
         other => panic!("expected InvalidProgram({reason}), got {other:?}"),
     }
@@ -47,30 +40,10 @@ fn invalid_programs_are_rejected_with_the_rule_they_break() {
         vec![div_stage()],
         "declared twice",
     );
-    check_invalid(
-        "p",
-        div_fields(),
-        vec![Stage::new("out", Reduce::Sum, "C2E", "nope")],
-        "not declared",
-    );
-    check_invalid(
-        "p",
-        div_fields(),
-        vec![Stage::new("geofac_div", Reduce::Sum, "C2E", "vn")],
-        "not a dense field",
-    );
-    check_invalid(
-        "p",
-        div_fields(),
-        vec![Stage::new("out", Reduce::Sum, "C2E", "geofac_div")],
-        "not a dense field",
-    );
-    check_invalid(
-        "p",
-        div_fields(),
-        vec![Stage::new("out", Reduce::Sum, "C2E", "vn").weighted("vn")],
-        "not a sparse",
-    );
+    check_invalid("p", div_fields(), vec![Stage::new("out", Reduce::Sum, "C2E", "nope")], "not declared");
+    check_invalid("p", div_fields(), vec![Stage::new("geofac_div", Reduce::Sum, "C2E", "vn")], "not a dense field");
+    check_invalid("p", div_fields(), vec![Stage::new("out", Reduce::Sum, "C2E", "geofac_div")], "not a dense field");
+    check_invalid("p", div_fields(), vec![Stage::new("out", Reduce::Sum, "C2E", "vn").weighted("vn")], "not a sparse");
     check_invalid(
         "p",
         vec![FieldDecl::dense("x", "Cell")],
@@ -79,31 +52,15 @@ fn invalid_programs_are_rejected_with_the_rule_they_break() {
     );
     check_invalid(
         "p",
-        vec![
-            FieldDecl::dense("vn", "Edge"),
-            FieldDecl::sparse("w", "Edge", "E2CDim"),
-            FieldDecl::dense("out", "Cell"),
-        ],
+        vec![FieldDecl::dense("vn", "Edge"), FieldDecl::sparse("w", "Edge", "E2CDim"), FieldDecl::dense("out", "Cell")],
         vec![Stage::new("out", Reduce::Sum, "C2E", "vn").weighted("w")],
         "but its output out is on Cell",
     );
+    check_invalid("p", div_fields(), vec![div_stage(), div_stage()], "more than one stage");
     check_invalid(
         "p",
-        div_fields(),
-        vec![div_stage(), div_stage()],
-        "more than one stage",
-    );
-    check_invalid(
-        "p",
-        vec![
-            FieldDecl::dense("a", "Cell"),
-            FieldDecl::dense("b", "Cell"),
-            FieldDecl::dense("c", "Cell"),
-        ],
-        vec![
-            Stage::new("b", Reduce::Sum, "C2E2C", "c"),
-            Stage::new("c", Reduce::Sum, "C2E2C", "a"),
-        ],
+        vec![FieldDecl::dense("a", "Cell"), FieldDecl::dense("b", "Cell"), FieldDecl::dense("c", "Cell")],
+        vec![Stage::new("b", Reduce::Sum, "C2E2C", "c"), Stage::new("c", Reduce::Sum, "C2E2C", "a")],
         "read before stage 1 writes it",
     );
     check_invalid(
@@ -112,18 +69,10 @@ fn invalid_programs_are_rejected_with_the_rule_they_break() {
         vec![div_stage()],
         "no stage uses",
     );
+    check_invalid("p", div_fields(), vec![Stage::new("out", Reduce::Sum, "C2E */", "vn")], "offset name");
     check_invalid(
         "p",
-        div_fields(),
-        vec![Stage::new("out", Reduce::Sum, "C2E */", "vn")],
-        "offset name",
-    );
-    check_invalid(
-        "p",
-        vec![
-            FieldDecl::dense("vn", "Ed ge"),
-            FieldDecl::dense("out", "Cell"),
-        ],
+        vec![FieldDecl::dense("vn", "Ed ge"), FieldDecl::dense("out", "Cell")],
         vec![Stage::new("out", Reduce::Sum, "C2E", "vn")],
         "dimension name",
     );
@@ -133,32 +82,11 @@ fn invalid_programs_are_rejected_with_the_rule_they_break() {
 fn icon_programs_are_the_eight_in_order() {
     let programs = icon_programs();
     let names: Vec<&str> = programs.iter().map(Program::name).collect();
-    assert_eq!(
-        names,
-        [
-            "div",
-            "grad_n",
-            "rot",
-            "c2e2c_avg",
-            "cells2verts",
-            "verts2edges",
-            "verts2cells",
-            "nabla2"
-        ]
-    );
+    assert_eq!(names, ["div", "grad_n", "rot", "c2e2c_avg", "cells2verts", "verts2edges", "verts2cells", "nabla2"]);
     let offsets: Vec<Vec<String>> = programs.iter().map(Program::offsets).collect();
     assert_eq!(
         offsets,
-        [
-            ["C2E"].as_slice(),
-            &["E2C"],
-            &["V2E"],
-            &["C2E2C"],
-            &["V2C"],
-            &["E2V"],
-            &["C2V"],
-            &["E2C", "C2E"]
-        ]
+        [["C2E"].as_slice(), &["E2C"], &["V2E"], &["C2E2C"], &["V2C"], &["E2V"], &["C2V"], &["E2C", "C2E"]]
     );
     let div = &programs[0];
     let names = |fields: Vec<&FieldDecl>| fields.iter().map(|f| f.name.clone()).collect::<Vec<_>>();
@@ -167,20 +95,14 @@ fn icon_programs_are_the_eight_in_order() {
     assert_eq!(programs[3].stages()[0].reduce, Reduce::Mean);
     assert_eq!(programs[3].stages()[0].weights, None);
     let nabla2 = &programs[7];
-    assert_eq!(
-        names(nabla2.inputs()),
-        ["psi_c", "grad_coeff", "geofac_div"]
-    );
+    assert_eq!(names(nabla2.inputs()), ["psi_c", "grad_coeff", "geofac_div"]);
     assert_eq!(names(nabla2.temporaries()), ["grad_psi"]);
     assert_eq!(names(nabla2.outputs()), ["nabla2_psi"]);
     assert_eq!(nabla2.role("grad_psi"), Some(FieldRole::Temporary));
     assert_eq!(nabla2.role("nope"), None);
     assert_eq!(FRONTEND_NAME, "gridkey-stencil");
     assert_eq!(gridkey_stencil::frontend().name, FRONTEND_NAME);
-    assert_eq!(
-        gridkey_stencil::frontend().version,
-        env!("CARGO_PKG_VERSION")
-    );
+    assert_eq!(gridkey_stencil::frontend().version, env!("CARGO_PKG_VERSION"));
 }
 
 #[test]
@@ -210,16 +132,8 @@ fn bad_encodings_are_decode_errors() {
     check_decode_error(&good[..good.len() - 1], "");
     check_decode_error(&[good.as_slice(), &[0]].concat(), "1 trailing bytes");
     // A well-formed encoding of a program that breaks a rule is an invalid program, not a decode error.
-    let empty = postcard::to_allocvec(&(
-        IR_FORMAT_VERSION,
-        "p",
-        Vec::<FieldDecl>::new(),
-        Vec::<Stage>::new(),
-    ))
-    .unwrap();
-    assert!(
-        matches!(Program::decode(&empty), Err(StencilError::InvalidProgram { program, .. }) if program == "p")
-    );
+    let empty = postcard::to_allocvec(&(IR_FORMAT_VERSION, "p", Vec::<FieldDecl>::new(), Vec::<Stage>::new())).unwrap();
+    assert!(matches!(Program::decode(&empty), Err(StencilError::InvalidProgram { program, .. }) if program == "p"));
 }
 
 const MENU: [(&str, &str, &str, &str); 5] = [

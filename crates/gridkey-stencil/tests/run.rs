@@ -10,18 +10,14 @@ use common::{compile_time, Layout, Patch};
 use gridkey_fingerprint::{KeyInputs, TranslationCache, TranslationOptions};
 use gridkey_offsets::OffsetProvider;
 use gridkey_stencil::{
-    compile, dimension_sizes, evaluate_reference, frontend, icon_programs, make_inputs,
-    max_relative_error, CompileConfig, CompileOutcome, Fields, Kernel, Need, Program, StencilError,
-    BUILD_DIR,
+    compile, dimension_sizes, evaluate_reference, frontend, icon_programs, make_inputs, max_relative_error,
+    CompileConfig, CompileOutcome, Fields, Kernel, Need, Program, StencilError, BUILD_DIR,
 };
 
 const TOLERANCE: f64 = 1e-12;
 
 fn program(name: &str) -> Program {
-    icon_programs()
-        .into_iter()
-        .find(|p| p.name() == name)
-        .expect("an icon program")
+    icon_programs().into_iter().find(|p| p.name() == name).expect("an icon program")
 }
 
 fn config(cache: &Path) -> CompileConfig {
@@ -47,9 +43,7 @@ fn run_both(kernel: &Kernel, provider: &OffsetProvider, inputs: &Fields) -> (Fie
 
 fn files_in(dir: &Path) -> Vec<String> {
     match fs::read_dir(dir) {
-        Ok(entries) => entries
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .collect(),
+        Ok(entries) => entries.map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect(),
         Err(_) => Vec::new(),
     }
 }
@@ -77,11 +71,7 @@ fn every_icon_program_compiles_runs_and_matches_the_reference() {
             );
         }
         let err = max_relative_error(&got, &want);
-        assert!(
-            err <= TOLERANCE,
-            "{}: max relative error {err:e}",
-            program.name()
-        );
+        assert!(err <= TOLERANCE, "{}: max relative error {err:e}", program.name());
     }
 }
 
@@ -117,13 +107,7 @@ fn a_mean_over_no_neighbour_is_zero_in_both_paths() {
         t
     });
     let avg = program("c2e2c_avg");
-    let kernel = Kernel::load(
-        &compile_on(&avg, &provider, &config(cache.path()))
-            .unwrap()
-            .artifact,
-        &avg,
-    )
-    .unwrap();
+    let kernel = Kernel::load(&compile_on(&avg, &provider, &config(cache.path())).unwrap().artifact, &avg).unwrap();
     let inputs = make_inputs(&avg, &provider, 3).unwrap();
     let (got, want) = run_both(&kernel, &provider, &inputs);
     assert_eq!(got.get("psi_avg").unwrap()[0], 0.0);
@@ -138,26 +122,12 @@ fn a_second_compile_hits_the_translation_cache_and_the_build_cache() {
     let nabla2 = program("nabla2");
     let first = compile_on(&nabla2, &provider, &config(cache.path())).unwrap();
     assert!(first.translated && first.built);
-    assert!(
-        first
-            .miss_reason
-            .as_deref()
-            .unwrap()
-            .contains("no translation entry"),
-        "{:?}",
-        first.miss_reason
-    );
+    assert!(first.miss_reason.as_deref().unwrap().contains("no translation entry"), "{:?}", first.miss_reason);
     let second = compile_on(&nabla2, &provider, &config(cache.path())).unwrap();
     assert!(!second.translated && !second.built, "{second:?}");
-    assert_eq!(
-        (second.key, &second.artifact, &second.miss_reason),
-        (first.key, &first.artifact, &None)
-    );
+    assert_eq!((second.key, &second.artifact, &second.miss_reason), (first.key, &first.artifact, &None));
     // The debug switch translates the hit again and finds it identical.
-    let verify = CompileConfig {
-        verify_hits: true,
-        ..config(cache.path())
-    };
+    let verify = CompileConfig { verify_hits: true, ..config(cache.path()) };
     let third = compile_on(&nabla2, &provider, &verify).unwrap();
     assert!(!third.translated && !third.built);
     // Another runtime layout of the same tables is the same key: still a hit.
@@ -174,10 +144,7 @@ fn a_second_compile_hits_the_translation_cache_and_the_build_cache() {
     // The outcome crosses the worker protocol.
     let json = serde_json::to_string(&first).unwrap();
     assert!(json.contains(&first.key.to_hex()));
-    assert_eq!(
-        serde_json::from_str::<CompileOutcome>(&json).unwrap(),
-        first
-    );
+    assert_eq!(serde_json::from_str::<CompileOutcome>(&json).unwrap(), first);
 }
 
 #[test]
@@ -195,37 +162,16 @@ fn a_corrupt_translation_entry_is_a_miss_and_a_tampered_one_fails_verification()
     fs::write(&entry, b"garbage").unwrap();
     let again = compile_on(&div, &provider, &config(cache.path())).unwrap();
     assert!(again.translated && !again.built, "{again:?}");
-    assert!(again
-        .miss_reason
-        .as_deref()
-        .unwrap()
-        .contains("unusable translation entry"));
+    assert!(again.miss_reason.as_deref().unwrap().contains("unusable translation entry"));
 
     // An entry with the right key but other source: served as is, caught by verify_hits.
     let ct = compile_time(&provider, cache.path());
-    let inputs = KeyInputs::new(
-        &frontend(),
-        div.name(),
-        &div.encode(),
-        &TranslationOptions::new(),
-        &ct,
-    );
-    tc.put(&inputs, b"/* not what translation produces */")
-        .unwrap();
-    let verify = CompileConfig {
-        verify_hits: true,
-        ..config(cache.path())
-    };
+    let inputs = KeyInputs::new(&frontend(), div.name(), &div.encode(), &TranslationOptions::new(), &ct);
+    tc.put(&inputs, b"/* not what translation produces */").unwrap();
+    let verify = CompileConfig { verify_hits: true, ..config(cache.path()) };
     match compile_on(&div, &provider, &verify) {
-        Err(StencilError::VerifyMismatch {
-            program,
-            key,
-            first_difference,
-        }) => {
-            assert_eq!(
-                (program.as_str(), key, first_difference),
-                ("div", first.key, 3)
-            );
+        Err(StencilError::VerifyMismatch { program, key, first_difference }) => {
+            assert_eq!((program.as_str(), key, first_difference), ("div", first.key, 3));
         }
         other => panic!("expected VerifyMismatch, got {other:?}"),
     }
@@ -246,11 +192,7 @@ fn execution_reads_every_runtime_layout_in_place_with_the_same_result() {
             let provider = patch.provider(layout);
             let (got, reference) = run_both(&kernel, &provider, &inputs);
             assert_eq!(got, want, "{} on {layout:?} tables", program.name());
-            assert!(
-                max_relative_error(&got, &reference) <= TOLERANCE,
-                "{} reference on {layout:?}",
-                program.name()
-            );
+            assert!(max_relative_error(&got, &reference) <= TOLERANCE, "{} reference on {layout:?}", program.name());
         }
     }
 }
@@ -260,49 +202,25 @@ fn execution_reads_every_runtime_layout_in_place_with_the_same_result() {
 fn check_compiler_failure(cc: &str, want_status: Option<i32>, stderr_has: &str) {
     let cache = tempfile::tempdir().unwrap();
     let provider = Patch::new(1, 1).provider(Layout::COrder);
-    let config = CompileConfig {
-        cc: cc.to_owned(),
-        ..config(cache.path())
-    };
+    let config = CompileConfig { cc: cc.to_owned(), ..config(cache.path()) };
     match compile_on(&program("div"), &provider, &config) {
         Err(e @ StencilError::Compiler { .. }) => {
             let message = e.to_string();
-            let StencilError::Compiler {
-                cc: got_cc,
-                program,
-                status,
-                stderr_tail,
-            } = e
-            else {
-                unreachable!()
-            };
-            assert_eq!(
-                (got_cc.as_str(), program.as_str(), status),
-                (cc, "div", want_status)
-            );
+            let StencilError::Compiler { cc: got_cc, program, status, stderr_tail } = e else { unreachable!() };
+            assert_eq!((got_cc.as_str(), program.as_str(), status), (cc, "div", want_status));
             assert!(stderr_tail.contains(stderr_has), "{stderr_tail:?}");
-            assert!(
-                message.contains("install a C compiler or set CC"),
-                "{message}"
-            );
+            assert!(message.contains("install a C compiler or set CC"), "{message}");
             assert!(!message.ends_with('.'));
         }
         other => panic!("expected Compiler error for {cc:?}, got {other:?}"),
     }
-    assert_eq!(
-        files_in(&cache.path().join(BUILD_DIR)),
-        Vec::<String>::new()
-    );
+    assert_eq!(files_in(&cache.path().join(BUILD_DIR)), Vec::<String>::new());
 }
 
 #[test]
 fn a_failing_or_missing_compiler_is_a_compiler_error_and_leaves_nothing_behind() {
     check_compiler_failure("false", Some(1), "");
-    check_compiler_failure(
-        "/nonexistent/bin/cc",
-        None,
-        "cannot run /nonexistent/bin/cc",
-    );
+    check_compiler_failure("/nonexistent/bin/cc", None, "cannot run /nonexistent/bin/cc");
     check_compiler_failure("   ", None, "empty");
     // A compiler that rejects the flags: real stderr comes back.
     check_compiler_failure("cc -fno-such-flag-gridkey", Some(1), "no-such-flag-gridkey");
@@ -313,10 +231,7 @@ fn a_compiler_command_with_arguments_is_split_on_whitespace() {
     let cache = tempfile::tempdir().unwrap();
     let provider = Patch::new(1, 1).provider(Layout::COrder);
     let cc = CompileConfig::from_env(cache.path()).cc;
-    let with_flag = CompileConfig {
-        cc: format!("{cc}  -Wall"),
-        ..config(cache.path())
-    };
+    let with_flag = CompileConfig { cc: format!("{cc}  -Wall"), ..config(cache.path()) };
     let outcome = compile_on(&program("div"), &provider, &with_flag).unwrap();
     assert!(outcome.built);
     Kernel::load(&outcome.artifact, &program("div")).unwrap();
@@ -334,33 +249,17 @@ fn runtime_tables_that_differ_from_the_compiled_ones_are_typed_errors() {
     let big = Patch::new(3, 1).provider(Layout::Fortran);
     let inputs = make_inputs(&div, &big, 5).unwrap();
     match kernel.run(&big, &inputs) {
-        Err(StencilError::TableExtent {
-            program,
-            offset,
-            axis,
-            compiled,
-            runtime,
-        }) => {
-            assert_eq!(
-                (program.as_str(), offset.as_str(), axis, compiled, runtime),
-                ("div", "C2E", "rows", 4, 6)
-            );
+        Err(StencilError::TableExtent { program, offset, axis, compiled, runtime }) => {
+            assert_eq!((program.as_str(), offset.as_str(), axis, compiled, runtime), ("div", "C2E", "rows", 4, 6));
         }
         other => panic!("expected TableExtent, got {other:?}"),
     }
 
     // Other columns than compiled.
-    let wide = small.provider_with(Layout::Int64, |_, t| {
-        ndarray::concatenate![ndarray::Axis(1), t.clone(), t.clone()]
-    });
+    let wide = small.provider_with(Layout::Int64, |_, t| ndarray::concatenate![ndarray::Axis(1), t.clone(), t.clone()]);
     let inputs_small = make_inputs(&div, &small.provider(Layout::COrder), 5).unwrap();
     match kernel.run(&wide, &inputs_small) {
-        Err(StencilError::TableExtent {
-            axis: "cols",
-            compiled: 3,
-            runtime: 6,
-            ..
-        }) => {}
+        Err(StencilError::TableExtent { axis: "cols", compiled: 3, runtime: 6, .. }) => {}
         other => panic!("expected TableExtent on cols, got {other:?}"),
     }
 
@@ -375,19 +274,8 @@ fn runtime_tables_that_differ_from_the_compiled_ones_are_typed_errors() {
     let mut longer = inputs_small.clone();
     longer.0.insert("vn".to_owned(), vec![1.0; 10]);
     match kernel.run(&changed, &longer) {
-        Err(StencilError::IndexOutOfRange {
-            program,
-            offset,
-            row,
-            col,
-            index,
-            min,
-            max,
-        }) => {
-            assert_eq!(
-                (program.as_str(), offset.as_str(), row, col, index, min, max),
-                ("div", "C2E", 1, 2, 9, 0, 8)
-            );
+        Err(StencilError::IndexOutOfRange { program, offset, row, col, index, min, max }) => {
+            assert_eq!((program.as_str(), offset.as_str(), row, col, index, min, max), ("div", "C2E", 1, 2, 9, 0, 8));
         }
         other => panic!("expected IndexOutOfRange, got {other:?}"),
     }
@@ -396,16 +284,9 @@ fn runtime_tables_that_differ_from_the_compiled_ones_are_typed_errors() {
     let provider = small.provider(Layout::COrder);
     let mut short = inputs_small.clone();
     short.0.get_mut("vn").unwrap().truncate(8);
-    let want = StencilError::FieldLength {
-        program: "div".into(),
-        field: "vn".into(),
-        need: Need::AtLeast(9),
-        found: 8,
-    };
-    match (
-        kernel.run(&provider, &short),
-        evaluate_reference(&div, &provider, &short),
-    ) {
+    let want =
+        StencilError::FieldLength { program: "div".into(), field: "vn".into(), need: Need::AtLeast(9), found: 8 };
+    match (kernel.run(&provider, &short), evaluate_reference(&div, &provider, &short)) {
         (Err(a @ StencilError::FieldLength { .. }), Err(b @ StencilError::FieldLength { .. })) => {
             assert_eq!(a.to_string(), want.to_string());
             assert_eq!(b.to_string(), want.to_string());
@@ -415,12 +296,9 @@ fn runtime_tables_that_differ_from_the_compiled_ones_are_typed_errors() {
     let mut bad_weights = inputs_small.clone();
     bad_weights.0.get_mut("geofac_div").unwrap().push(1.0);
     match kernel.run(&provider, &bad_weights) {
-        Err(StencilError::FieldLength {
-            field,
-            need: Need::Exactly(12),
-            found: 13,
-            ..
-        }) => assert_eq!(field, "geofac_div"),
+        Err(StencilError::FieldLength { field, need: Need::Exactly(12), found: 13, .. }) => {
+            assert_eq!(field, "geofac_div")
+        }
         other => panic!("expected FieldLength on weights, got {other:?}"),
     }
     let mut missing = inputs_small.clone();
@@ -439,15 +317,8 @@ fn a_kernel_loads_only_for_the_program_it_was_built_from() {
     let provider = Patch::new(1, 1).provider(Layout::COrder);
     let outcome = compile_on(&program("div"), &provider, &config(cache.path())).unwrap();
     match Kernel::load(&outcome.artifact, &program("rot")) {
-        Err(StencilError::Load {
-            program,
-            artifact,
-            reason,
-        }) => {
-            assert_eq!(
-                (program.as_str(), artifact),
-                ("rot", outcome.artifact.clone())
-            );
+        Err(StencilError::Load { program, artifact, reason }) => {
+            assert_eq!((program.as_str(), artifact), ("rot", outcome.artifact.clone()));
             assert!(reason.contains("another program"), "{reason}");
         }
         other => panic!("expected Load error, got {other:?}"),
@@ -460,38 +331,13 @@ fn a_kernel_loads_only_for_the_program_it_was_built_from() {
 
 #[test]
 fn max_relative_error_compares_outputs() {
-    let f = |pairs: &[(&str, &[f64])]| {
-        Fields(
-            pairs
-                .iter()
-                .map(|(k, v)| ((*k).to_owned(), v.to_vec()))
-                .collect(),
-        )
-    };
-    assert_eq!(
-        max_relative_error(&f(&[("a", &[1.0, 2.0])]), &f(&[("a", &[1.0, 2.0])])),
-        0.0
-    );
-    assert_eq!(
-        max_relative_error(&f(&[("a", &[1.0, 3.0])]), &f(&[("a", &[1.0, 2.0])])),
-        0.5
-    );
-    assert_eq!(
-        max_relative_error(&f(&[]), &f(&[("a", &[1.0])])),
-        f64::INFINITY
-    );
-    assert_eq!(
-        max_relative_error(&f(&[("a", &[1.0])]), &f(&[("a", &[1.0, 1.0])])),
-        f64::INFINITY
-    );
-    assert_eq!(
-        max_relative_error(&f(&[("a", &[f64::NAN])]), &f(&[("a", &[1.0])])),
-        f64::INFINITY
-    );
-    assert_eq!(
-        max_relative_error(&f(&[("a", &[0.0])]), &f(&[("a", &[0.0])])),
-        0.0
-    );
+    let f = |pairs: &[(&str, &[f64])]| Fields(pairs.iter().map(|(k, v)| ((*k).to_owned(), v.to_vec())).collect());
+    assert_eq!(max_relative_error(&f(&[("a", &[1.0, 2.0])]), &f(&[("a", &[1.0, 2.0])])), 0.0);
+    assert_eq!(max_relative_error(&f(&[("a", &[1.0, 3.0])]), &f(&[("a", &[1.0, 2.0])])), 0.5);
+    assert_eq!(max_relative_error(&f(&[]), &f(&[("a", &[1.0])])), f64::INFINITY);
+    assert_eq!(max_relative_error(&f(&[("a", &[1.0])]), &f(&[("a", &[1.0, 1.0])])), f64::INFINITY);
+    assert_eq!(max_relative_error(&f(&[("a", &[f64::NAN])]), &f(&[("a", &[1.0])])), f64::INFINITY);
+    assert_eq!(max_relative_error(&f(&[("a", &[0.0])]), &f(&[("a", &[0.0])])), 0.0);
 }
 
 #[test]

@@ -218,7 +218,11 @@ impl TableStore {
     /// bounded buffer. The digest must be [`digest_table`] of `table`.
     ///
     /// Errors: as [`Self::put_with`].
-    pub fn put_table<T: TableElement>(&self, digest: TableDigest, table: ArrayView2<'_, T>) -> Result<PathBuf, StoreError> {
+    pub fn put_table<T: TableElement>(
+        &self,
+        digest: TableDigest,
+        table: ArrayView2<'_, T>,
+    ) -> Result<PathBuf, StoreError> {
         let spec = TableSpec { digest, dtype: T::DTYPE, shape: [table.nrows(), table.ncols()] };
         self.put_with(&spec, |out| write_c_order(table, out))
     }
@@ -553,7 +557,11 @@ impl MappedTable {
             Dtype::I32 => ArrayView2::<i32>::view_npy(&table.mmap).map(|v| v.raw_dim()),
             Dtype::I64 => ArrayView2::<i64>::view_npy(&table.mmap).map(|v| v.raw_dim()),
         }
-        .map_err(|e| StoreError::Format { path: table.path.clone(), dtype: spec.dtype, reason: e.to_string() })?;
+        .map_err(|e| StoreError::Format {
+            path: table.path.clone(),
+            dtype: spec.dtype,
+            reason: e.to_string(),
+        })?;
         let found = [found[0], found[1]];
         if found != spec.shape {
             return Err(StoreError::Shape { path: table.path, expected: spec.shape, found });
@@ -570,15 +578,14 @@ impl MappedTable {
         let mut last = None;
         for _ in 0..16 {
             // O_NOFOLLOW: a symlink planted after the caller's check is refused, not followed.
-            let file = OpenOptions::new()
-                .read(true)
-                .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-                .open(path)
-                .map_err(|source| match source.raw_os_error() {
-                    Some(libc::ELOOP) => StoreError::NotAFile { path: path.to_path_buf() },
-                    Some(libc::ENOENT) => StoreError::Missing { path: path.to_path_buf(), digest: spec.digest },
-                    _ => StoreError::Read { path: path.to_path_buf(), source },
-                })?;
+            let file =
+                OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK).open(path).map_err(
+                    |source| match source.raw_os_error() {
+                        Some(libc::ELOOP) => StoreError::NotAFile { path: path.to_path_buf() },
+                        Some(libc::ENOENT) => StoreError::Missing { path: path.to_path_buf(), digest: spec.digest },
+                        _ => StoreError::Read { path: path.to_path_buf(), source },
+                    },
+                )?;
             lock::lock_shared(&file).map_err(|source| StoreError::Read { path: path.to_path_buf(), source })?;
             match fs::symlink_metadata(path) {
                 Ok(m) if same_file(&m, &file) => return Ok(file),
@@ -620,4 +627,3 @@ where
         Err(e) => unreachable!("header checked when mapped: {e}"),
     }
 }
-

@@ -54,7 +54,10 @@ fn round_trip_in_c_order_with_aligned_data_and_read_only_file() {
     let header_len = bytes.len() - 1000 * 3 * 4;
     assert_eq!(header_len % 64, 0, "data starts at a multiple of 64 bytes");
     let header = String::from_utf8_lossy(&bytes[10..header_len]);
-    assert!(header.contains("'descr': '<i4'") && header.contains("'fortran_order': False") && header.contains("(1000, 3)"), "{header}");
+    assert!(
+        header.contains("'descr': '<i4'") && header.contains("'fortran_order': False") && header.contains("(1000, 3)"),
+        "{header}"
+    );
     assert_eq!(fs::metadata(&path).unwrap().permissions().mode() & 0o222, 0, "stored tables are read-only");
     let mapped = store.open_verified(&spec).unwrap();
     let TableView::I32(v) = mapped.view() else { panic!("int32 table") };
@@ -197,7 +200,13 @@ fn numpy_reads_a_stored_table_back_equal() {
             let out = Command::new("python3").args(["-c", script]).arg(&path).output().unwrap();
             assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
             let first: Vec<String> = t.iter().take(5).map(|x| x.to_string()).collect();
-            let expect = format!("{dtype} {} {} True {} {}", t.nrows(), t.ncols(), t.iter().map(|&x| i64::from(x)).sum::<i64>(), first.join(","));
+            let expect = format!(
+                "{dtype} {} {} True {} {}",
+                t.nrows(),
+                t.ncols(),
+                t.iter().map(|&x| i64::from(x)).sum::<i64>(),
+                first.join(",")
+            );
             assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), expect.trim());
         }
     }
@@ -374,7 +383,8 @@ fn put_slice_of_a_stored_table_keeps_the_file_and_leaves_no_temp_file() {
     let spec = stored(&store, &t);
     let path = store.path_of(&spec.digest);
     let modified = fs::metadata(&path).unwrap().modified().unwrap();
-    let (again, again_path) = store.put_slice(Dtype::I32, [600_000, 4], &le_bytes(&t), || digest_table(t.view())).unwrap();
+    let (again, again_path) =
+        store.put_slice(Dtype::I32, [600_000, 4], &le_bytes(&t), || digest_table(t.view())).unwrap();
     assert_eq!((again, again_path), (spec, path.clone()));
     assert_eq!(fs::metadata(&path).unwrap().modified().unwrap(), modified, "the stored file was not rewritten");
     assert_eq!(files_under(store.dir()).len(), 1, "no temp file is left: {:?}", files_under(store.dir()));

@@ -83,7 +83,10 @@ pub fn explain_keys(cache_dir: &Path, a: &str, b: &str) -> Result<Explanation, A
 
 /// The cached entry of the same program and frontend as `inputs` (other than `inputs`' own
 /// key) with the fewest differing inputs, ties broken by key order; and how many there were.
-pub fn nearest_entry(cache: &TranslationCache, inputs: &KeyInputs) -> (usize, Option<(TranslationKey, Vec<InputChange>)>) {
+pub fn nearest_entry(
+    cache: &TranslationCache,
+    inputs: &KeyInputs,
+) -> (usize, Option<(TranslationKey, Vec<InputChange>)>) {
     let own = inputs.key();
     let candidates: Vec<(TranslationKey, Vec<InputChange>)> = cache
         .keys()

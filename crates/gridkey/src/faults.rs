@@ -68,21 +68,13 @@ impl TaskHandler for FaultHandler {
             program: name.to_owned(),
             pid: std::process::id(),
             task_vars: task.settings.0.vars.clone(),
-            worker_env: task
-                .settings
-                .0
-                .vars
-                .keys()
-                .map(|k| (k.clone(), std::env::var(k).ok()))
-                .collect(),
+            worker_env: task.settings.0.vars.keys().map(|k| (k.clone(), std::env::var(k).ok())).collect(),
             memory: BTreeMap::new(),
             elements_read: 0,
             element_sum: 0,
         };
         if name.starts_with("error") {
-            return Err(format!(
-                "program {name} failed on request of the test-faults handler"
-            ));
+            return Err(format!("program {name} failed on request of the test-faults handler"));
         }
         if name.starts_with("panic") {
             panic!("program {name} panicked on request of the test-faults handler");
@@ -95,8 +87,7 @@ impl TaskHandler for FaultHandler {
             if let Some(fd) = gridkey_jobs::worker::protocol_descriptor() {
                 // SAFETY: the descriptor stays open for the worker's life; ManuallyDrop keeps
                 // this File from closing it.
-                let mut out =
-                    std::mem::ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(fd) });
+                let mut out = std::mem::ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(fd) });
                 let _ = out.write_all(b"this is not a frame\0");
                 let _ = out.flush();
             }
@@ -110,32 +101,21 @@ impl TaskHandler for FaultHandler {
                 std::fs::write(path, std::process::id().to_string())
                     .map_err(|e| format!("cannot write {path}: {e}"))?;
             }
-            let seconds: f64 = task
-                .options
-                .get("seconds")
-                .and_then(|s| s.parse().ok())
-                .unwrap_or(3600.0);
+            let seconds: f64 = task.options.get("seconds").and_then(|s| s.parse().ok()).unwrap_or(3600.0);
             std::thread::sleep(Duration::from_secs_f64(seconds));
         }
         if name.starts_with("memory") {
             for (_, entry) in task.provider.entries() {
                 if let Entry::Gather(c) = entry {
                     let (n, sum) = match c.table() {
-                        TableView::I32(t) => (
-                            t.len() as u64,
-                            t.iter().fold(0i64, |a, &x| a.wrapping_add(x as i64)),
-                        ),
-                        TableView::I64(t) => (
-                            t.len() as u64,
-                            t.iter().fold(0i64, |a, &x| a.wrapping_add(x)),
-                        ),
+                        TableView::I32(t) => (t.len() as u64, t.iter().fold(0i64, |a, &x| a.wrapping_add(x as i64))),
+                        TableView::I64(t) => (t.len() as u64, t.iter().fold(0i64, |a, &x| a.wrapping_add(x))),
                     };
                     report.elements_read += n;
                     report.element_sum = report.element_sum.wrapping_add(sum);
                 }
             }
-            report.memory = smaps_rollup(std::process::id())
-                .map_err(|e| format!("cannot read smaps_rollup: {e}"))?;
+            report.memory = smaps_rollup(std::process::id()).map_err(|e| format!("cannot read smaps_rollup: {e}"))?;
         }
         Ok(report)
     }

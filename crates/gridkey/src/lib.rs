@@ -93,7 +93,9 @@ pub enum AppError {
         known: Vec<String>,
     },
     /// The cache directory cannot be used (a file, not writable, read-only file system).
-    #[error("cache directory {path} {problem} ({source}); point GRIDKEY_CACHE_DIR (or --cache-dir) at a writable directory")]
+    #[error(
+        "cache directory {path} {problem} ({source}); point GRIDKEY_CACHE_DIR (or --cache-dir) at a writable directory"
+    )]
     CacheUnusable {
         /// The directory.
         path: PathBuf,
@@ -303,8 +305,9 @@ pub fn run_with_progress(
     progress: &dyn Progress,
 ) -> Result<RunReport, AppError> {
     let warnings = cache::check_cache_dir(&config.cache_dir)?;
-    let temps_removed = cache::gc(&config.cache_dir, &cache::GcConfig { max_size: None, temp_min_age: cache::STALE_TEMP_AGE })?
-        .temps_removed;
+    let temps_removed =
+        cache::gc(&config.cache_dir, &cache::GcConfig { max_size: None, temp_min_age: cache::STALE_TEMP_AGE })?
+            .temps_removed;
     let store = TableStore::open(&config.cache_dir)?;
     let cache_dir = std::fs::canonicalize(&config.cache_dir)
         .map_err(|source| AppError::CacheDir { path: config.cache_dir.clone(), source })?;

@@ -11,7 +11,11 @@ use gridkey::{RunConfig, RunReport, StencilHandler, SHIPPED_GRID};
 use gridkey_jobs::{BuildJobs, BuildJobsMode, WorkerCommand};
 
 #[derive(Parser)]
-#[command(name = "gridkey", version, about = "Compile stencil programs against content-addressed compile-time views of a grid's connectivity tables")]
+#[command(
+    name = "gridkey",
+    version,
+    about = "Compile stencil programs against content-addressed compile-time views of a grid's connectivity tables"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -168,7 +172,10 @@ fn dispatch(command: Command) -> Result<ExitCode> {
             if json {
                 println!("{}", serde_json::to_string_pretty(&rows)?);
             } else {
-                println!("{:<7} {:<7} {:<9} {:<13} {:<5} {:>5}  digest", "offset", "domain", "codomain", "shape", "dtype", "skips");
+                println!(
+                    "{:<7} {:<7} {:<9} {:<13} {:<5} {:>5}  digest",
+                    "offset", "domain", "codomain", "shape", "dtype", "skips"
+                );
                 for r in rows {
                     let shape = format!("({}, {})", r.shape[0], r.shape[1]);
                     println!(
@@ -183,16 +190,23 @@ fn dispatch(command: Command) -> Result<ExitCode> {
             let cache_dir = cache_dir.unwrap_or_else(gridkey_jobs::cache_dir_from_env);
             if let Some(program) = miss {
                 let options = options.into_iter().collect();
-                let e = gridkey::explain::explain_miss(&cache_dir, &program, &grid.unwrap_or_else(default_grid), &options)?;
+                let e =
+                    gridkey::explain::explain_miss(&cache_dir, &program, &grid.unwrap_or_else(default_grid), &options)?;
                 if json {
                     println!("{}", serde_json::to_string_pretty(&e)?);
                 } else if e.cached {
                     println!("{} key {}: in the cache, no miss to explain", e.program, e.key);
                 } else if let Some(nearest) = &e.nearest {
-                    println!("{} key {} is not cached; nearest cached entry {nearest} ({} candidates) differs in:", e.program, e.key, e.candidates);
+                    println!(
+                        "{} key {} is not cached; nearest cached entry {nearest} ({} candidates) differs in:",
+                        e.program, e.key, e.candidates
+                    );
                     print_changes(&e.differences);
                 } else {
-                    println!("{} key {} is not cached, and no other entry of {} is: a first translation", e.program, e.key, e.program);
+                    println!(
+                        "{} key {} is not cached, and no other entry of {} is: a first translation",
+                        e.program, e.key, e.program
+                    );
                 }
                 return Ok(ExitCode::SUCCESS);
             }
@@ -222,7 +236,8 @@ fn dispatch(command: Command) -> Result<ExitCode> {
                 std::env::set_var(gridkey_store::ENV_VERIFY_TABLES, "1");
             }
             let env = BuildJobs::from_env()?;
-            let jobs = BuildJobs::new(mode.unwrap_or(env.mode), jobs.unwrap_or(env.jobs as i64)).with_timeout(env.timeout);
+            let jobs =
+                BuildJobs::new(mode.unwrap_or(env.mode), jobs.unwrap_or(env.jobs as i64)).with_timeout(env.timeout);
             let config = RunConfig {
                 grid: grid.unwrap_or_else(default_grid),
                 cache_dir: cache_dir.unwrap_or_else(gridkey_jobs::cache_dir_from_env),
@@ -265,7 +280,10 @@ fn cache_command(command: CacheCommand) -> Result<ExitCode> {
             } else {
                 println!("{:<15} {:>8} {:>14} {:>10} {:>12}", "store", "entries", "bytes", "temp files", "temp bytes");
                 for s in &stats {
-                    println!("{:<15} {:>8} {:>14} {:>10} {:>12}", s.store, s.entries, s.bytes, s.temp_files, s.temp_bytes);
+                    println!(
+                        "{:<15} {:>8} {:>14} {:>10} {:>12}",
+                        s.store, s.entries, s.bytes, s.temp_files, s.temp_bytes
+                    );
                 }
                 let (n, b): (u64, u64) = stats.iter().fold((0, 0), |(n, b), s| (n + s.entries, b + s.bytes));
                 println!("{n} entries, {b} bytes in {}", dir.display());
@@ -280,7 +298,13 @@ fn cache_command(command: CacheCommand) -> Result<ExitCode> {
             } else {
                 println!(
                     "removed {} temp files ({} bytes) and {} entries ({} bytes); kept {} in use; {} bytes left in {}",
-                    r.temps_removed, r.temp_bytes, r.entries_removed, r.bytes_removed, r.kept_in_use, r.bytes_left, dir.display()
+                    r.temps_removed,
+                    r.temp_bytes,
+                    r.entries_removed,
+                    r.bytes_removed,
+                    r.kept_in_use,
+                    r.bytes_left,
+                    dir.display()
                 );
             }
         }

@@ -40,25 +40,15 @@ impl Reporter {
     pub fn for_stderr(total: usize) -> Self {
         let set = |name: &str| std::env::var_os(name).is_some_and(|v| !v.is_empty());
         if std::io::stderr().is_terminal() && !set("NO_COLOR") && !set(ENV_NO_PROGRESS) {
-            let bar =
-                ProgressBar::with_draw_target(Some(total as u64), ProgressDrawTarget::stderr());
-            let style = ProgressStyle::with_template(
-                "{elapsed_precise} [{bar:30}] {pos}/{len} programs  {wide_msg}",
-            )
-            .expect("the template is valid")
-            .progress_chars("=> ");
+            let bar = ProgressBar::with_draw_target(Some(total as u64), ProgressDrawTarget::stderr());
+            let style = ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} programs  {wide_msg}")
+                .expect("the template is valid")
+                .progress_chars("=> ");
             bar.set_style(style);
             bar.enable_steady_tick(Duration::from_millis(100));
-            Reporter::Bar {
-                bar,
-                running: Mutex::new(BTreeMap::new()),
-            }
+            Reporter::Bar { bar, running: Mutex::new(BTreeMap::new()) }
         } else {
-            Reporter::Lines {
-                total,
-                done: AtomicUsize::new(0),
-                start: Instant::now(),
-            }
+            Reporter::Lines { total, done: AtomicUsize::new(0), start: Instant::now() }
         }
     }
 

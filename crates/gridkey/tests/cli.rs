@@ -25,7 +25,8 @@ fn text(o: &Output) -> (String, String) {
 
 #[test]
 fn tables_json_gives_the_golden_digests() {
-    let golden: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(data("golden/table-digests-v1.json")).unwrap()).unwrap();
+    let golden: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(data("golden/table-digests-v1.json")).unwrap()).unwrap();
     for grid in ["oQU480.231010.nc", "icon_grid_0013_R02B04_R.nc"] {
         let out = gridkey(&["tables", "--grid", data(&format!("grids/{grid}")).to_str().unwrap(), "--json"], &[]);
         assert!(out.status.success(), "{:?}", text(&out));
@@ -54,7 +55,11 @@ fn the_main_job_verifies_every_program_and_hits_the_cache_the_second_time() {
     let (stdout, stderr) = text(&first);
     assert!(first.status.success(), "{stdout}\n{stderr}");
     assert_eq!(stdout.lines().filter(|l| l.ends_with("  verified")).count(), 8, "{stdout}");
-    assert!(stdout.contains("8/8 programs verified") && stdout.contains("(thread mode, 2 jobs): 0 cache hits, 8 misses, 8 translations"), "{stdout}");
+    assert!(
+        stdout.contains("8/8 programs verified")
+            && stdout.contains("(thread mode, 2 jobs): 0 cache hits, 8 misses, 8 translations"),
+        "{stdout}"
+    );
     let second = gridkey(&args, &[("GRIDKEY_BUILD_JOBS_MODE", "process")]);
     let (stdout, stderr) = text(&second);
     assert!(second.status.success(), "{stdout}\n{stderr}");
@@ -76,11 +81,26 @@ fn check_fails(args: &[&str], env: &[(&str, &str)], code: i32, needles: &[&str])
 fn bad_input_is_a_clear_error() {
     let cache = tempfile::tempdir().unwrap();
     let c = cache.path().to_str().unwrap();
-    check_fails(&["run", "--grid", "/nonexistent/grid.nc", "--cache-dir", c], &[], 2, &["/nonexistent/grid.nc", "--grid"]);
+    check_fails(
+        &["run", "--grid", "/nonexistent/grid.nc", "--cache-dir", c],
+        &[],
+        2,
+        &["/nonexistent/grid.nc", "--grid"],
+    );
     let readme = data("grids/README.md");
     check_fails(&["tables", "--grid", readme.to_str().unwrap()], &[], 2, &["README.md", "netCDF-3"]);
-    check_fails(&["run", "--cache-dir", c], &[("GRIDKEY_BUILD_JOBS_MODE", "fast")], 2, &["GRIDKEY_BUILD_JOBS_MODE", "serial, thread or process"]);
-    check_fails(&["run", "--cache-dir", c], &[("GRIDKEY_BUILD_TIMEOUT", "soon")], 2, &["GRIDKEY_BUILD_TIMEOUT", "a number of seconds"]);
+    check_fails(
+        &["run", "--cache-dir", c],
+        &[("GRIDKEY_BUILD_JOBS_MODE", "fast")],
+        2,
+        &["GRIDKEY_BUILD_JOBS_MODE", "serial, thread or process"],
+    );
+    check_fails(
+        &["run", "--cache-dir", c],
+        &[("GRIDKEY_BUILD_TIMEOUT", "soon")],
+        2,
+        &["GRIDKEY_BUILD_TIMEOUT", "a number of seconds"],
+    );
     let file = cache.path().join("a-file");
     std::fs::write(&file, b"").unwrap();
     check_fails(&["run", "--cache-dir", file.to_str().unwrap()], &[], 2, &["a-file", "writable"]);
@@ -90,9 +110,20 @@ fn bad_input_is_a_clear_error() {
 fn a_failing_c_compiler_fails_each_program_and_leaves_no_artifact() {
     let cache = tempfile::tempdir().unwrap();
     let grid = data("grids/oQU480.231010.nc");
-    let args = ["run", "--grid", grid.to_str().unwrap(), "--cache-dir", cache.path().to_str().unwrap(), "--mode", "process", "--jobs", "2"];
+    let args = [
+        "run",
+        "--grid",
+        grid.to_str().unwrap(),
+        "--cache-dir",
+        cache.path().to_str().unwrap(),
+        "--mode",
+        "process",
+        "--jobs",
+        "2",
+    ];
     check_fails(&args, &[("CC", "false")], 1, &["0/8 programs verified", "CC"]);
     let build = cache.path().join("build-v1");
-    let left: Vec<_> = std::fs::read_dir(&build).map(|d| d.flatten().map(|e| e.file_name()).collect()).unwrap_or_default();
+    let left: Vec<_> =
+        std::fs::read_dir(&build).map(|d| d.flatten().map(|e| e.file_name()).collect()).unwrap_or_default();
     assert!(left.is_empty(), "nothing left in build-v1: {left:?}");
 }

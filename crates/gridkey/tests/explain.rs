@@ -31,7 +31,16 @@ fn ok_json(args: &[&str]) -> Value {
 /// Runs the main job on `grid` into `cache` with `options`; the key of each program.
 fn keys(cache: &Path, grid: &str, options: &[&str]) -> BTreeMap<String, String> {
     let grid = data(&format!("grids/{grid}"));
-    let mut args = vec!["run", "--mode", "serial", "--json", "--grid", grid.to_str().unwrap(), "--cache-dir", cache.to_str().unwrap()];
+    let mut args = vec![
+        "run",
+        "--mode",
+        "serial",
+        "--json",
+        "--grid",
+        grid.to_str().unwrap(),
+        "--cache-dir",
+        cache.to_str().unwrap(),
+    ];
     for o in options {
         args.extend(["--option", o]);
     }
@@ -50,8 +59,10 @@ fn icon_against_mpas_names_exactly_the_differing_offset_entries() {
     let c = cache.path().to_str().unwrap();
     let icon = keys(cache.path(), "icon_grid_0013_R02B04_R.nc", &[]);
     let mpas = keys(cache.path(), "oQU480.231010.nc", &[]);
-    let golden: Value = serde_json::from_str(&std::fs::read_to_string(data("golden/table-digests-v1.json")).unwrap()).unwrap();
-    let (gi, gm) = (&golden["grids"]["icon_grid_0013_R02B04_R.nc"]["tables"], &golden["grids"]["oQU480.231010.nc"]["tables"]);
+    let golden: Value =
+        serde_json::from_str(&std::fs::read_to_string(data("golden/table-digests-v1.json")).unwrap()).unwrap();
+    let (gi, gm) =
+        (&golden["grids"]["icon_grid_0013_R02B04_R.nc"]["tables"], &golden["grids"]["oQU480.231010.nc"]["tables"]);
 
     // What the witness's table facts say must differ, entry by entry.
     let skip = |t: &Value| if t["skip_count"].as_u64().unwrap() > 0 { "-1".to_owned() } else { "none".to_owned() };
@@ -93,11 +104,26 @@ fn keys_that_differ_by_an_option_name_only_that_option() {
     let fast = keys(cache.path(), "oQU480.231010.nc", &["opt_level=3"]);
     for (program, key) in &plain {
         let e = ok_json(&["explain", key, &fast[program], "--cache-dir", c, "--json"]);
-        assert_eq!(e["differences"], json!([{"input": "option opt_level", "before": "absent", "after": "3"}]), "{program}");
+        assert_eq!(
+            e["differences"],
+            json!([{"input": "option opt_level", "before": "absent", "after": "3"}]),
+            "{program}"
+        );
     }
     // A miss explained against the nearest entry: opt_level=1 is cached for no program.
     let grid = data("grids/oQU480.231010.nc");
-    let m = ok_json(&["explain", "--miss", "div", "--grid", grid.to_str().unwrap(), "--option", "opt_level=1", "--cache-dir", c, "--json"]);
+    let m = ok_json(&[
+        "explain",
+        "--miss",
+        "div",
+        "--grid",
+        grid.to_str().unwrap(),
+        "--option",
+        "opt_level=1",
+        "--cache-dir",
+        c,
+        "--json",
+    ]);
     assert_eq!(m["cached"], false);
     assert_eq!(m["candidates"], 2);
     // Both cached entries differ by one input; the tie goes to the smaller key.
@@ -150,12 +176,25 @@ fn the_json_form_matches_the_golden_file() {
         program: "div".into(),
         program_encoding: "0102".into(),
         options,
-        offsets: vec![c2e, OffsetInput::Dimension { offset: "Koff".into(), name: "K".into(), dimension_kind: "vertical".into() }],
+        offsets: vec![
+            c2e,
+            OffsetInput::Dimension { offset: "Koff".into(), name: "K".into(), dimension_kind: "vertical".into() },
+        ],
     };
     let a = inputs(TranslationOptions::new(), gather("9bcee51d14f05d37316945fc51e952ed", 20480, None));
-    let b = inputs([("opt_level".to_owned(), "3".to_owned())].into(), gather("eca80d29e9c8c9e85522c42c2dcf1a50", 1791, Some(-1)));
+    let b = inputs(
+        [("opt_level".to_owned(), "3".to_owned())].into(),
+        gather("eca80d29e9c8c9e85522c42c2dcf1a50", 1791, Some(-1)),
+    );
     let (ka, kb) = (cache.put(&a, b"a").unwrap(), cache.put(&b, b"b").unwrap());
-    let out = gridkey(&["explain", &ka.to_hex()[..8], &kb.to_hex()[..8], "--cache-dir", cache_dir.path().to_str().unwrap(), "--json"]);
+    let out = gridkey(&[
+        "explain",
+        &ka.to_hex()[..8],
+        &kb.to_hex()[..8],
+        "--cache-dir",
+        cache_dir.path().to_str().unwrap(),
+        "--json",
+    ]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let golden = std::fs::read_to_string(data("golden/explain-v1.json")).unwrap();
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), golden.trim());

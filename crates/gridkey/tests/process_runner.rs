@@ -75,7 +75,9 @@ fn an_unreadable_table_fails_that_task_only() {
     for r in &results[2..] {
         let e = r.as_ref().unwrap_err();
         match &e.cause {
-            TaskFailure::Rehydrate(why) => assert!(why.contains("offset C2E") && why.contains(&path.display().to_string()), "{why}"),
+            TaskFailure::Rehydrate(why) => {
+                assert!(why.contains("offset C2E") && why.contains(&path.display().to_string()), "{why}")
+            }
             other => panic!("expected a rehydration failure, got {other:?}"),
         }
     }

@@ -9,19 +9,13 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 fn data(rel: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../data")
-        .join(rel)
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../data").join(rel)
 }
 
 /// A C compiler command that sleeps `seconds`, then runs `cc`.
 fn slow_cc(dir: &Path, seconds: u32) -> String {
     let path = dir.join(format!("slow-cc-{seconds}.sh"));
-    std::fs::write(
-        &path,
-        format!("#!/bin/sh\nsleep {seconds}\nexec cc \"$@\"\n"),
-    )
-    .unwrap();
+    std::fs::write(&path, format!("#!/bin/sh\nsleep {seconds}\nexec cc \"$@\"\n")).unwrap();
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
     path.to_str().unwrap().to_owned()
 }
@@ -43,13 +37,7 @@ fn gridkey_run(cache: &Path, cc: Option<&str>, json: bool) -> Command {
     if json {
         cmd.arg("--json");
     }
-    for var in [
-        "GRIDKEY_BUILD_JOBS_MODE",
-        "GRIDKEY_BUILD_JOBS",
-        "GRIDKEY_CACHE_DIR",
-        "GRIDKEY_BUILD_TIMEOUT",
-        "CC",
-    ] {
+    for var in ["GRIDKEY_BUILD_JOBS_MODE", "GRIDKEY_BUILD_JOBS", "GRIDKEY_CACHE_DIR", "GRIDKEY_BUILD_TIMEOUT", "CC"] {
         cmd.env_remove(var);
     }
     if let Some(cc) = cc {
@@ -62,16 +50,9 @@ fn gridkey_run(cache: &Path, cc: Option<&str>, json: bool) -> Command {
 /// Child processes of `pid` (from every thread's `children` list).
 fn children(pid: u32) -> Vec<u32> {
     let mut out = Vec::new();
-    for task in std::fs::read_dir(format!("/proc/{pid}/task"))
-        .into_iter()
-        .flatten()
-        .flatten()
-    {
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).into_iter().flatten().flatten() {
         let text = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
-        out.extend(
-            text.split_whitespace()
-                .filter_map(|p| p.parse::<u32>().ok()),
-        );
+        out.extend(text.split_whitespace().filter_map(|p| p.parse::<u32>().ok()));
     }
     out
 }
@@ -90,9 +71,7 @@ fn descendants(pid: u32) -> Vec<u32> {
 fn exited(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Err(_) => true,
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+        Ok(stat) => stat.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
     }
 }
 
@@ -100,18 +79,11 @@ fn exited(pid: u32) -> bool {
 fn busy_workers(run: &Child, n: usize) -> Vec<u32> {
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
-        let busy: Vec<u32> = children(run.id())
-            .into_iter()
-            .filter(|&w| !children(w).is_empty())
-            .collect();
+        let busy: Vec<u32> = children(run.id()).into_iter().filter(|&w| !children(w).is_empty()).collect();
         if busy.len() >= n {
             return busy;
         }
-        assert!(
-            Instant::now() < deadline,
-            "no {n} busy workers under gridkey run (pid {})",
-            run.id()
-        );
+        assert!(Instant::now() < deadline, "no {n} busy workers under gridkey run (pid {})", run.id());
         std::thread::sleep(Duration::from_millis(10));
     }
 }
@@ -121,10 +93,7 @@ fn all_exit_within(pids: &[u32], limit: Duration, what: &str) {
     let start = Instant::now();
     while !pids.iter().all(|&p| exited(p)) {
         let left: Vec<_> = pids.iter().filter(|&&p| !exited(p)).collect();
-        assert!(
-            start.elapsed() < limit,
-            "{what}: {left:?} still running after {limit:?}"
-        );
+        assert!(start.elapsed() < limit, "{what}: {left:?} still running after {limit:?}");
         std::thread::sleep(Duration::from_millis(10));
     }
 }
@@ -135,10 +104,7 @@ fn signal(pid: u32, sig: i32) {
 }
 
 fn text(o: &Output) -> (String, String) {
-    (
-        String::from_utf8_lossy(&o.stdout).into_owned(),
-        String::from_utf8_lossy(&o.stderr).into_owned(),
-    )
+    (String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned())
 }
 
 #[test]
@@ -153,16 +119,8 @@ fn sigkill_of_the_parent_stops_every_busy_worker_within_a_second() {
     }
     signal(run.id(), libc::SIGKILL);
     run.wait().unwrap();
-    all_exit_within(
-        &workers,
-        Duration::from_secs(1),
-        "workers of a killed parent",
-    );
-    all_exit_within(
-        &everything,
-        Duration::from_secs(1),
-        "the workers' C compilers",
-    );
+    all_exit_within(&workers, Duration::from_secs(1), "workers of a killed parent");
+    all_exit_within(&everything, Duration::from_secs(1), "the workers' C compilers");
 }
 
 #[test]
@@ -179,10 +137,7 @@ fn ctrl_c_stops_the_workers_exits_130_and_leaves_a_consistent_cache() {
     let out = run.wait_with_output().unwrap();
     let (stdout, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(130), "{stdout}\n{stderr}");
-    assert!(
-        stderr.contains("interrupted; stopped 2 build workers"),
-        "{stderr}"
-    );
+    assert!(stderr.contains("interrupted; stopped 2 build workers"), "{stderr}");
     all_exit_within(&everything, Duration::from_secs(1), "workers after Ctrl-C");
 
     // The cache is consistent: the next run completes every program, and, stderr not being a
@@ -191,25 +146,11 @@ fn ctrl_c_stops_the_workers_exits_130_and_leaves_a_consistent_cache() {
     let (stdout, stderr) = text(&out);
     assert!(out.status.success(), "{stdout}\n{stderr}");
     assert!(stdout.contains("8/8 programs verified"), "{stdout}");
-    let lines: Vec<&str> = stderr
-        .lines()
-        .filter(|l| l.starts_with("gridkey: ["))
-        .collect();
+    let lines: Vec<&str> = stderr.lines().filter(|l| l.starts_with("gridkey: [")).collect();
     assert_eq!(lines.len(), 8, "{stderr}");
-    assert!(
-        lines.last().unwrap().starts_with("gridkey: [8/8] "),
-        "{stderr}"
-    );
-    assert!(
-        lines
-            .iter()
-            .all(|l| l.contains(" compiled (") && l.ends_with(" s elapsed)")),
-        "{stderr}"
-    );
-    assert!(
-        !stderr.contains('\r') && !stderr.contains('\x1b'),
-        "no bar, no escapes: {stderr:?}"
-    );
+    assert!(lines.last().unwrap().starts_with("gridkey: [8/8] "), "{stderr}");
+    assert!(lines.iter().all(|l| l.contains(" compiled (") && l.ends_with(" s elapsed)")), "{stderr}");
+    assert!(!stderr.contains('\r') && !stderr.contains('\x1b'), "no bar, no escapes: {stderr:?}");
 }
 
 #[test]
@@ -230,9 +171,7 @@ fn a_worker_killed_from_outside_fails_one_program_and_the_next_run_hits_the_cach
     let error = failed[0]["error"].as_str().unwrap();
     let name = failed[0]["program"].as_str().unwrap();
     assert!(
-        error.starts_with(&format!(
-            "program {name}: build worker (pid {victim}) died: killed by signal 9 (SIGKILL)"
-        )),
+        error.starts_with(&format!("program {name}: build worker (pid {victim}) died: killed by signal 9 (SIGKILL)")),
         "{error}"
     );
 
@@ -261,24 +200,14 @@ fn the_build_timeout_kills_hung_compilations_and_fails_each_program() {
     let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
     for p in report["programs"].as_array().unwrap() {
         let error = p["error"].as_str().unwrap();
-        assert!(
-            error.contains("ran past the timeout of 0.5 s (GRIDKEY_BUILD_TIMEOUT) and was killed"),
-            "{error}"
-        );
+        assert!(error.contains("ran past the timeout of 0.5 s (GRIDKEY_BUILD_TIMEOUT) and was killed"), "{error}");
     }
     assert!(children(run_pid).is_empty());
     // No sleeping compiler is left behind: each was killed with its worker's process group.
     let left: Vec<_> = std::fs::read_dir("/proc")
         .unwrap()
         .flatten()
-        .filter(|e| {
-            !exited(
-                e.file_name()
-                    .to_str()
-                    .and_then(|s| s.parse().ok())
-                    .unwrap_or(0),
-            )
-        })
+        .filter(|e| !exited(e.file_name().to_str().and_then(|s| s.parse().ok()).unwrap_or(0)))
         .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
         .filter(|cmd| String::from_utf8_lossy(cmd).contains(&cc))
         .collect();

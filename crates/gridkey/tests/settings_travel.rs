@@ -25,12 +25,7 @@ fn a_setting_changed_after_the_pool_started_reaches_the_workers() {
 
     std::env::set_var("CC", "cc-when-the-pool-started");
     let first: Vec<FaultReport> = pool
-        .run_all(&tasks_for(
-            &programs,
-            &provider,
-            &TranslationOptions::new(),
-            cache.path(),
-        ))
+        .run_all(&tasks_for(&programs, &provider, &TranslationOptions::new(), cache.path()))
         .into_iter()
         .map(Result::unwrap)
         .collect();
@@ -38,28 +33,16 @@ fn a_setting_changed_after_the_pool_started_reaches_the_workers() {
 
     std::env::set_var("CC", "cc-changed-later");
     let second: Vec<FaultReport> = pool
-        .run_all(&tasks_for(
-            &programs,
-            &provider,
-            &TranslationOptions::new(),
-            cache.path(),
-        ))
+        .run_all(&tasks_for(&programs, &provider, &TranslationOptions::new(), cache.path()))
         .into_iter()
         .map(Result::unwrap)
         .collect();
 
-    assert_eq!(
-        pool.workers_started(),
-        started,
-        "the same workers ran the second batch"
-    );
+    assert_eq!(pool.workers_started(), started, "the same workers ran the second batch");
     for (a, b) in first.iter().zip(&second) {
         assert_eq!(a.task_vars["CC"], "cc-when-the-pool-started");
         assert_eq!(b.task_vars["CC"], "cc-changed-later", "{}", b.program);
         // The worker's own environment still has the old value: the new one came with the task.
-        assert_eq!(
-            b.worker_env["CC"].as_deref(),
-            Some("cc-when-the-pool-started")
-        );
+        assert_eq!(b.worker_env["CC"].as_deref(), Some("cc-when-the-pool-started"));
     }
 }

@@ -10,9 +10,7 @@ use gridkey::faults::{FaultReport, EXIT_MESSAGE};
 use gridkey_digest::digest_table;
 use gridkey_fingerprint::{Excluded, TranslationOptions};
 use gridkey_jobs::{CompilationTask, ProcessPool, Settings, TaskError, TaskFailure, WorkerCommand};
-use gridkey_offsets::{
-    CompileTimeConnectivity, CompileTimeOffsetProvider, Dimension, DimensionKind, Entry,
-};
+use gridkey_offsets::{CompileTimeConnectivity, CompileTimeOffsetProvider, Dimension, DimensionKind, Entry};
 use gridkey_store::{TableSpec, TableStore};
 
 fn fault_worker() -> WorkerCommand {
@@ -31,15 +29,9 @@ fn task(
     CompilationTask {
         program: program.to_owned(),
         encoding: Vec::new(),
-        options: options
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect::<TranslationOptions>(),
+        options: options.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect::<TranslationOptions>(),
         provider: provider.clone(),
-        settings: Excluded(Settings {
-            cache_dir: cache.to_path_buf(),
-            vars: BTreeMap::new(),
-        }),
+        settings: Excluded(Settings { cache_dir: cache.to_path_buf(), vars: BTreeMap::new() }),
     }
 }
 
@@ -51,9 +43,7 @@ fn empty() -> Arc<CompileTimeOffsetProvider> {
 fn exited(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Err(_) => true,
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+        Ok(stat) => stat.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
     }
 }
 
@@ -62,19 +52,12 @@ fn kill_when_written(path: PathBuf) -> std::thread::JoinHandle<u32> {
     std::thread::spawn(move || {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
-            if let Some(pid) = std::fs::read_to_string(&path)
-                .ok()
-                .and_then(|s| s.trim().parse::<i32>().ok())
-            {
+            if let Some(pid) = std::fs::read_to_string(&path).ok().and_then(|s| s.trim().parse::<i32>().ok()) {
                 // SAFETY: kill(2) on the worker process the hang task named.
                 assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
                 return pid as u32;
             }
-            assert!(
-                Instant::now() < deadline,
-                "the hang task never wrote {}",
-                path.display()
-            );
+            assert!(Instant::now() < deadline, "the hang task never wrote {}", path.display());
             std::thread::sleep(Duration::from_millis(5));
         }
     })
@@ -96,14 +79,7 @@ fn check(result: &Result<FaultReport, TaskError>, program: &str, expect: &str) {
                 ("panic", TaskFailure::Panic(why)) => {
                     assert!(why.contains("panicked on request"), "{why}")
                 }
-                (
-                    "exit",
-                    TaskFailure::WorkerDied {
-                        status,
-                        stderr_tail,
-                        pid,
-                    },
-                ) => {
+                ("exit", TaskFailure::WorkerDied { status, stderr_tail, pid }) => {
                     assert_eq!(status, "exit status 3");
                     assert!(stderr_tail.contains(EXIT_MESSAGE), "{stderr_tail}");
                     assert!(exited(*pid));
@@ -146,10 +122,8 @@ fn each_fault_fails_its_task_alone_and_the_worker_is_replaced() {
         ("ok-12", "ok"),
     ];
     let pidfile_text = pidfile.to_str().unwrap().to_owned();
-    let tasks: Vec<_> = plan
-        .iter()
-        .map(|(name, _)| task(name, &[("pidfile", &pidfile_text)], &p, cache.path()))
-        .collect();
+    let tasks: Vec<_> =
+        plan.iter().map(|(name, _)| task(name, &[("pidfile", &pidfile_text)], &p, cache.path())).collect();
     let pool: ProcessPool<FaultReport> = ProcessPool::new(fault_worker(), 2);
     let killer = kill_when_written(pidfile);
     let results = pool.run_all(&tasks);
@@ -157,22 +131,14 @@ fn each_fault_fails_its_task_alone_and_the_worker_is_replaced() {
     for ((name, expect), result) in plan.iter().zip(&results) {
         check(result, name, expect);
     }
-    assert!(
-        matches!(&results[9], Err(e) if matches!(e.cause, TaskFailure::WorkerDied { pid, .. } if pid == killed))
-    );
+    assert!(matches!(&results[9], Err(e) if matches!(e.cause, TaskFailure::WorkerDied { pid, .. } if pid == killed)));
     // Three workers died (exit, garbage, SIGKILL); every other start is a live, idle worker.
     let idle = pool.idle_pids();
-    assert_eq!(
-        pool.workers_started(),
-        3 + idle.len() as u64,
-        "idle {idle:?}"
-    );
+    assert_eq!(pool.workers_started(), 3 + idle.len() as u64, "idle {idle:?}");
     assert!(idle.iter().all(|&pid| !exited(pid)));
 
     // The pool stays usable: a later batch completes on live workers.
-    let later: Vec<_> = (0..4)
-        .map(|i| task(&format!("ok-later-{i}"), &[], &p, cache.path()))
-        .collect();
+    let later: Vec<_> = (0..4).map(|i| task(&format!("ok-later-{i}"), &[], &p, cache.path())).collect();
     for (t, r) in later.iter().zip(pool.run_all(&later)) {
         check(&r, &t.program, "ok");
     }
@@ -187,8 +153,7 @@ fn a_hung_worker_is_killed_at_the_timeout_and_replaced() {
         task("ok-after", &[], &p, cache.path()),
         task("ok-last", &[], &p, cache.path()),
     ];
-    let pool: ProcessPool<FaultReport> =
-        ProcessPool::new(fault_worker(), 1).with_timeout(Some(Duration::from_secs(1)));
+    let pool: ProcessPool<FaultReport> = ProcessPool::new(fault_worker(), 1).with_timeout(Some(Duration::from_secs(1)));
     let results = pool.run_all(&tasks);
     check(&results[0], "hang-forever", "timeout");
     check(&results[1], "ok-after", "ok");
@@ -203,23 +168,11 @@ fn tasks_go_to_the_free_worker_and_results_keep_submission_order() {
     let mut tasks = vec![task("hang-slow", &[("seconds", "2")], &p, cache.path())];
     tasks.extend((0..6).map(|i| task(&format!("ok-{i}"), &[], &p, cache.path())));
     let pool: ProcessPool<FaultReport> = ProcessPool::new(fault_worker(), 2);
-    let results: Vec<FaultReport> = pool
-        .run_all(&tasks)
-        .into_iter()
-        .map(Result::unwrap)
-        .collect();
+    let results: Vec<FaultReport> = pool.run_all(&tasks).into_iter().map(Result::unwrap).collect();
     let names: Vec<&str> = results.iter().map(|r| r.program.as_str()).collect();
-    assert_eq!(
-        names,
-        ["hang-slow", "ok-0", "ok-1", "ok-2", "ok-3", "ok-4", "ok-5"]
-    );
+    assert_eq!(names, ["hang-slow", "ok-0", "ok-1", "ok-2", "ok-3", "ok-4", "ok-5"]);
     let slow = results[0].pid;
-    assert!(
-        results[1..]
-            .iter()
-            .all(|r| r.pid != slow && r.pid == results[1].pid),
-        "{results:?}"
-    );
+    assert!(results[1..].iter().all(|r| r.pid != slow && r.pid == results[1].pid), "{results:?}");
     assert_eq!(pool.workers_started(), 2);
 }
 
@@ -228,13 +181,9 @@ fn tasks_go_to_the_free_worker_and_results_keep_submission_order() {
 fn provider_of(store: &TableStore, tables: usize, rows: usize) -> Arc<CompileTimeOffsetProvider> {
     let mut provider = CompileTimeOffsetProvider::new();
     for t in 0..tables {
-        let table =
-            ndarray::Array2::from_shape_fn((rows, 4), |(i, j)| ((i * 4 + j + t) % rows) as i32);
-        let spec = TableSpec {
-            digest: digest_table(table.view()),
-            dtype: gridkey_digest::Dtype::I32,
-            shape: [rows, 4],
-        };
+        let table = ndarray::Array2::from_shape_fn((rows, 4), |(i, j)| ((i * 4 + j + t) % rows) as i32);
+        let spec =
+            TableSpec { digest: digest_table(table.view()), dtype: gridkey_digest::Dtype::I32, shape: [rows, 4] };
         store.put_table(spec.digest, table.view()).unwrap();
         let dim = |name: &str, kind| Dimension::new(name, kind);
         let c = CompileTimeConnectivity::rehydrate(
@@ -247,9 +196,7 @@ fn provider_of(store: &TableStore, tables: usize, rows: usize) -> Arc<CompileTim
             None,
         )
         .unwrap();
-        provider
-            .push(format!("T{t}"), Entry::Gather(Arc::new(c)))
-            .unwrap();
+        provider.push(format!("T{t}"), Entry::Gather(Arc::new(c))).unwrap();
     }
     Arc::new(provider)
 }
@@ -279,33 +226,17 @@ fn a_worker_holding_mapped_tables_shares_them_and_its_private_memory_does_not_gr
     let big_bytes = 2 * 4_000_000 * 4 * 4u64;
     let expect_sum = touch(&big);
     let pool: ProcessPool<FaultReport> = ProcessPool::new(fault_worker(), 1);
-    let tasks = [
-        task("memory-small", &[], &small, cache.path()),
-        task("memory-big", &[], &big, cache.path()),
-    ];
-    let results: Vec<FaultReport> = pool
-        .run_all(&tasks)
-        .into_iter()
-        .map(Result::unwrap)
-        .collect();
+    let tasks = [task("memory-small", &[], &small, cache.path()), task("memory-big", &[], &big, cache.path())];
+    let results: Vec<FaultReport> = pool.run_all(&tasks).into_iter().map(Result::unwrap).collect();
     let (s, b) = (&results[0].memory, &results[1].memory);
     assert_eq!(results[1].elements_read, 2 * 4_000_000 * 4);
-    assert_eq!(
-        results[1].element_sum, expect_sum,
-        "the worker read the same tables"
-    );
+    assert_eq!(results[1].element_sum, expect_sum, "the worker read the same tables");
     // The tables were resident in the worker while it reported ...
-    assert!(
-        b["Rss"] >= s["Rss"] + big_bytes * 9 / 10,
-        "small {s:?}\nbig {b:?}"
-    );
+    assert!(b["Rss"] >= s["Rss"] + big_bytes * 9 / 10, "small {s:?}\nbig {b:?}");
     // ... shared with this process through the page cache ...
     assert!(b["Shared_Clean"] >= big_bytes * 9 / 10, "big {b:?}");
     // ... and the private part did not grow with them.
     let private = |m: &BTreeMap<String, u64>| m["Private_Clean"] + m["Private_Dirty"];
-    assert!(
-        private(b) < private(s) + (8 << 20),
-        "small {s:?}\nbig {b:?}"
-    );
+    assert!(private(b) < private(s) + (8 << 20), "small {s:?}\nbig {b:?}");
     drop(big);
 }

@@ -22,11 +22,7 @@ pub struct Var {
 
 impl Var {
     pub fn i32(name: &str, dims: &[&str], data: Vec<i32>) -> Self {
-        Self {
-            name: name.to_owned(),
-            dims: dims.iter().map(|d| d.to_string()).collect(),
-            data: Data::I32(data),
-        }
+        Self { name: name.to_owned(), dims: dims.iter().map(|d| d.to_string()).collect(), data: Data::I32(data) }
     }
 }
 
@@ -41,10 +37,7 @@ pub struct Fixture {
 
 impl Fixture {
     pub fn var_mut(&mut self, name: &str) -> &mut Var {
-        self.vars
-            .iter_mut()
-            .find(|v| v.name == name)
-            .expect("fixture variable")
+        self.vars.iter_mut().find(|v| v.name == name).expect("fixture variable")
     }
 
     pub fn remove(&mut self, name: &str) {
@@ -74,8 +67,7 @@ impl Fixture {
                 (Data::I32(d), Some((unlimited, records))) if v.dims.first() == Some(unlimited) => {
                     let chunk = d.len() / records;
                     for r in 0..*records {
-                        w.write_record_i32(&v.name, r, &d[r * chunk..(r + 1) * chunk])
-                            .unwrap();
+                        w.write_record_i32(&v.name, r, &d[r * chunk..(r + 1) * chunk]).unwrap();
                     }
                 }
                 (Data::I32(d), _) => w.write_var_i32(&v.name, d).unwrap(),
@@ -103,11 +95,7 @@ pub fn icon_raw(k: usize, n: usize, codomain: usize, filled: usize) -> Vec<i32> 
     let mut out = Vec::with_capacity(k * n);
     for j in 0..k {
         for i in 0..n {
-            out.push(if j < filled {
-                ((i * 7 + j * 3) % codomain) as i32 + 1
-            } else {
-                0
-            });
+            out.push(if j < filled { ((i * 7 + j * 3) % codomain) as i32 + 1 } else { 0 });
         }
     }
     out
@@ -118,40 +106,21 @@ pub fn icon_raw(k: usize, n: usize, codomain: usize, filled: usize) -> Vec<i32> 
 pub fn icon() -> Fixture {
     let (c, e, v) = (ICON_CELLS, ICON_EDGES, ICON_VERTICES);
     Fixture {
-        dims: [
-            ("cell", c),
-            ("edge", e),
-            ("vertex", v),
-            ("nv", 3),
-            ("nc", 2),
-            ("ne", 6),
-        ]
-        .iter()
-        .map(|(n, s)| (n.to_string(), *s))
-        .collect(),
+        dims: [("cell", c), ("edge", e), ("vertex", v), ("nv", 3), ("nc", 2), ("ne", 6)]
+            .iter()
+            .map(|(n, s)| (n.to_string(), *s))
+            .collect(),
         unlimited: None,
         vars: vec![
             Var::i32("edge_of_cell", &["nv", "cell"], icon_raw(3, c, e, 3)),
             Var::i32("vertex_of_cell", &["nv", "cell"], icon_raw(3, c, v, 3)),
             Var::i32("neighbor_cell_index", &["nv", "cell"], icon_raw(3, c, c, 3)),
-            Var::i32(
-                "adjacent_cell_of_edge",
-                &["nc", "edge"],
-                icon_raw(2, e, c, 2),
-            ),
+            Var::i32("adjacent_cell_of_edge", &["nc", "edge"], icon_raw(2, e, c, 2)),
             Var::i32("edge_vertices", &["nc", "edge"], icon_raw(2, e, v, 2)),
             Var::i32("edges_of_vertex", &["ne", "vertex"], icon_raw(6, v, e, 5)),
             Var::i32("cells_of_vertex", &["ne", "vertex"], icon_raw(6, v, c, 5)),
-            Var::i32(
-                "vertices_of_vertex",
-                &["ne", "vertex"],
-                icon_raw(6, v, v, 5),
-            ),
-            Var {
-                name: "clon".into(),
-                dims: vec!["cell".into()],
-                data: Data::F64(vec![0.5; c]),
-            },
+            Var::i32("vertices_of_vertex", &["ne", "vertex"], icon_raw(6, v, v, 5)),
+            Var { name: "clon".into(), dims: vec!["cell".into()], data: Data::F64(vec![0.5; c]) },
         ],
     }
 }
@@ -170,61 +139,30 @@ pub fn mpas() -> Fixture {
         let mut out = Vec::new();
         for (i, &cnt) in counts.iter().enumerate() {
             for j in 0..4 {
-                out.push(if j < cnt {
-                    ((i * 5 + j) % codomain) as i32 + 1
-                } else {
-                    9999 - 20000 * (j as i32 % 2)
-                });
+                out.push(if j < cnt { ((i * 5 + j) % codomain) as i32 + 1 } else { 9999 - 20000 * (j as i32 % 2) });
             }
         }
         out
     };
     let plain = |n: usize, k: usize, codomain: usize| -> Vec<i32> {
-        (0..n * k)
-            .map(|x| {
-                if x % 5 == 4 {
-                    0
-                } else {
-                    (x % codomain) as i32 + 1
-                }
-            })
-            .collect()
+        (0..n * k).map(|x| if x % 5 == 4 { 0 } else { (x % codomain) as i32 + 1 }).collect()
     };
     Fixture {
-        dims: [
-            ("nCells", c),
-            ("nEdges", e),
-            ("nVertices", v),
-            ("maxEdges", 4),
-            ("TWO", 2),
-            ("vertexDegree", 3),
-        ]
-        .iter()
-        .map(|(n, s)| (n.to_string(), *s))
-        .collect(),
+        dims: [("nCells", c), ("nEdges", e), ("nVertices", v), ("maxEdges", 4), ("TWO", 2), ("vertexDegree", 3)]
+            .iter()
+            .map(|(n, s)| (n.to_string(), *s))
+            .collect(),
         unlimited: Some(("Time".to_owned(), 2)),
         vars: vec![
             Var::i32("maxLevelCell", &["Time", "nCells"], vec![1, 2, 3, 4, 5, 6]),
-            Var::i32(
-                "nEdgesOnCell",
-                &["nCells"],
-                counts.iter().map(|&c| c as i32).collect(),
-            ),
+            Var::i32("nEdgesOnCell", &["nCells"], counts.iter().map(|&c| c as i32).collect()),
             Var::i32("edgesOnCell", &["nCells", "maxEdges"], cell_table(e)),
             Var::i32("verticesOnCell", &["nCells", "maxEdges"], cell_table(v)),
             Var::i32("cellsOnCell", &["nCells", "maxEdges"], cell_table(c)),
             Var::i32("cellsOnEdge", &["nEdges", "TWO"], plain(e, 2, c)),
             Var::i32("verticesOnEdge", &["nEdges", "TWO"], plain(e, 2, v)),
-            Var::i32(
-                "edgesOnVertex",
-                &["nVertices", "vertexDegree"],
-                plain(v, 3, e),
-            ),
-            Var::i32(
-                "cellsOnVertex",
-                &["nVertices", "vertexDegree"],
-                plain(v, 3, c),
-            ),
+            Var::i32("edgesOnVertex", &["nVertices", "vertexDegree"], plain(v, 3, e)),
+            Var::i32("cellsOnVertex", &["nVertices", "vertexDegree"], plain(v, 3, c)),
         ],
     }
 }

@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use gridkey_offsets::{
-    compile_time_offset_provider, CompileTimeOffsetProvider, Connectivity, Dimension,
-    DimensionKind, Entry, HostCopySource, IndexTable, OffsetProvider, TableSource,
+    compile_time_offset_provider, CompileTimeOffsetProvider, Connectivity, Dimension, DimensionKind, Entry,
+    HostCopySource, IndexTable, OffsetProvider, TableSource,
 };
 use gridkey_store::TableStore;
 use ndarray::{s, ArcArray2, Array2};
@@ -68,11 +68,7 @@ impl Patch {
         let c2e2c: Vec<Vec<Option<usize>>> = c2e
             .iter()
             .enumerate()
-            .map(|(c, row)| {
-                row.iter()
-                    .map(|&e| e2c[e].iter().copied().find(|&d| d != c))
-                    .collect()
-            })
+            .map(|(c, row)| row.iter().map(|&e| e2c[e].iter().copied().find(|&d| d != c)).collect())
             .collect();
         let mut v2e: Vec<Vec<usize>> = vec![Vec::new(); n_vertices];
         for (e, ends) in edges.iter().enumerate() {
@@ -111,12 +107,7 @@ impl Patch {
 
     /// The table of `offset`.
     pub fn table(&self, offset: &str) -> &Array2<i32> {
-        &self
-            .tables
-            .iter()
-            .find(|t| t.0 == offset)
-            .expect("an offset of the patch")
-            .3
+        &self.tables.iter().find(|t| t.0 == offset).expect("an offset of the patch").3
     }
 
     /// The runtime provider: every table in `layout`, skip value `-1`, plus a vertical `Koff`.
@@ -125,11 +116,7 @@ impl Patch {
     }
 
     /// As [`Self::provider`], with each table passed through `edit(offset, table)` first.
-    pub fn provider_with(
-        &self,
-        layout: Layout,
-        edit: impl Fn(&str, &Array2<i32>) -> Array2<i32>,
-    ) -> OffsetProvider {
+    pub fn provider_with(&self, layout: Layout, edit: impl Fn(&str, &Array2<i32>) -> Array2<i32>) -> OffsetProvider {
         let mut p = OffsetProvider::new();
         for (offset, domain, codomain, table) in &self.tables {
             let c = Connectivity::new(
@@ -142,11 +129,7 @@ impl Patch {
             .unwrap();
             p.push(*offset, Entry::Gather(Arc::new(c))).unwrap();
         }
-        p.push(
-            "Koff",
-            Entry::Dimension(Dimension::new("K", DimensionKind::Vertical)),
-        )
-        .unwrap();
+        p.push("Koff", Entry::Dimension(Dimension::new("K", DimensionKind::Vertical))).unwrap();
         p
     }
 }
@@ -170,14 +153,8 @@ pub enum Layout {
 
 impl Layout {
     /// Every layout.
-    pub const ALL: [Layout; 6] = [
-        Layout::COrder,
-        Layout::Fortran,
-        Layout::Int64,
-        Layout::Strided,
-        Layout::NegativeStride,
-        Layout::HostCopy,
-    ];
+    pub const ALL: [Layout; 6] =
+        [Layout::COrder, Layout::Fortran, Layout::Int64, Layout::Strided, Layout::NegativeStride, Layout::HostCopy];
 
     fn fortran(a: &Array2<i32>) -> ArcArray2<i32> {
         let t = a.t().as_standard_layout().into_owned();
@@ -200,27 +177,18 @@ impl Layout {
                 TableSource::Host(IndexTable::I32(v))
             }
             Layout::NegativeStride => {
-                let backwards = a
-                    .slice(s![..;-1, ..])
-                    .mapv(i64::from)
-                    .as_standard_layout()
-                    .into_owned();
+                let backwards = a.slice(s![..;-1, ..]).mapv(i64::from).as_standard_layout().into_owned();
                 let v = backwards.into_shared().slice_move(s![..;-1, ..]);
                 assert!(v.strides()[0] < 0 || v.nrows() <= 1);
                 TableSource::Host(IndexTable::I64(v))
             }
-            Layout::HostCopy => {
-                TableSource::HostCopy(HostCopySource::new(IndexTable::I32(Self::fortran(a))))
-            }
+            Layout::HostCopy => TableSource::HostCopy(HostCopySource::new(IndexTable::I32(Self::fortran(a)))),
         }
     }
 }
 
 /// The compile-time view of `provider` in a store under `cache_dir`.
-pub fn compile_time(
-    provider: &OffsetProvider,
-    cache_dir: &std::path::Path,
-) -> CompileTimeOffsetProvider {
+pub fn compile_time(provider: &OffsetProvider, cache_dir: &std::path::Path) -> CompileTimeOffsetProvider {
     let store = TableStore::open(cache_dir).unwrap();
     compile_time_offset_provider(provider, &store).unwrap()
 }
