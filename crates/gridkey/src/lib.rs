@@ -50,7 +50,7 @@ pub const INPUT_SEED: u64 = 20_261_129;
 pub enum AppError {
     /// The grid could not be read.
     #[error(transparent)]
-    Grid(#[from] GridError),
+    Grid(Box<GridError>),
     /// The cache directory is unusable.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -120,6 +120,13 @@ pub enum AppError {
         /// The I/O error.
         source: std::io::Error,
     },
+}
+
+impl From<GridError> for AppError {
+    /// Boxed: a grid error carries paths and names, and would make every `Result` of this crate large.
+    fn from(e: GridError) -> Self {
+        AppError::Grid(Box::new(e))
+    }
 }
 
 /// The frontend's compile step for the runners: decodes the program and calls
