@@ -148,7 +148,7 @@ pub fn compile(
     flags.extend(SHARED_FLAGS.iter().map(|f| (*f).to_owned()));
     let dir = config.cache_dir.join(BUILD_DIR);
     let artifact = dir.join(format!("{}.so", build_key(&source, &cc, &flags)));
-    let built = if artifact.is_file() {
+    let built = if library_usable(&artifact, program) {
         false
     } else {
         build(program.name(), &config.cc, &cc, &flags, &source, &dir, &artifact)?;
@@ -214,12 +214,14 @@ fn build(
         return Err(compiler_err(None, "the compiler command is empty".to_owned()));
     };
     fs::create_dir_all(dir).map_err(io_err("create", dir))?;
-    let work = tempfile::Builder::new()
-        .prefix("gridkey-stencil-")
-        .tempdir()
-        .map_err(io_err("create", &std::env::temp_dir()))?;
-    let src_path = work.path().join("kernel.c");
-    fs::write(&src_path, source).map_err(io_err("write", &src_path))?;
+    // The source is a temp file of the build cache too, so that a build killed in the middle
+    // (Ctrl-C, a timeout) leaves nothing outside the cache and `gridkey cache gc` removes it.
+    let src = tempfile::Builder::new()
+        .prefix(gridkey_store::TEMP_PREFIX)
+        .suffix(".c")
+        .tempfile_in(dir)
+        .map_err(io_err("create a temp file in", dir))?;
+    fs::write(src.path(), source).map_err(io_err("write", src.path()))?;
     // The library is written straight into a temp file of the build cache, so the final
     // rename is atomic; dropping `out` on any error removes it.
     let out = tempfile::Builder::new()
@@ -235,8 +237,8 @@ fn build(
         .args(flags)
         .arg("-o")
         .arg(out.path())
-        .arg("kernel.c")
-        .current_dir(work.path())
+        .arg(src.path())
+        .current_dir(dir)
         .output();
     let output = match run {
         Ok(output) => output,
@@ -257,6 +259,27 @@ fn build(
     // A concurrent build of the same key renames the same content over it: harmless.
     out.persist(artifact).map_err(|e| io_err("rename into", artifact)(e.error))?;
     Ok(())
+}
+
+/// Whether the library in the build cache at `artifact` can be reused for `program`: a regular
+/// file that loads and says it was built for this program. Anything else under the name (a
+/// truncated or foreign library, a symlink) is removed so that it is built again; a directory
+/// is left for the rename to report.
+fn library_usable(artifact: &Path, program: &Program) -> bool {
+    match fs::symlink_metadata(artifact) {
+        Ok(meta) if meta.is_file() => {
+            if crate::Kernel::load(artifact, program).is_ok() {
+                return true;
+            }
+            let _ = gridkey_store::remove_if_unlocked(artifact);
+            false
+        }
+        Ok(meta) if !meta.is_dir() => {
+            let _ = fs::remove_file(artifact);
+            false
+        }
+        _ => false,
+    }
 }
 
 /// The last `max` bytes of `text`, cut at a character boundary.

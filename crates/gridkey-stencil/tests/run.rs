@@ -116,6 +116,31 @@ fn a_mean_over_no_neighbour_is_zero_in_both_paths() {
 }
 
 #[test]
+fn a_broken_library_in_the_build_cache_is_built_again() {
+    let cache = tempfile::tempdir().unwrap();
+    let provider = Patch::new(2, 2).provider(Layout::COrder);
+    let div = program("div");
+    let first = compile_on(&div, &provider, &config(cache.path())).unwrap();
+    let good = std::fs::read(&first.artifact).unwrap();
+    let planted: [(&str, Box<dyn Fn(&std::path::Path)>); 3] = [
+        ("truncated", Box::new(|p| std::fs::write(p, &good[..good.len() / 3]).unwrap())),
+        ("garbage", Box::new(|p| std::fs::write(p, b"not a shared library").unwrap())),
+        ("symlink", Box::new(|p| std::os::unix::fs::symlink("/etc/hostname", p).unwrap())),
+    ];
+    for (what, plant) in planted {
+        std::fs::remove_file(&first.artifact).unwrap();
+        plant(&first.artifact);
+        let again = compile_on(&div, &provider, &config(cache.path())).unwrap();
+        assert!(again.built && !again.translated, "{what}: {again:?}");
+        assert!(std::fs::symlink_metadata(&again.artifact).unwrap().is_file(), "{what}");
+        Kernel::load(&again.artifact, &div).unwrap_or_else(|e| panic!("{what}: {e}"));
+        let left: Vec<_> =
+            std::fs::read_dir(cache.path().join("build-v1")).unwrap().flatten().map(|e| e.file_name()).collect();
+        assert_eq!(left.len(), 1, "{what}: only the library, no temp source or library: {left:?}");
+    }
+}
+
+#[test]
 fn a_second_compile_hits_the_translation_cache_and_the_build_cache() {
     let cache = tempfile::tempdir().unwrap();
     let provider = Patch::new(2, 2).provider(Layout::COrder);
