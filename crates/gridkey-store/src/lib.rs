@@ -186,11 +186,17 @@ impl TableStore {
     pub fn put_with(
         &self,
         spec: &TableSpec,
-        write_data: impl FnOnce(&mut dyn Write) -> io::Result<()>,
+        write_data: impl Fn(&mut dyn Write) -> io::Result<()>,
     ) -> Result<PathBuf, StoreError> {
         let path = self.path_of(&spec.digest);
-        if self.open_table(spec).is_ok() {
-            return Ok(path);
+        // The name is trusted only once the bytes under it are the bytes being stored: a file
+        // planted or damaged under the right name and size is replaced, never mapped as this
+        // table (it would poison every translation made from it). Costs one comparison read.
+        if let Ok(existing) = self.open_table(spec) {
+            let mut same = SameBytes::new(existing.data_bytes());
+            if write_data(&mut same).is_ok() && same.all_equal() {
+                return Ok(path);
+            }
         }
         let write_err = |source| StoreError::Write { path: path.clone(), digest: spec.digest, source };
         let header = npy_header(spec).map_err(write_err)?;
@@ -285,12 +291,18 @@ impl TableStore {
         });
         let spec = spec_of(digest);
         let path = self.path_of(&digest);
-        if self.open_table(&spec).is_ok() {
-            // Stored before (or by a concurrent writer): the name is the content.
+        if self.open_table(&spec).is_ok_and(|existing| existing.data_bytes() == data) {
+            // Stored before (or by a concurrent writer), with these very bytes.
             return Ok((spec, path));
         }
         let write_err = |source| StoreError::Write { path: path.clone(), digest, source };
-        let (temp, _) = written.map_err(write_err)?;
+        let (temp, _) = match written {
+            // The write stopped early for a file under the name that does not hold these bytes.
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists && data.len() == expected_len => {
+                return self.put_with(&spec, |out| out.write_all(data)).map(|path| (spec, path));
+            }
+            other => other.map_err(write_err)?,
+        };
         match commit_temp(temp, &path, fault::Fault::for_path(&path)) {
             Ok(_) => Ok((spec, path)),
             Err(_) if self.open_table(&spec).is_ok() => Ok((spec, path)),
@@ -474,6 +486,37 @@ fn same_file(meta: &fs::Metadata, file: &File) -> bool {
 /// Bytes written per step by [`TableStore::put_slice`] between two looks at the digest.
 const PUT_CHUNK_BYTES: usize = 8 << 20;
 
+/// A writer that compares what is written with `expected` instead of storing it.
+struct SameBytes<'a> {
+    expected: &'a [u8],
+    at: usize,
+    equal: bool,
+}
+
+impl<'a> SameBytes<'a> {
+    fn new(expected: &'a [u8]) -> Self {
+        Self { expected, at: 0, equal: true }
+    }
+
+    /// Whether exactly `expected` was written.
+    fn all_equal(&self) -> bool {
+        self.equal && self.at == self.expected.len()
+    }
+}
+
+impl Write for SameBytes<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let end = self.at + buf.len();
+        self.equal &= self.expected.get(self.at..end) == Some(buf);
+        self.at = end;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
 /// Bytes of element data of a table of `spec`.
 fn data_bytes(spec: &TableSpec) -> usize {
     spec.shape[0] * spec.shape[1] * spec.dtype.itemsize()
@@ -606,6 +649,15 @@ impl MappedTable {
     /// The file it is mapped from.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The element bytes of the table (C order, little-endian), borrowed from the mapping:
+    /// `shape[0] * shape[1] * itemsize` bytes.
+    pub fn data_bytes(&self) -> &[u8] {
+        match self.view() {
+            TableView::I32(v) => bytemuck::cast_slice(v.to_slice().expect("a stored table is C-contiguous")),
+            TableView::I64(v) => bytemuck::cast_slice(v.to_slice().expect("a stored table is C-contiguous")),
+        }
     }
 
     /// The table, C order, borrowed from the mapping.

@@ -230,8 +230,6 @@ fn a_verifying_store_refuses_and_rewrites_a_table_modified_in_place() {
     let verifying = store.clone().verifying(true);
     assert!(verifying.verifies());
     check_bad(&verifying, &spec, |e| matches!(e, StoreError::Digest { .. }), "modified in place");
-    store.put_table(spec.digest, t.view()).unwrap();
-    assert!(store.open_verified(&spec).is_err(), "a plain put keeps the file it trusts");
     verifying.put_table(spec.digest, t.view()).unwrap();
     let mapped = verifying.open_table(&spec).unwrap();
     let TableView::I32(v) = mapped.view() else { panic!("int32 table") };
@@ -400,4 +398,26 @@ fn put_slice_with_the_wrong_length_is_a_write_error_and_leaves_nothing() {
     assert!(matches!(err, StoreError::Write { .. }), "{err}");
     assert!(err.to_string().contains("need 120"), "{err}");
     assert!(files_under(store.dir()).is_empty(), "{:?}", files_under(store.dir()));
+}
+
+#[test]
+fn a_file_under_the_name_with_other_bytes_is_replaced_by_every_put() {
+    // Same size, same header, other content: a checked open trusts it, a put must not.
+    let dir = tempfile::tempdir().unwrap();
+    let store = TableStore::open(dir.path()).unwrap();
+    let (t, other) = (table(1000, 3), table(1000, 3).mapv(|x| x + 1));
+    let spec = stored(&store, &t);
+    let impostor = TableStore::open(&dir.path().join("impostor")).unwrap();
+    let ispec = stored(&impostor, &other);
+    let planted = fs::read(impostor.path_of(&ispec.digest)).unwrap();
+    for put in ["put_table", "put_slice"] {
+        overwrite(&store, &spec, &planted);
+        assert!(store.open_table(&spec).is_ok(), "the planted file passes a checked open");
+        match put {
+            "put_table" => drop(store.put_table(spec.digest, t.view()).unwrap()),
+            _ => drop(store.put_slice(Dtype::I32, [1000, 3], &le_bytes(&t), || digest_table(t.view())).unwrap()),
+        }
+        store.open_verified(&spec).unwrap_or_else(|e| panic!("{put}: {e}"));
+        assert!(files_under(store.dir()).iter().all(|f| !f.starts_with(".tmp-")), "{put}");
+    }
 }

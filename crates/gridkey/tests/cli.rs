@@ -127,3 +127,28 @@ fn a_failing_c_compiler_fails_each_program_and_leaves_no_artifact() {
         std::fs::read_dir(&build).map(|d| d.flatten().map(|e| e.file_name()).collect()).unwrap_or_default();
     assert!(left.is_empty(), "nothing left in build-v1: {left:?}");
 }
+
+#[test]
+fn a_table_planted_under_another_tables_name_never_reaches_a_translation() {
+    // C2V's bytes under C2E's name (same shape on this grid), translations and libraries gone:
+    // the next run must translate from the real C2E, not from what the file holds.
+    let cache = tempfile::tempdir().unwrap();
+    let grid = data("grids/oQU480.231010.nc");
+    let args =
+        ["run", "--mode", "serial", "--grid", grid.to_str().unwrap(), "--cache-dir", cache.path().to_str().unwrap()];
+    assert!(gridkey(&args, &[]).status.success());
+    let tables = cache.path().join("tables-v1");
+    let path_of = |hex: &str| tables.join(&hex[..2]).join(format!("{hex}.npy"));
+    let (c2e, c2v) = (path_of("eca80d29e9c8c9e85522c42c2dcf1a50"), path_of("7987c4b53072cc2b75ca3ddc37329b22"));
+    std::fs::remove_file(&c2e).unwrap();
+    std::fs::copy(&c2v, &c2e).unwrap();
+    std::fs::remove_dir_all(cache.path().join("translation-v1")).unwrap();
+    std::fs::remove_dir_all(cache.path().join("build-v1")).unwrap();
+    let out = gridkey(&args, &[]);
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("8/8 programs verified"), "{stdout}");
+    let rerun = gridkey(&args, &[("GRIDKEY_VERIFY_CACHE_HITS", "1")]);
+    assert!(rerun.status.success(), "every cached translation equals a fresh one: {:?}", text(&rerun));
+    assert_ne!(std::fs::read(&c2e).unwrap(), std::fs::read(&c2v).unwrap(), "the planted file was replaced");
+}
