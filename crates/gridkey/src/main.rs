@@ -32,8 +32,9 @@ enum Command {
         /// Build-jobs mode (default: GRIDKEY_BUILD_JOBS_MODE, else process).
         #[arg(long, value_parser = parse_mode)]
         mode: Option<BuildJobsMode>,
-        /// Number of workers (default: GRIDKEY_BUILD_JOBS, else the available cores, at most 32).
-        #[arg(long)]
+        /// Number of workers; 0 or less means serial (default: GRIDKEY_BUILD_JOBS, else the
+        /// available cores, at most 32).
+        #[arg(long, allow_negative_numbers = true)]
         jobs: Option<i64>,
         /// Cache directory (default: GRIDKEY_CACHE_DIR, else .gridkey_cache).
         #[arg(long)]
@@ -235,15 +236,21 @@ fn dispatch(command: Command) -> Result<ExitCode> {
                 // Read by every table store opened here and in the workers, which inherit it.
                 std::env::set_var(gridkey_store::ENV_VERIFY_TABLES, "1");
             }
-            let env = BuildJobs::from_env()?;
-            let jobs =
-                BuildJobs::new(mode.unwrap_or(env.mode), jobs.unwrap_or(env.jobs as i64)).with_timeout(env.timeout);
+            // A flag replaces its variable: a bad value in the environment does not matter then.
+            let jobs = BuildJobs::from_vars(|var| match var {
+                gridkey_jobs::ENV_MODE if mode.is_some() => mode.map(|m| m.as_str().to_owned()),
+                gridkey_jobs::ENV_JOBS if jobs.is_some() => jobs.map(|n| n.to_string()),
+                _ => std::env::var(var).ok(),
+            })?;
+            let options: gridkey_fingerprint::TranslationOptions = options.into_iter().collect();
+            // Bad options are a usage error, said once, not a failure of every program.
+            gridkey_stencil::check_options(&options)?;
             let config = RunConfig {
                 grid: grid.unwrap_or_else(default_grid),
                 cache_dir: cache_dir.unwrap_or_else(gridkey_jobs::cache_dir_from_env),
                 jobs,
                 worker: WorkerCommand::gridkey(std::env::current_exe().context("cannot find the gridkey executable")?),
-                options: options.into_iter().collect(),
+                options,
             };
             // On Ctrl-C: stop the workers (with their C compilers) and exit 130. Every cache
             // write is an atomic rename, so whatever was not finished leaves only temp files.
