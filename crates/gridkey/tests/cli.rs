@@ -158,16 +158,18 @@ fn flags_replace_their_variables_and_a_bad_option_is_a_usage_error() {
     let cache = tempfile::tempdir().unwrap();
     let grid = data("grids/oQU480.231010.nc");
     let base = ["run", "--grid", grid.to_str().unwrap(), "--cache-dir", cache.path().to_str().unwrap()];
-    let with = |extra: &[&str]| base.iter().chain(extra).copied().collect::<Vec<&str>>();
+    fn with<'a>(base: &[&'a str], extra: &[&'a str]) -> Vec<&'a str> {
+        base.iter().chain(extra).copied().collect()
+    }
     let bad_env = [("GRIDKEY_BUILD_JOBS_MODE", "foo"), ("GRIDKEY_BUILD_JOBS", "abc")];
-    let out = gridkey(&with(&["--mode", "thread", "--jobs", "2"]), &bad_env);
+    let out = gridkey(&with(&base, &["--mode", "thread", "--jobs", "2"]), &bad_env);
     let (stdout, stderr) = text(&out);
     assert!(out.status.success() && stdout.contains("(thread mode, 2 jobs)"), "{stdout}\n{stderr}");
-    let out = gridkey(&with(&["--mode", "process", "--jobs", "-1"]), &[]);
+    let out = gridkey(&with(&base, &["--mode", "process", "--jobs", "-1"]), &[]);
     let (stdout, stderr) = text(&out);
     assert!(
         out.status.success() && stdout.contains("(serial mode, 1 jobs)"),
         "--jobs -1 is serial: {stdout}\n{stderr}"
     );
-    check_fails(&with(&["--option", "fast=1"]), &[], 2, &["unknown translation option \"fast\"", "opt_level"]);
+    check_fails(&with(&base, &["--option", "fast=1"]), &[], 2, &["unknown translation option \"fast\"", "opt_level"]);
 }
