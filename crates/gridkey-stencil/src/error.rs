@@ -180,7 +180,7 @@ pub enum StencilError {
         source: io::Error,
     },
     /// The C compiler is missing or failed; nothing was left in the build cache.
-    #[error("C compiler `{cc}` failed to build program {program} ({}): {stderr_tail}; install a C compiler or set CC to one", status.map_or_else(|| "could not be run".to_owned(), |s| format!("exit status {s}")))]
+    #[error("C compiler `{cc}` failed to build program {program} ({}): {}; check the compiler's message (a full disk, a bad flag), install a C compiler or set CC to one", status.map_or_else(|| "could not be run".to_owned(), |s| format!("exit status {s}")), if stderr_tail.is_empty() { "it printed nothing" } else { stderr_tail.as_str() })]
     Compiler {
         /// The compiler command.
         cc: String,

@@ -19,7 +19,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
-use gridkey_fingerprint::{Excluded, FingerprintError, TranslationCache, TranslationOptions};
+use gridkey_fingerprint::{
+    Excluded, FingerprintError, KeyInputs, TranslationCache, TranslationKey, TranslationOptions,
+};
 use gridkey_grid::{read_grid, Grid, GridError};
 use gridkey_jobs::{BuildJobs, CompilationTask, NoProgress, Progress, Runner, Settings, TaskHandler, WorkerCommand};
 use gridkey_offsets::{compile_time_offset_provider, CompileTimeOffsetProvider, OffsetsError};
@@ -323,25 +325,34 @@ pub fn run_with_progress(
     let convert_seconds = t.elapsed().as_secs_f64();
 
     let tasks = tasks_for(programs, &ct, &config.options, &cache_dir);
+    // The parent knows each key too (the same compile-time view), and whether the translation
+    // cache had it before the batch: so a task that fails after translating (a compiler that
+    // fails, a full disk) is still counted as the hit or miss and translation it was.
+    let cache = TranslationCache::open(&cache_dir)?;
+    let keys: Vec<TranslationKey> = programs
+        .iter()
+        .map(|p| KeyInputs::new(&gridkey_stencil::frontend(), p.name(), &p.encode(), &config.options, &ct).key())
+        .collect();
+    let cached_before: Vec<bool> = keys.iter().map(|k| cache.get(k).is_ok()).collect();
     let t = Instant::now();
     let outcomes = runner.run_all_with(&tasks, progress);
     let compile_seconds = t.elapsed().as_secs_f64();
 
     let t = Instant::now();
-    let cache = TranslationCache::open(&cache_dir)?;
     let reports = programs
         .iter()
         .zip(outcomes)
-        .map(|(program, outcome)| match outcome {
+        .zip(keys.iter().zip(&cached_before))
+        .map(|((program, outcome), (key, &hit))| match outcome {
             Ok(outcome) => {
                 let hint = if outcome.translated { explain::miss_hint(&cache, &outcome.key) } else { None };
                 ProgramReport { miss_hint: hint, ..verify(program, grid, outcome) }
             }
             Err(e) => ProgramReport {
                 program: program.name().to_owned(),
-                key: None,
-                cache_hit: false,
-                translated: false,
+                key: Some(key.to_hex()),
+                cache_hit: hit,
+                translated: !hit && cache.get(key).is_ok(),
                 built: false,
                 translate_seconds: 0.0,
                 build_seconds: 0.0,

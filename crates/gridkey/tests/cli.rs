@@ -173,3 +173,34 @@ fn flags_replace_their_variables_and_a_bad_option_is_a_usage_error() {
     );
     check_fails(&with(&base, &["--option", "fast=1"]), &[], 2, &["unknown translation option \"fast\"", "opt_level"]);
 }
+
+#[test]
+fn a_program_that_fails_to_build_is_still_counted_as_its_hit_or_miss() {
+    let cache = tempfile::tempdir().unwrap();
+    let grid = data("grids/oQU480.231010.nc");
+    let args = [
+        "run",
+        "--mode",
+        "serial",
+        "--json",
+        "--grid",
+        grid.to_str().unwrap(),
+        "--cache-dir",
+        cache.path().to_str().unwrap(),
+    ];
+    for (round, hit) in [(1, false), (2, true)] {
+        let out = gridkey(&args, &[("CC", "false")]);
+        assert_eq!(out.status.code(), Some(1), "round {round}");
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        for p in report["programs"].as_array().unwrap() {
+            assert_eq!(p["verified"], false);
+            assert_eq!(p["key"].as_str().map(str::len), Some(32), "round {round}: {p}");
+            assert_eq!(
+                (p["cache_hit"].as_bool(), p["translated"].as_bool()),
+                (Some(hit), Some(!hit)),
+                "round {round}: {p}"
+            );
+            assert!(p["error"].as_str().unwrap().contains("it printed nothing"), "{p}");
+        }
+    }
+}
