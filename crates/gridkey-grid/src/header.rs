@@ -99,8 +99,10 @@ impl<R: Read> Walker<R> {
     fn need(&self, n: u64, what: &str) -> Step<()> {
         if n > self.remaining() {
             return malformed(format!(
-                "the header is cut off or damaged: {what} at byte {} needs {n} bytes but the file has {} bytes",
-                self.pos, self.len
+                "the header is cut off or damaged: {what} at byte {} needs {n} bytes but only {} remain of the file's {} bytes",
+                self.pos,
+                self.remaining(),
+                self.len
             ));
         }
         Ok(())
