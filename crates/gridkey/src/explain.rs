@@ -34,7 +34,7 @@ pub struct Explanation {
 /// `gridkey explain --miss PROGRAM`: why a program's key is not in the cache.
 ///
 /// JSON form (stable, README "gridkey explain"): `{"program", "key", "cached", "candidates",
-/// "nearest", "differences": [{"input", "before", "after"}]}`.
+/// "unreadable_records", "nearest", "differences": [{"input", "before", "after"}]}`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MissExplanation {
     /// The program.
@@ -45,6 +45,9 @@ pub struct MissExplanation {
     pub cached: bool,
     /// How many other cached entries of the same program and frontend there are.
     pub candidates: usize,
+    /// How many cached entries have a key-input record that cannot be read (damaged or of
+    /// another format): they could not be compared.
+    pub unreadable_records: usize,
     /// The nearest of them (fewest differing inputs), if any.
     pub nearest: Option<String>,
     /// How the nearest entry's inputs differ from this key's (`before` is the cached entry).
@@ -82,22 +85,28 @@ pub fn explain_keys(cache_dir: &Path, a: &str, b: &str) -> Result<Explanation, A
 }
 
 /// The cached entry of the same program and frontend as `inputs` (other than `inputs`' own
-/// key) with the fewest differing inputs, ties broken by key order; and how many there were.
+/// key) with the fewest differing inputs, ties broken by key order; how many there were; and
+/// how many entries had a record that could not be read.
 pub fn nearest_entry(
     cache: &TranslationCache,
     inputs: &KeyInputs,
-) -> (usize, Option<(TranslationKey, Vec<InputChange>)>) {
+) -> (usize, usize, Option<(TranslationKey, Vec<InputChange>)>) {
     let own = inputs.key();
+    let mut unreadable = 0;
     let candidates: Vec<(TranslationKey, Vec<InputChange>)> = cache
         .keys()
         .into_iter()
         .filter(|k| *k != own)
-        .filter_map(|k| cache.record(&k).map(|r| (k, r)))
+        .filter_map(|k| {
+            let record = cache.record(&k);
+            unreadable += usize::from(record.is_none());
+            record.map(|r| (k, r))
+        })
         .filter(|(_, r)| r.program == inputs.program && r.frontend.name == inputs.frontend.name)
         .map(|(k, r)| (k, diff_inputs(&r, inputs)))
         .collect();
     let count = candidates.len();
-    (count, candidates.into_iter().min_by_key(|(k, d)| (d.len(), *k)))
+    (count, unreadable, candidates.into_iter().min_by_key(|(k, d)| (d.len(), *k)))
 }
 
 /// Explains why `program` on the grid at `grid_path` with `options` would miss the cache in
@@ -124,19 +133,27 @@ pub fn explain_miss(
     let cache = TranslationCache::open(cache_dir)?;
     let key = inputs.key();
     let cached = cache.get(&key).is_ok();
-    let (candidates, nearest) = nearest_entry(&cache, &inputs);
+    let (candidates, unreadable_records, nearest) = nearest_entry(&cache, &inputs);
     let (nearest, differences) = match nearest {
         Some((k, d)) if !cached => (Some(k.to_hex()), d),
         _ => (None, Vec::new()),
     };
-    Ok(MissExplanation { program: program.to_owned(), key: key.to_hex(), cached, candidates, nearest, differences })
+    Ok(MissExplanation {
+        program: program.to_owned(),
+        key: key.to_hex(),
+        cached,
+        candidates,
+        unreadable_records,
+        nearest,
+        differences,
+    })
 }
 
 /// A one-line hint for a program that missed in `gridkey run`: the nearest other cached entry
 /// of the same program and the first inputs that differ, or `None` when there is none.
 pub fn miss_hint(cache: &TranslationCache, key: &TranslationKey) -> Option<String> {
     let inputs = cache.record(key)?;
-    let (_, nearest) = nearest_entry(cache, &inputs);
+    let (_, _, nearest) = nearest_entry(cache, &inputs);
     let (other, differences) = nearest?;
     let shown: Vec<String> = differences.iter().take(3).map(ToString::to_string).collect();
     let more = differences.len().saturating_sub(shown.len());

@@ -203,6 +203,12 @@ fn dispatch(command: Command) -> Result<ExitCode> {
                         e.program, e.key, e.candidates
                     );
                     print_changes(&e.differences);
+                } else if e.unreadable_records > 0 {
+                    println!(
+                        "{} key {} is not cached, and no other readable entry of {} is; {} cached entries have \
+                         unreadable key-input records and could not be compared",
+                        e.program, e.key, e.program, e.unreadable_records
+                    );
                 } else {
                     println!(
                         "{} key {} is not cached, and no other entry of {} is: a first translation",

@@ -126,12 +126,33 @@ fn keys_that_differ_by_an_option_name_only_that_option() {
     ]);
     assert_eq!(m["cached"], false);
     assert_eq!(m["candidates"], 2);
+    assert_eq!(m["unreadable_records"], 0);
     // Both cached entries differ by one input; the tie goes to the smaller key.
     let nearest = m["nearest"].as_str().unwrap();
     let before = if nearest == plain["div"] { "absent" } else { "3" };
     assert!(nearest == plain["div"] || nearest == fast["div"], "{m}");
     assert!(nearest == plain["div"].as_str().min(fast["div"].as_str()), "{m}");
     assert_eq!(m["differences"], json!([{"input": "option opt_level", "before": before, "after": "1"}]));
+    // Damaged records cannot be compared, and the explanation says how many there were.
+    let damaged = cache.path().join("translation-v1").join(&plain["div"][..2]).join(format!("{}.json", plain["div"]));
+    let kept = std::fs::read(&damaged).unwrap();
+    std::fs::remove_file(&damaged).unwrap();
+    std::fs::write(&damaged, b"{ not json").unwrap();
+    let d = ok_json(&[
+        "explain",
+        "--miss",
+        "div",
+        "--grid",
+        grid.to_str().unwrap(),
+        "--option",
+        "opt_level=1",
+        "--cache-dir",
+        c,
+        "--json",
+    ]);
+    assert_eq!((d["candidates"].clone(), d["unreadable_records"].clone()), (json!(1), json!(1)), "{d}");
+    std::fs::remove_file(&damaged).unwrap();
+    std::fs::write(&damaged, kept).unwrap();
     let hit = ok_json(&["explain", "--miss", "div", "--grid", grid.to_str().unwrap(), "--cache-dir", c, "--json"]);
     assert_eq!((hit["cached"].clone(), hit["key"].clone()), (json!(true), json!(plain["div"])));
 }
