@@ -122,7 +122,8 @@ fn a_broken_library_in_the_build_cache_is_built_again() {
     let div = program("div");
     let first = compile_on(&div, &provider, &config(cache.path())).unwrap();
     let good = std::fs::read(&first.artifact).unwrap();
-    let planted: [(&str, Box<dyn Fn(&std::path::Path)>); 3] = [
+    type Plant<'a> = Box<dyn Fn(&std::path::Path) + 'a>;
+    let planted: [(&str, Plant); 3] = [
         ("truncated", Box::new(|p| std::fs::write(p, &good[..good.len() / 3]).unwrap())),
         ("garbage", Box::new(|p| std::fs::write(p, b"not a shared library").unwrap())),
         ("symlink", Box::new(|p| std::os::unix::fs::symlink("/etc/hostname", p).unwrap())),
