@@ -26,6 +26,8 @@
 //! is transposed into the buffer a block of rows at a time (each column read sequentially),
 //! not element by element; `cargo xtask bench` measures both paths against their limits.
 
+#![warn(missing_docs)]
+
 use std::fmt;
 use std::str::FromStr;
 

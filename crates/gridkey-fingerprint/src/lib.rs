@@ -35,6 +35,8 @@
 //! returns an entry that does not carry its own key and checksum; anything unreadable,
 //! truncated, corrupt or of another format version is a miss.
 
+#![warn(missing_docs)]
+
 use std::collections::BTreeMap;
 use std::fmt;
 use std::fs;

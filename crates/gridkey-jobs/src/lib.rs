@@ -21,6 +21,8 @@
 //! worker) fails that task only; the other tasks finish and the runner stays usable. Results
 //! come back in submission order.
 
+#![warn(missing_docs)]
+
 pub mod pool;
 pub mod protocol;
 pub mod worker;

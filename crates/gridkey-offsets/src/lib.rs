@@ -19,6 +19,8 @@
 //! index fits (ADR 0006), so neither the layout nor the integer width of the runtime table
 //! reaches a digest or a key.
 
+#![warn(missing_docs)]
+
 use std::collections::HashMap;
 use std::io::{self, Write};
 use std::path::PathBuf;

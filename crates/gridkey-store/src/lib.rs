@@ -17,6 +17,8 @@
 //! temp file, which [`remove_stale_temps`] removes once no process holds its lock; a mapped
 //! table is locked shared so that `gridkey cache gc` never removes it (ADR 0009, [`lock`]).
 
+#![warn(missing_docs)]
+
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufWriter, Write};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
