@@ -197,6 +197,22 @@ fn parse_timeout(value: &str) -> Result<Option<Duration>, JobsError> {
     Ok((seconds > 0.0).then(|| Duration::from_secs_f64(seconds)))
 }
 
+/// Reads an on/off switch: unset, empty, `0`, `false`, `no`, `off` are off; `1`, `true`, `yes`,
+/// `on` are on (any case).
+///
+/// Errors: [`JobsError::BadSetting`] naming the variable for any other value.
+pub fn switch_from_vars(var: &'static str, value: Option<&str>) -> Result<bool, JobsError> {
+    match value.map(|v| v.trim().to_ascii_lowercase()).as_deref() {
+        None | Some("" | "0" | "false" | "no" | "off") => Ok(false),
+        Some("1" | "true" | "yes" | "on") => Ok(true),
+        Some(_) => Err(JobsError::BadSetting {
+            var,
+            value: value.unwrap_or_default().to_owned(),
+            accepted: "1, true, yes or on to switch it on; 0, false, no, off or nothing to switch it off",
+        }),
+    }
+}
+
 /// The available cores, at most [`MAX_DEFAULT_JOBS`].
 pub fn default_jobs() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get()).min(MAX_DEFAULT_JOBS)

@@ -151,3 +151,17 @@ fn progress_sees_each_task_start_then_end_with_its_outcome() {
         }
     }
 }
+
+#[test]
+fn switches_read_the_usual_spellings_and_reject_the_rest() {
+    use gridkey_jobs::switch_from_vars;
+    for (value, on) in [(None, false), (Some(""), false), (Some("0"), false), (Some("No"), false), (Some("off"), false)]
+    {
+        assert_eq!(switch_from_vars("GRIDKEY_VERIFY_TABLES", value).unwrap(), on, "{value:?}");
+    }
+    for value in ["1", "true", "YES", " on "] {
+        assert!(switch_from_vars("GRIDKEY_VERIFY_TABLES", Some(value)).unwrap(), "{value:?}");
+    }
+    let err = switch_from_vars("GRIDKEY_VERIFY_CACHE_HITS", Some("maybe")).unwrap_err();
+    assert!(err.to_string().starts_with("GRIDKEY_VERIFY_CACHE_HITS=\"maybe\" is not valid: expected 1, true"), "{err}");
+}

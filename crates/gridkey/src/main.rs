@@ -238,9 +238,17 @@ fn dispatch(command: Command) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Run { grid, mode, jobs, cache_dir, options, json, verify } => {
-            if verify {
-                // Read by every table store opened here and in the workers, which inherit it.
-                std::env::set_var(gridkey_store::ENV_VERIFY_TABLES, "1");
+            // The two switches are checked here and passed on as `1` or unset, which is how the
+            // table stores (here and in the workers, which inherit the environment) and the
+            // compile step read them.
+            for var in [gridkey_store::ENV_VERIFY_TABLES, gridkey::ENV_VERIFY_HITS] {
+                let on = gridkey_jobs::switch_from_vars(var, std::env::var(var).ok().as_deref())?
+                    || (verify && var == gridkey_store::ENV_VERIFY_TABLES);
+                if on {
+                    std::env::set_var(var, "1");
+                } else {
+                    std::env::remove_var(var);
+                }
             }
             // A flag replaces its variable: a bad value in the environment does not matter then.
             let jobs = BuildJobs::from_vars(|var| match var {
