@@ -202,9 +202,7 @@ pub enum StencilError {
         first_difference: usize,
     },
     /// The shared library could not be loaded or is not a kernel of this program.
-    #[error(
-        "cannot load the kernel of program {program} from {artifact}: {reason}; delete the file so it is built again"
-    )]
+    #[error("cannot load the kernel of program {program} from {artifact}: {reason}; the next run builds it again")]
     Load {
         /// The program's name.
         program: String,

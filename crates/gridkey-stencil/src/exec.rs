@@ -407,13 +407,12 @@ pub fn max_relative_error(got: &Fields, want: &Fields) -> f64 {
 /// Checks that `bytes` is an ELF file whose every segment and section lies inside it.
 fn check_complete_elf(bytes: &[u8]) -> Result<(), String> {
     use object::{Object, ObjectSection, ObjectSegment};
-    let file = object::File::parse(bytes)
-        .map_err(|e| format!("not a shared library ({e}); it is built again on the next run"))?;
+    let file = object::File::parse(bytes).map_err(|e| format!("not a shared library ({e})"))?;
     for segment in file.segments() {
-        segment.data().map_err(|e| format!("truncated shared library ({e}); it is built again on the next run"))?;
+        segment.data().map_err(|e| format!("truncated shared library ({e})"))?;
     }
     for section in file.sections() {
-        section.data().map_err(|e| format!("truncated shared library ({e}); it is built again on the next run"))?;
+        section.data().map_err(|e| format!("truncated shared library ({e})"))?;
     }
     Ok(())
 }
