@@ -174,11 +174,9 @@ impl TranslationKey {
 }
 
 impl fmt::Display for TranslationKey {
+    /// The same 128-bit hex text as a table digest (most significant byte first).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for b in self.0 {
-            write!(f, "{b:02x}")?;
-        }
-        Ok(())
+        fmt::Display::fmt(&gridkey_digest::TableDigest::from_bytes(self.0), f)
     }
 }
 
@@ -191,17 +189,11 @@ impl fmt::Debug for TranslationKey {
 impl FromStr for TranslationKey {
     type Err = FingerprintError;
 
-    /// Parses 32 hex digits.
+    /// Parses 32 hex digits (the parser of table digests: the text form is the same).
     fn from_str(text: &str) -> Result<Self, FingerprintError> {
-        let err = || FingerprintError::ParseKey { text: text.to_owned() };
-        if text.len() != 32 || !text.is_ascii() {
-            return Err(err());
-        }
-        let mut out = [0u8; 16];
-        for (i, byte) in out.iter_mut().enumerate() {
-            *byte = u8::from_str_radix(&text[2 * i..2 * i + 2], 16).map_err(|_| err())?;
-        }
-        Ok(Self(out))
+        let digest: gridkey_digest::TableDigest =
+            text.parse().map_err(|_| FingerprintError::ParseKey { text: text.to_owned() })?;
+        Ok(Self(*digest.as_bytes()))
     }
 }
 
