@@ -189,14 +189,7 @@ impl Matrix {
     fn cmd(&self, args: &[&str], env: &[(&str, &str)]) -> Command {
         let mut cmd = Command::new(&self.bin);
         cmd.args(args);
-        for var in [
-            "GRIDKEY_BUILD_JOBS_MODE",
-            "GRIDKEY_BUILD_JOBS",
-            "GRIDKEY_CACHE_DIR",
-            "GRIDKEY_FAULT",
-            "GRIDKEY_VERIFY_TABLES",
-            "CC",
-        ] {
+        for var in gridkey::ENVIRONMENT {
             cmd.env_remove(var);
         }
         for (k, v) in env {

@@ -40,6 +40,21 @@ pub const SHIPPED_GRID: &str = "data/grids/icon_grid_0013_R02B04_R.nc";
 /// Environment variables of the parent that shape a compilation and travel with every task.
 pub const DECLARED_VARS: &[&str] = &["CC", ENV_VERIFY_HITS];
 
+/// Every environment variable that changes what `gridkey run` does (README "Usage" lists each):
+/// runner mode, worker count, cache directory, task timeout, C compiler, the two verification
+/// switches and the fault-matrix test hook. Tests and `cargo xtask` clear these so that the
+/// caller's environment cannot change their outcome.
+pub const ENVIRONMENT: &[&str] = &[
+    gridkey_jobs::ENV_MODE,
+    gridkey_jobs::ENV_JOBS,
+    gridkey_jobs::ENV_CACHE_DIR,
+    gridkey_jobs::ENV_TIMEOUT,
+    "CC",
+    ENV_VERIFY_HITS,
+    gridkey_store::ENV_VERIFY_TABLES,
+    gridkey_store::fault::ENV_FAULT,
+];
+
 /// Set to `1` to translate again on every translation-cache hit and compare byte for byte.
 pub const ENV_VERIFY_HITS: &str = "GRIDKEY_VERIFY_CACHE_HITS";
 

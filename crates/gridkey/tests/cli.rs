@@ -10,7 +10,7 @@ fn data(rel: &str) -> PathBuf {
 fn gridkey(args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_gridkey"));
     cmd.args(args);
-    for var in ["GRIDKEY_BUILD_JOBS_MODE", "GRIDKEY_BUILD_JOBS", "GRIDKEY_CACHE_DIR", "CC"] {
+    for var in gridkey::ENVIRONMENT {
         cmd.env_remove(var);
     }
     for (k, v) in env {
@@ -202,5 +202,13 @@ fn a_program_that_fails_to_build_is_still_counted_as_its_hit_or_miss() {
             );
             assert!(p["error"].as_str().unwrap().contains("it printed nothing"), "{p}");
         }
+    }
+}
+
+#[test]
+fn the_readme_documents_every_variable_that_changes_a_run() {
+    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md")).unwrap();
+    for var in gridkey::ENVIRONMENT {
+        assert!(readme.lines().any(|l| l.starts_with(&format!("| `{var}`"))), "README has no row for {var}");
     }
 }

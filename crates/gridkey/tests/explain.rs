@@ -13,13 +13,12 @@ fn data(rel: &str) -> PathBuf {
 }
 
 fn gridkey(args: &[&str]) -> Output {
-    let out = Command::new(env!("CARGO_BIN_EXE_gridkey"))
-        .args(args)
-        .env_remove("GRIDKEY_CACHE_DIR")
-        .env_remove("CC")
-        .output()
-        .unwrap();
-    out
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_gridkey"));
+    cmd.args(args);
+    for var in gridkey::ENVIRONMENT {
+        cmd.env_remove(var);
+    }
+    cmd.output().unwrap()
 }
 
 fn ok_json(args: &[&str]) -> Value {
@@ -112,18 +111,21 @@ fn keys_that_differ_by_an_option_name_only_that_option() {
     }
     // A miss explained against the nearest entry: opt_level=1 is cached for no program.
     let grid = data("grids/oQU480.231010.nc");
-    let m = ok_json(&[
-        "explain",
-        "--miss",
-        "div",
-        "--grid",
-        grid.to_str().unwrap(),
-        "--option",
-        "opt_level=1",
-        "--cache-dir",
-        c,
-        "--json",
-    ]);
+    let miss_at_o1 = || {
+        ok_json(&[
+            "explain",
+            "--miss",
+            "div",
+            "--grid",
+            grid.to_str().unwrap(),
+            "--option",
+            "opt_level=1",
+            "--cache-dir",
+            c,
+            "--json",
+        ])
+    };
+    let m = miss_at_o1();
     assert_eq!(m["cached"], false);
     assert_eq!(m["candidates"], 2);
     assert_eq!(m["unreadable_records"], 0);
@@ -138,18 +140,7 @@ fn keys_that_differ_by_an_option_name_only_that_option() {
     let kept = std::fs::read(&damaged).unwrap();
     std::fs::remove_file(&damaged).unwrap();
     std::fs::write(&damaged, b"{ not json").unwrap();
-    let d = ok_json(&[
-        "explain",
-        "--miss",
-        "div",
-        "--grid",
-        grid.to_str().unwrap(),
-        "--option",
-        "opt_level=1",
-        "--cache-dir",
-        c,
-        "--json",
-    ]);
+    let d = miss_at_o1();
     assert_eq!((d["candidates"].clone(), d["unreadable_records"].clone()), (json!(1), json!(1)), "{d}");
     std::fs::remove_file(&damaged).unwrap();
     std::fs::write(&damaged, kept).unwrap();

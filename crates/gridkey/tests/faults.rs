@@ -20,14 +20,7 @@ fn grid() -> PathBuf {
 fn cmd(args: &[&str], env: &[(&str, &str)]) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_gridkey"));
     cmd.args(args);
-    for var in [
-        "GRIDKEY_BUILD_JOBS_MODE",
-        "GRIDKEY_BUILD_JOBS",
-        "GRIDKEY_CACHE_DIR",
-        "GRIDKEY_FAULT",
-        "GRIDKEY_VERIFY_TABLES",
-        "CC",
-    ] {
+    for var in gridkey::ENVIRONMENT {
         cmd.env_remove(var);
     }
     for (k, v) in env {

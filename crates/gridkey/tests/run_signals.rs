@@ -37,7 +37,7 @@ fn gridkey_run(cache: &Path, cc: Option<&str>, json: bool) -> Command {
     if json {
         cmd.arg("--json");
     }
-    for var in ["GRIDKEY_BUILD_JOBS_MODE", "GRIDKEY_BUILD_JOBS", "GRIDKEY_CACHE_DIR", "GRIDKEY_BUILD_TIMEOUT", "CC"] {
+    for var in gridkey::ENVIRONMENT {
         cmd.env_remove(var);
     }
     if let Some(cc) = cc {
