@@ -203,6 +203,31 @@ pub enum TableSource {
     HostCopy(HostCopySource),
 }
 
+/// The four getters a runtime and a compile-time connectivity share (same fields, same meaning).
+macro_rules! connectivity_dimensions {
+    () => {
+        /// The domain (source) dimension, e.g. `Cell` for `C2E`.
+        pub fn domain(&self) -> &Dimension {
+            &self.domain
+        }
+
+        /// The neighbour dimension, e.g. `C2EDim`.
+        pub fn local(&self) -> &Dimension {
+            &self.local
+        }
+
+        /// The codomain (target) dimension, e.g. `Edge` for `C2E`.
+        pub fn codomain(&self) -> &Dimension {
+            &self.codomain
+        }
+
+        /// The value marking a missing neighbour, if any.
+        pub fn skip_value(&self) -> Option<i64> {
+            self.skip_value
+        }
+    };
+}
+
 /// A runtime gather connectivity: a neighbour table from `domain` (with neighbour axis `local`)
 /// to `codomain`, where `skip_value` marks a missing neighbour.
 #[derive(Debug)]
@@ -229,25 +254,7 @@ impl Connectivity {
         Ok(Self { domain, local, codomain, skip_value, source })
     }
 
-    /// The domain (source) dimension, e.g. `Cell` for `C2E`.
-    pub fn domain(&self) -> &Dimension {
-        &self.domain
-    }
-
-    /// The neighbour dimension, e.g. `C2EDim`.
-    pub fn local(&self) -> &Dimension {
-        &self.local
-    }
-
-    /// The codomain (target) dimension, e.g. `Edge` for `C2E`.
-    pub fn codomain(&self) -> &Dimension {
-        &self.codomain
-    }
-
-    /// The value marking a missing neighbour, if any.
-    pub fn skip_value(&self) -> Option<i64> {
-        self.skip_value
-    }
+    connectivity_dimensions!();
 
     /// Where the table lives.
     pub fn source(&self) -> &TableSource {
@@ -332,25 +339,7 @@ impl CompileTimeConnectivity {
         Ok(Self { domain, local, codomain, skip_value, table })
     }
 
-    /// The domain dimension.
-    pub fn domain(&self) -> &Dimension {
-        &self.domain
-    }
-
-    /// The neighbour dimension.
-    pub fn local(&self) -> &Dimension {
-        &self.local
-    }
-
-    /// The codomain dimension.
-    pub fn codomain(&self) -> &Dimension {
-        &self.codomain
-    }
-
-    /// The skip value, if any.
-    pub fn skip_value(&self) -> Option<i64> {
-        self.skip_value
-    }
+    connectivity_dimensions!();
 
     /// Digest, dtype and shape of the table.
     pub fn spec(&self) -> &TableSpec {
