@@ -1,22 +1,14 @@
 //! The `gridkey` binary as a user runs it: the main job, `tables`, and bad input.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+mod common;
 
-fn data(rel: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../data").join(rel)
-}
+use std::path::Path;
+use std::process::Output;
+
+use common::{data, gridkey_command};
 
 fn gridkey(args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_gridkey"));
-    cmd.args(args);
-    for var in gridkey::ENVIRONMENT {
-        cmd.env_remove(var);
-    }
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    cmd.output().unwrap()
+    gridkey_command(args, env).output().unwrap()
 }
 
 fn text(o: &Output) -> (String, String) {

@@ -1,24 +1,19 @@
 //! `gridkey explain`: the differing key inputs, checked against the witness's golden table
 //! facts, and the stable JSON form against a golden file.
 
+mod common;
+
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::Path;
+use std::process::Output;
+
+use common::{data, gridkey_command};
 
 use gridkey_fingerprint::{Frontend, KeyInputs, OffsetInput, TranslationCache, TranslationOptions};
 use serde_json::{json, Value};
 
-fn data(rel: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../data").join(rel)
-}
-
 fn gridkey(args: &[&str]) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_gridkey"));
-    cmd.args(args);
-    for var in gridkey::ENVIRONMENT {
-        cmd.env_remove(var);
-    }
-    cmd.output().unwrap()
+    gridkey_command(args, &[]).output().unwrap()
 }
 
 fn ok_json(args: &[&str]) -> Value {

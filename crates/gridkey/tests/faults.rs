@@ -3,6 +3,8 @@
 //! modified in place, and `gridkey cache stats` / `gridkey cache gc`. The full matrix, with real
 //! tmpfs mounts and many processes, is `cargo xtask faults`.
 
+mod common;
+
 use std::fs;
 use std::io::{BufRead, BufReader};
 use std::os::unix::fs::PermissionsExt;
@@ -18,15 +20,7 @@ fn grid() -> PathBuf {
 }
 
 fn cmd(args: &[&str], env: &[(&str, &str)]) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_gridkey"));
-    cmd.args(args);
-    for var in gridkey::ENVIRONMENT {
-        cmd.env_remove(var);
-    }
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    cmd
+    common::gridkey_command(args, env)
 }
 
 /// `gridkey run` in serial mode on the MPAS grid into `cache`, with extra flags.
