@@ -32,7 +32,16 @@ fn nothing_set_gives_the_defaults() {
 #[test]
 fn switches_read_the_usual_spellings_and_reject_the_rest() {
     for var in ["GRIDKEY_VERIFY_TABLES", "GRIDKEY_VERIFY_CACHE_HITS"] {
-        for (value, on) in [("1", true), ("true", true), ("YES", true), (" on ", true), ("0", false), ("off", false), ("", false), ("No", false)] {
+        for (value, on) in [
+            ("1", true),
+            ("true", true),
+            ("YES", true),
+            (" on ", true),
+            ("0", false),
+            ("off", false),
+            ("", false),
+            ("No", false),
+        ] {
             let s = parse(&[(var, value)]).unwrap();
             let got = if var == "GRIDKEY_VERIFY_TABLES" { s.verify_tables } else { s.verify_cache_hits };
             assert_eq!(got, on, "{var}={value:?}");
@@ -59,7 +68,10 @@ fn zero_or_negative_jobs_mean_serial() {
 
 #[test]
 fn timeout_is_seconds_and_zero_is_none() {
-    assert_eq!(parse(&[("GRIDKEY_BUILD_TIMEOUT", "2.5")]).unwrap().build_jobs.timeout, Some(Duration::from_millis(2500)));
+    assert_eq!(
+        parse(&[("GRIDKEY_BUILD_TIMEOUT", "2.5")]).unwrap().build_jobs.timeout,
+        Some(Duration::from_millis(2500))
+    );
     assert_eq!(parse(&[("GRIDKEY_BUILD_TIMEOUT", "0")]).unwrap().build_jobs.timeout, None);
     for bad in ["-1", "soon", "inf", "NaN"] {
         assert_eq!(bad_var(&[("GRIDKEY_BUILD_TIMEOUT", bad)]), "GRIDKEY_BUILD_TIMEOUT", "{bad}");
