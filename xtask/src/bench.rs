@@ -23,7 +23,7 @@ use gridkey_jobs::protocol::{write_frame, ToWorker, WireTask};
 use gridkey_jobs::{BuildJobs, BuildJobsMode, CompilationTask, Runner, WorkerCommand};
 use gridkey_offsets::{
     compile_time_connectivity, compile_time_offset_provider, CompileTimeOffsetProvider, Connectivity, Entry,
-    IndexTable, OffsetProvider, TableSource,
+    IndexTable, OffsetProvider,
 };
 use gridkey_store::TableStore;
 use ndarray::{ArcArray2, Array2, ShapeBuilder};
@@ -217,7 +217,7 @@ fn digest_c(large: &ArcArray2<i32>, reps: usize) -> Value {
 
 fn digest_c_small(grid: &Grid, batches: usize) -> Result<Value> {
     let Some(c) = grid.provider().gather("C2E") else { bail!("the ICON grid has no C2E") };
-    let IndexTable::I32(table) = c.host_table() else { bail!("C2E is int32") };
+    let IndexTable::I32(table) = c.host_table("C2E")? else { bail!("C2E is int32") };
     let table = table.as_standard_layout().into_owned();
     let bytes: &[u8] = bytemuck_cast(table.as_slice().expect("C order"));
     let view = table.view();
@@ -325,7 +325,7 @@ fn reset_peak_rss() -> bool {
 
 fn host_connectivity_of(table: &ArcArray2<i32>) -> Result<Arc<Connectivity>> {
     let (cell, edge, local) = dims("Cell", "Edge", "E2CDim");
-    Ok(Arc::new(Connectivity::new(edge, local, cell, None, TableSource::Host(IndexTable::I32(table.clone())))?))
+    Ok(Arc::new(Connectivity::from_host(edge, local, cell, None, IndexTable::I32(table.clone()))?))
 }
 
 fn dims(
@@ -434,15 +434,15 @@ fn tiled_provider(provider: &OffsetProvider, tiles: usize) -> Result<OffsetProvi
         let entry = match entry {
             Entry::Dimension(d) => Entry::Dimension(d.clone()),
             Entry::Gather(c) => {
-                let IndexTable::I32(a) = c.host_table() else { bail!("grid tables are int32") };
+                let IndexTable::I32(a) = c.host_table(offset)? else { bail!("grid tables are int32") };
                 let views = vec![a.view(); tiles];
                 let big = ndarray::concatenate(ndarray::Axis(0), &views)?;
-                Entry::Gather(Arc::new(Connectivity::new(
+                Entry::Gather(Arc::new(Connectivity::from_host(
                     c.domain().clone(),
                     c.local().clone(),
                     c.codomain().clone(),
                     c.skip_value(),
-                    TableSource::Host(IndexTable::I32(big.into_shared())),
+                    IndexTable::I32(big.into_shared()),
                 )?))
             }
         };
@@ -538,12 +538,12 @@ fn r2b9_provider(icon: &OffsetProvider) -> Result<OffsetProvider> {
                         t
                     }
                 };
-                Entry::Gather(Arc::new(Connectivity::new(
+                Entry::Gather(Arc::new(Connectivity::from_host(
                     c.domain().clone(),
                     c.local().clone(),
                     c.codomain().clone(),
                     c.skip_value(),
-                    TableSource::Host(IndexTable::I32(table)),
+                    IndexTable::I32(table),
                 )?))
             }
         };

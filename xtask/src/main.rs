@@ -257,16 +257,16 @@ fn check_verified(report: &RunReport) -> bool {
 /// The grid's runtime provider with its tables in C order, Fortran order, as int64, and
 /// behind a host-copy source; dimension entries as they are.
 fn runtime_variants(grid: &Grid) -> Result<Vec<(&'static str, OffsetProvider)>> {
-    type Make = fn(&ndarray::ArcArray2<i32>) -> TableSource;
+    type Make = fn(&ndarray::ArcArray2<i32>) -> Arc<dyn TableSource>;
     let makers: [(&'static str, Make); 4] = [
-        ("C order", |a| TableSource::Host(IndexTable::I32(a.as_standard_layout().into_owned().into_shared()))),
+        ("C order", |a| Arc::new(IndexTable::I32(a.as_standard_layout().into_owned().into_shared()))),
         ("Fortran order", |a| {
             let mut f = Array2::<i32>::zeros(a.raw_dim().f());
             f.assign(a);
-            TableSource::Host(IndexTable::I32(f.into_shared()))
+            Arc::new(IndexTable::I32(f.into_shared()))
         }),
-        ("int64", |a| TableSource::Host(IndexTable::I64(a.mapv(i64::from).into_shared()))),
-        ("host copy", |a| TableSource::HostCopy(HostCopySource::new(IndexTable::I32(a.clone())))),
+        ("int64", |a| Arc::new(IndexTable::I64(a.mapv(i64::from).into_shared()))),
+        ("host copy", |a| Arc::new(HostCopySource::new(IndexTable::I32(a.clone())))),
     ];
     let mut out = Vec::new();
     for (name, make) in makers {
@@ -275,7 +275,7 @@ fn runtime_variants(grid: &Grid) -> Result<Vec<(&'static str, OffsetProvider)>> 
             let entry = match entry {
                 Entry::Dimension(d) => Entry::Dimension(d.clone()),
                 Entry::Gather(c) => {
-                    let IndexTable::I32(a) = c.host_table() else { bail!("grid tables are int32") };
+                    let IndexTable::I32(a) = c.host_table(offset)? else { bail!("grid tables are int32") };
                     Entry::Gather(Arc::new(Connectivity::new(
                         c.domain().clone(),
                         c.local().clone(),

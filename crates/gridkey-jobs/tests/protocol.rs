@@ -9,7 +9,6 @@ use gridkey_jobs::protocol::{read_frame, write_frame, FromWorker, ToWorker, Wire
 use gridkey_jobs::{CompilationTask, Settings};
 use gridkey_offsets::{
     compile_time_offset_provider, Connectivity, Dimension, DimensionKind, Entry, IndexTable, OffsetProvider,
-    TableSource,
 };
 use gridkey_settings::CompilerSettings;
 use gridkey_store::TableStore;
@@ -19,12 +18,12 @@ use proptest::prelude::*;
 fn task(cache: &Path, rows: usize) -> CompilationTask {
     let mut p = OffsetProvider::new();
     let t = Array2::from_shape_fn((rows, 3), |(i, j)| ((i + j) % rows) as i32);
-    let c = Connectivity::new(
+    let c = Connectivity::from_host(
         Dimension::horizontal("Cell"),
         Dimension::local("C2EDim"),
         Dimension::horizontal("Edge"),
         None,
-        TableSource::Host(IndexTable::I32(t.into_shared())),
+        IndexTable::I32(t.into_shared()),
     )
     .unwrap();
     p.push("C2E", Entry::Gather(Arc::new(c))).unwrap();

@@ -5,6 +5,7 @@ use std::io;
 use std::path::PathBuf;
 
 use gridkey_fingerprint::{FingerprintError, TranslationKey};
+use gridkey_offsets::OffsetsError;
 
 /// How many values a field must hold.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -117,6 +118,15 @@ pub enum StencilError {
         role: Side,
         /// The dimension(s) the connectivity has there: `Vertex`, or `(Cell, C2EDim)` for weights.
         actual: String,
+    },
+    /// A runtime table could not be read on the host (its copy failed or was not what its
+    /// table source declared).
+    #[error("program {program}: {source}")]
+    Offsets {
+        /// The program's name.
+        program: String,
+        /// What the offset provider said, naming the offset.
+        source: OffsetsError,
     },
     /// A table entry is negative and not the connectivity's skip value.
     #[error("program {program}: table of offset {offset} has entry {value} at ({row}, {col}), below 0 and not its skip value {skip_value:?}; fix the table or declare the skip value")]

@@ -451,21 +451,24 @@ pub struct TableRow {
 /// Errors: [`AppError::Grid`].
 pub fn tables(grid_path: &Path) -> Result<Vec<TableRow>, AppError> {
     let grid = read_grid(grid_path)?;
-    Ok(table_rows(&grid))
+    table_rows(&grid)
 }
 
 /// The rows of `gridkey tables` for a grid already read.
-pub fn table_rows(grid: &Grid) -> Vec<TableRow> {
+///
+/// Errors: [`AppError::Offsets`] when a table cannot be read on the host (a grid's tables are
+/// host tables, read in place).
+pub fn table_rows(grid: &Grid) -> Result<Vec<TableRow>, AppError> {
     grid.tables()
         .iter()
         .map(|info| {
             let c = grid.provider().gather(&info.offset).expect("every table of a grid is a gather");
-            let table = c.host_table();
+            let table = c.host_table(&info.offset)?;
             let digest = match &table {
                 gridkey_offsets::IndexTable::I32(a) => gridkey_digest::digest_table(a.view()),
                 gridkey_offsets::IndexTable::I64(a) => gridkey_digest::digest_table(a.view()),
             };
-            TableRow {
+            Ok(TableRow {
                 offset: info.offset.clone(),
                 domain: info.domain.clone(),
                 codomain: info.codomain.clone(),
@@ -473,7 +476,7 @@ pub fn table_rows(grid: &Grid) -> Vec<TableRow> {
                 dtype: table_dtype(&table).to_owned(),
                 skip_count: info.skip_count,
                 digest: digest.to_hex(),
-            }
+            })
         })
         .collect()
 }
