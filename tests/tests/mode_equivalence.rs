@@ -22,7 +22,7 @@ fn run(grid: &gridkey_grid::Grid, runner: &Runner<StencilHandler>, cache: &Path)
         options: TranslationOptions::new(),
     };
     let report = gridkey::run_with(grid, &gridkey_stencil::icon_programs(), runner, &config, 0.0).unwrap();
-    for p in report.programs.iter().filter(|p| !p.verified) {
+    if let Some(p) = report.programs.iter().find(|p| !p.verified) {
         panic!("{} mode: {} did not verify: {:?}", report.mode, p.program, p.error);
     }
     report

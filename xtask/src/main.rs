@@ -1,5 +1,8 @@
 //! `cargo xtask`: project automation.
 //!
+//! `cargo xtask test` is the README's test command: it sets up the virtual environment and the
+//! Redis server the tests need and runs every test with them required (see `test.rs`).
+//!
 //! `cargo xtask modes [--grid FILE]` is the mode-equivalence proof of README "The proof":
 //! 1. the key of every program is identical across the three build-jobs modes, and across
 //!    runtime tables given in C order, Fortran order, as int64 and through the host-copy source;
@@ -20,6 +23,7 @@ mod bench;
 mod faults;
 mod kill_demo;
 mod memory;
+mod test;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -42,6 +46,7 @@ pub(crate) fn root() -> PathBuf {
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
+        Some("test") if args.len() == 1 => test::test(&root(), &target_dir()),
         Some("modes") => modes(&args[1..]),
         Some("bench") => bench::bench(&args[1..]),
         Some("memory") => build_gridkey().and_then(|bin| memory::memory(&args[1..], &bin)),
@@ -54,7 +59,7 @@ fn main() -> ExitCode {
         },
         _ => {
             eprintln!(
-                "usage: cargo xtask modes [--grid FILE]\n       cargo xtask bench [--quick]\n       cargo xtask faults [--bin GRIDKEY]\n       cargo xtask memory [--scale N] [--workers W] [--starts S]\n       cargo xtask kill-demo [--grid FILE]"
+                "usage: cargo xtask test\n       cargo xtask modes [--grid FILE]\n       cargo xtask bench [--quick]\n       cargo xtask faults [--bin GRIDKEY]\n       cargo xtask memory [--scale N] [--workers W] [--starts S]\n       cargo xtask kill-demo [--grid FILE]"
             );
             return ExitCode::from(2);
         }
