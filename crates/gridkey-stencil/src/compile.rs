@@ -11,13 +11,14 @@ use gridkey_settings::{CompilerSettings, Settings};
 use serde::{Deserialize, Serialize};
 use xxhash_rust::xxh3::Xxh3;
 
+use crate::compiler::identity_for_build;
 use crate::{check_options, key_inputs, translate, Program, StencilError};
 
 /// Version of the build cache layout and key; part of its directory name, [`BUILD_DIR`].
-pub const BUILD_FORMAT_VERSION: u32 = 1;
+pub const BUILD_FORMAT_VERSION: u32 = 2;
 
 /// Name of the build cache directory under the cache directory.
-pub const BUILD_DIR: &str = "build-v1";
+pub const BUILD_DIR: &str = "build-v2";
 
 /// Flags every build gets besides the optimisation level.
 const SHARED_FLAGS: [&str; 2] = ["-shared", "-fPIC"];
@@ -71,7 +72,7 @@ pub struct CompileOutcome {
     pub built: bool,
     /// Seconds spent on the build-cache lookup and building.
     pub build_seconds: f64,
-    /// The shared library, `<cache_dir>/build-v1/<hex>.so`.
+    /// The shared library, `<cache_dir>/build-v2/<hex>.so`.
     pub artifact: PathBuf,
     /// On a translation-cache miss, why the entry was not usable.
     pub miss_reason: Option<String>,
@@ -97,15 +98,15 @@ mod key_hex {
 /// 2. the cache protocol, [`translate_cached`], over the local tier `<cache_dir>/translation-v1`:
 ///    a hit is the C source; a miss (absent, or unreadable, corrupt, not UTF-8) translates with
 ///    [`translate`] and stores the source with its key-input record;
-/// 3. build cache: `<cache_dir>/build-v1/<`[`build_key`]`>.so`; when absent, the compiler
-///    `cc -O<level> -shared -fPIC -o <temp in build-v1> kernel.c` runs in a temporary
+/// 3. build cache: `<cache_dir>/build-v2/<`[`build_key`]`>.so`; when absent, the compiler
+///    `cc -O<level> -shared -fPIC -o <temp in build-v2> kernel.c` runs in a temporary
 ///    directory and the library is renamed into place, so no partial library is ever visible
 ///    under a final name.
 ///
 /// Errors: [`check_options`] and [`translate`] errors; [`StencilError::Cache`] when the
 /// translation cache cannot be written; [`StencilError::VerifyMismatch`];
 /// [`StencilError::Io`] for the build cache; [`StencilError::Compiler`] when the compiler is
-/// missing or fails (nothing is left in `build-v1`).
+/// missing or fails (nothing is left in `build-v2`).
 pub fn compile(
     program: &Program,
     provider: &CompileTimeOffsetProvider,
@@ -145,11 +146,11 @@ pub fn compile(
     let translate_seconds = started.elapsed().as_secs_f64();
 
     let started = Instant::now();
-    let cc = &config.compiler.command;
+    let identity = identity_for_build(&config.compiler);
     let mut flags = opts.cflags();
     flags.extend(SHARED_FLAGS.iter().map(|f| (*f).to_owned()));
     let dir = config.cache_dir.join(BUILD_DIR);
-    let artifact = dir.join(format!("{}.so", build_key(&source, cc, &flags)));
+    let artifact = dir.join(format!("{}.so", build_key(&source, &identity, &flags)));
     let built = if library_usable(&artifact, program) {
         false
     } else {
@@ -169,11 +170,12 @@ pub fn compile(
 }
 
 /// The build-cache key of a library: xxh3_128 (32 hex digits) over [`BUILD_FORMAT_VERSION`],
-/// the C source, the compiler command words and the flags, each length-prefixed (u64 LE).
+/// the C source, the compiler's identity ([`crate::compiler_identity`]: its command words,
+/// executable, version and target) and the flags, each length-prefixed (u64 LE) (ADR 0014).
 ///
-/// Left out on purpose: the compiler's version and the machine (clear `build-v1` after
-/// changing the compiler behind the same command), and every path.
-pub fn build_key(source: &str, cc: &[String], flags: &[String]) -> String {
+/// Left out on purpose: every path (the compiler's, the cache directory's): identical compilers
+/// at different paths share builds.
+pub fn build_key(source: &str, compiler_identity: &str, flags: &[String]) -> String {
     let mut h = Xxh3::new();
     let mut bytes = |b: &[u8]| {
         h.update(&(b.len() as u64).to_le_bytes());
@@ -182,11 +184,10 @@ pub fn build_key(source: &str, cc: &[String], flags: &[String]) -> String {
     bytes(b"gridkey-stencil build");
     bytes(&BUILD_FORMAT_VERSION.to_le_bytes());
     bytes(source.as_bytes());
-    for list in [cc, flags] {
-        bytes(&(list.len() as u64).to_le_bytes());
-        for word in list {
-            bytes(word.as_bytes());
-        }
+    bytes(compiler_identity.as_bytes());
+    bytes(&(flags.len() as u64).to_le_bytes());
+    for flag in flags {
+        bytes(flag.as_bytes());
     }
     format!("{:032x}", h.digest128())
 }
@@ -311,14 +312,15 @@ mod tests {
     #[test]
     fn build_key_depends_on_every_input() {
         let s = |v: &[&str]| v.iter().map(|x| (*x).to_owned()).collect::<Vec<_>>();
-        let base = build_key("int x;", &s(&["cc"]), &s(&["-O2"]));
+        let base = build_key("int x;", "id-a", &s(&["-O2"]));
         assert_eq!(base.len(), 32);
-        assert_eq!(base, build_key("int x;", &s(&["cc"]), &s(&["-O2"])));
-        assert_ne!(base, build_key("int y;", &s(&["cc"]), &s(&["-O2"])));
-        assert_ne!(base, build_key("int x;", &s(&["gcc"]), &s(&["-O2"])));
-        assert_ne!(base, build_key("int x;", &s(&["cc"]), &s(&["-O3"])));
-        // Word boundaries are part of the key: "ccache gcc" is not "ccacheg cc".
-        assert_ne!(build_key("", &s(&["ccache", "gcc"]), &[]), build_key("", &s(&["ccacheg", "cc"]), &[]));
-        assert_ne!(build_key("", &s(&["cc", "-O2"]), &[]), build_key("", &s(&["cc"]), &s(&["-O2"])));
+        assert_eq!(base, build_key("int x;", "id-a", &s(&["-O2"])));
+        assert_ne!(base, build_key("int y;", "id-a", &s(&["-O2"])));
+        assert_ne!(base, build_key("int x;", "id-b", &s(&["-O2"])));
+        assert_ne!(base, build_key("int x;", "id-a", &s(&["-O3"])));
+        assert_ne!(base, build_key("int x;", "id-a", &s(&["-O2", "-g"])));
+        // Field boundaries are part of the key.
+        assert_ne!(build_key("int x;", "", &[]), build_key("int x", ";", &[]));
+        assert_ne!(build_key("", "a", &s(&["b"])), build_key("", "ab", &[]));
     }
 }

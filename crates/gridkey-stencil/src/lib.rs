@@ -10,7 +10,8 @@
 //! 3. **Code generation** ([`emit_c`], [`translate`]): C source with those facts as constants and
 //!    one exported entry point with a fixed ABI that reads the runtime tables in place.
 //! 4. **Compile** ([`compile`]): translation key, translation cache, translate on a miss, then the
-//!    system C compiler into a shared library in the build cache `<cache>/build-v1/`.
+//!    system C compiler into a shared library in the build cache `<cache>/build-v2/`, keyed by the
+//!    compiler's identity ([`compiler_identity`]), not its path.
 //! 5. **Execution** ([`Kernel`]): loads the library and runs it on the runtime offset provider;
 //!    [`evaluate_reference`] is the plain Rust evaluation it is checked against.
 //!
@@ -30,6 +31,7 @@
 #![warn(missing_docs)]
 
 mod compile;
+mod compiler;
 mod emit;
 mod error;
 mod exec;
@@ -38,6 +40,7 @@ mod infer;
 mod ir;
 
 pub use compile::{build_key, compile, CompileConfig, CompileOutcome, BUILD_DIR, BUILD_FORMAT_VERSION};
+pub use compiler::{compiler_identity, identify_compiler, COMPILER_IDENTITY_VERSION, PROBE_TIMEOUT};
 pub use emit::{check_options, emit_c, translate, StencilOptions, ABI_VERSION, OPT_LEVEL};
 pub use error::{Need, Side, StencilError};
 pub use exec::{dimension_sizes, evaluate_reference, make_inputs, max_relative_error, Fields, Kernel};

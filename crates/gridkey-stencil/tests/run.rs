@@ -152,7 +152,7 @@ fn a_broken_library_in_the_build_cache_is_built_again() {
         assert!(std::fs::symlink_metadata(&again.artifact).unwrap().is_file(), "{what}");
         Kernel::load(&again.artifact, &div).unwrap_or_else(|e| panic!("{what}: {e}"));
         let left: Vec<_> =
-            std::fs::read_dir(cache.path().join("build-v1")).unwrap().flatten().map(|e| e.file_name()).collect();
+            std::fs::read_dir(cache.path().join("build-v2")).unwrap().flatten().map(|e| e.file_name()).collect();
         assert_eq!(left.len(), 1, "{what}: only the library, no temp source or library: {left:?}");
     }
 }
@@ -240,7 +240,7 @@ fn execution_reads_every_runtime_layout_in_place_with_the_same_result() {
 }
 
 /// The one place that expects a compiler failure: compiles `div` with compiler `cc` and checks
-/// the error and that `build-v1` holds no file.
+/// the error and that `build-v2` holds no file.
 fn check_compiler_failure(cc: &str, want_status: Option<i32>, stderr_has: &str) {
     let cache = tempfile::tempdir().unwrap();
     let provider = Patch::new(1, 1).provider(Layout::COrder);

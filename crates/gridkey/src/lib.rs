@@ -377,8 +377,9 @@ pub fn run_with_progress(
 }
 
 /// The settings as they travel with the tasks of one run: the cache directory made absolute
-/// (workers may run elsewhere) and the compiler resolved once, here, so that every mode and
-/// every worker runs the same program whatever its own `PATH` (ADR 0013).
+/// (workers may run elsewhere) and the compiler resolved and identified once, here, so that
+/// every mode and every worker runs the same program whatever its own `PATH` and keys its
+/// builds by the same identity (ADR 0013, ADR 0014).
 ///
 /// Errors: [`AppError::CacheDir`] when the cache directory does not exist or cannot be made
 /// absolute, [`AppError::Settings`] when the compiler is not found.
@@ -389,6 +390,7 @@ pub fn task_settings(settings: &Settings) -> Result<Arc<Settings>, AppError> {
         .map_err(|source| AppError::CacheDir { path: settings.cache_dir.clone(), source })?;
     let cwd = std::env::current_dir().map_err(|source| AppError::CacheDir { path: ".".into(), source })?;
     settings.compiler.resolve(&cwd)?;
+    gridkey_stencil::identify_compiler(&mut settings.compiler, &cwd)?;
     Ok(Arc::new(settings))
 }
 

@@ -239,7 +239,7 @@ fn cache_stats_count_every_entry_and_gc_removes_least_recently_used_but_never_a_
         files(&cache.path().join(dir)).iter().filter(|p| p.extension().is_some_and(|e| e == ext)).count() as u64
     };
     let bytes = |dir: &str| files(&cache.path().join(dir)).iter().map(|p| fs::metadata(p).unwrap().len()).sum::<u64>();
-    for (i, (dir, ext)) in [("tables-v1", "npy"), ("translation-v1", "bin"), ("build-v1", "so")].iter().enumerate() {
+    for (i, (dir, ext)) in [("tables-v1", "npy"), ("translation-v1", "bin"), ("build-v2", "so")].iter().enumerate() {
         assert_eq!(stats[i]["store"], *dir);
         assert_eq!(stats[i]["entries"], count(dir, ext), "{dir}");
         assert_eq!(stats[i]["bytes"], bytes(dir), "{dir}");
@@ -251,15 +251,15 @@ fn cache_stats_count_every_entry_and_gc_removes_least_recently_used_but_never_a_
     let old = fs::FileTimes::new()
         .set_accessed(SystemTime::UNIX_EPOCH)
         .set_modified(SystemTime::UNIX_EPOCH + Duration::from_secs(86_400));
-    for p in files(&cache.path().join("build-v1")) {
+    for p in files(&cache.path().join("build-v2")) {
         fs::File::open(&p).unwrap().set_times(old).unwrap();
     }
-    let total = bytes("tables-v1") + bytes("translation-v1") + bytes("build-v1");
-    let budget = total - bytes("build-v1");
+    let total = bytes("tables-v1") + bytes("translation-v1") + bytes("build-v2");
+    let budget = total - bytes("build-v2");
     let gc = json(&["cache", "gc", "--cache-dir", c, "--max-size", &budget.to_string(), "--json"]);
     assert_eq!(gc["entries_removed"], 8, "{gc}");
     assert_eq!(gc["bytes_left"], budget, "{gc}");
-    assert_eq!(count("build-v1", "so"), 0);
+    assert_eq!(count("build-v2", "so"), 0);
     assert_eq!(count("translation-v1", "bin"), 8);
 
     // A table mapped by this process is kept, whatever the budget; unmapped, it goes.
