@@ -482,6 +482,13 @@ impl TranslationCache {
         Ok(record_path)
     }
 
+    /// Removes the entry of `key` and its key-input record, best effort: what a caller does with
+    /// a translation whose kernel computed wrong results, so that it is not served again.
+    pub fn remove(&self, key: &TranslationKey) {
+        let _ = fs::remove_file(self.entry_path(key));
+        let _ = fs::remove_file(self.record_path(key));
+    }
+
     /// Every key that has a key-input record in the cache, sorted; unreadable directories and
     /// names that are not keys are passed over.
     pub fn keys(&self) -> Vec<TranslationKey> {

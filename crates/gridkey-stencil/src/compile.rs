@@ -98,10 +98,11 @@ mod key_hex {
 /// 2. the cache protocol, [`translate_cached`], over the local tier `<cache_dir>/translation-v1`:
 ///    a hit is the C source; a miss (absent, or unreadable, corrupt, not UTF-8) translates with
 ///    [`translate`] and stores the source with its key-input record;
-/// 3. build cache: `<cache_dir>/build-v2/<`[`build_key`]`>.so`; when absent, the compiler
-///    `cc -O<level> -shared -fPIC -o <temp in build-v2> kernel.c` runs in a temporary
-///    directory and the library is renamed into place, so no partial library is ever visible
-///    under a final name.
+/// 3. build cache: `<cache_dir>/build-v2/<`[`build_key`]`>.so`, used when its checksum
+///    trailer matches its bytes and it loads as this program's kernel; otherwise the compiler
+///    `cc -O<level> -shared -fPIC -o kernel.so kernel.c` runs in a temporary directory of
+///    `build-v2`, and the library with its checksum trailer (ADR 0015) is written atomically
+///    (temp file, sync, rename), so no partial library is ever visible under a final name.
 ///
 /// Errors: [`check_options`] and [`translate`] errors; [`StencilError::Cache`] when the
 /// translation cache cannot be written; [`StencilError::VerifyMismatch`];
@@ -150,11 +151,12 @@ pub fn compile(
     let mut flags = opts.cflags();
     flags.extend(SHARED_FLAGS.iter().map(|f| (*f).to_owned()));
     let dir = config.cache_dir.join(BUILD_DIR);
-    let artifact = dir.join(format!("{}.so", build_key(&source, &identity, &flags)));
+    let library_key = build_key(&source, &identity, &flags);
+    let artifact = dir.join(format!("{library_key}.so"));
     let built = if library_usable(&artifact, program) {
         false
     } else {
-        build(program.name(), &config.compiler, &flags, &source, &dir, &artifact)?;
+        build(program.name(), &config.compiler, &flags, &source, &dir, &artifact, &library_key)?;
         true
     };
     Ok(CompileOutcome {
@@ -192,7 +194,13 @@ pub fn build_key(source: &str, compiler_identity: &str, flags: &[String]) -> Str
     format!("{:032x}", h.digest128())
 }
 
-/// Runs the compiler into a temp file in `dir` and renames it to `artifact`.
+/// Name of the lock file in a build's private directory: locked exclusively while the compiler
+/// runs, so that `gridkey cache gc` leaves the directory alone (ADR 0009).
+const BUILD_DIR_LOCK: &str = gridkey_store::TEMP_DIR_LOCK;
+
+/// Runs the compiler in a private temp directory of the build cache (fixed file names
+/// `kernel.c` and `kernel.so`, so the library's bytes depend only on the source, the compiler
+/// and the flags), appends the checksum trailer and writes the result to `artifact` atomically.
 fn build(
     program: &str,
     compiler: &CompilerSettings,
@@ -200,6 +208,7 @@ fn build(
     source: &str,
     dir: &Path,
     artifact: &Path,
+    key: &str,
 ) -> Result<(), StencilError> {
     let io_err = |action, path: &Path| {
         let program = program.to_owned();
@@ -219,33 +228,27 @@ fn build(
     // the worker's own PATH; unresolved (a library caller), the first word on the given PATH.
     let exe = compiler.resolved.as_ref().map_or_else(|| PathBuf::from(word), |r| r.program.clone());
     fs::create_dir_all(dir).map_err(io_err("create", dir))?;
-    // The source is a temp file of the build cache too, so that a build killed in the middle
-    // (Ctrl-C, a timeout) leaves nothing outside the cache and `gridkey cache gc` removes it.
-    let src = tempfile::Builder::new()
+    // Everything the compiler reads and writes lives in a temp directory of the build cache, so
+    // that a build killed in the middle (Ctrl-C, a timeout) leaves nothing outside the cache
+    // and `gridkey cache gc` removes it once its lock is free and it is old enough.
+    let work = tempfile::Builder::new()
         .prefix(gridkey_store::TEMP_PREFIX)
-        .suffix(".c")
-        .tempfile_in(dir)
-        .map_err(io_err("create a temp file in", dir))?;
-    fs::write(src.path(), source).map_err(io_err("write", src.path()))?;
-    // The library is written straight into a temp file of the build cache, so the final
-    // rename is atomic; dropping `out` on any error removes it.
-    let out = tempfile::Builder::new()
-        .prefix(gridkey_store::TEMP_PREFIX)
-        .suffix(".so")
-        .tempfile_in(dir)
-        .map_err(io_err("create a temp file in", dir))?;
-    // Marks the temp file as a live write for `gridkey cache gc` (ADR 0009); the linker may
-    // replace the file, so the collector also spares temp files younger than its minimum age.
-    gridkey_store::lock::lock_exclusive(out.as_file()).map_err(io_err("lock", out.path()))?;
+        .tempdir_in(dir)
+        .map_err(io_err("create a temp directory in", dir))?;
+    let lock_path = work.path().join(BUILD_DIR_LOCK);
+    let lock = fs::File::create(&lock_path).map_err(io_err("create", &lock_path))?;
+    gridkey_store::lock::lock_exclusive(&lock).map_err(io_err("lock", &lock_path))?;
+    let src = work.path().join("kernel.c");
+    fs::write(&src, source).map_err(io_err("write", &src))?;
+    let out = work.path().join("kernel.so");
     let run = Command::new(&exe)
         .env_clear()
         .envs(&compiler.env)
         .args(pre_args)
         .args(flags)
-        .arg("-o")
-        .arg(out.path())
-        .arg(src.path())
-        .current_dir(dir)
+        .args(["-o", "kernel.so", "kernel.c"])
+        .current_dir(work.path())
+        .stdin(std::process::Stdio::null())
         .output();
     let output = match run {
         Ok(output) => output,
@@ -255,23 +258,30 @@ fn build(
         let stderr = String::from_utf8_lossy(&output.stderr);
         return Err(compiler_err(output.status.code(), tail(stderr.trim_end(), STDERR_TAIL).to_owned()));
     }
-    let written = fs::metadata(out.path()).map_err(io_err("read", out.path()))?;
-    if written.len() == 0 {
-        return Err(compiler_err(
-            output.status.code(),
-            "the compiler exited successfully but wrote no library".to_owned(),
-        ));
-    }
-    fs::File::open(out.path()).and_then(|f| f.sync_all()).map_err(io_err("sync", out.path()))?;
-    // A concurrent build of the same key renames the same content over it: harmless.
-    out.persist(artifact).map_err(|e| io_err("rename into", artifact)(e.error))?;
+    let elf = match fs::read(&out) {
+        Ok(bytes) if !bytes.is_empty() => bytes,
+        Ok(_) | Err(_) => {
+            return Err(compiler_err(
+                output.status.code(),
+                "the compiler exited successfully but wrote no library".to_owned(),
+            ))
+        }
+    };
+    let trailer = crate::library::trailer(key, &elf);
+    // Temp file, sync, rename: no partial library is ever visible under the final name. A
+    // concurrent build of the same key renames the same bytes over it: harmless.
+    gridkey_store::write_atomic(artifact, |w| {
+        w.write_all(&elf)?;
+        w.write_all(&trailer)
+    })
+    .map_err(io_err("write", artifact))?;
     Ok(())
 }
 
 /// Whether the library in the build cache at `artifact` can be reused for `program`: a regular
-/// file that loads and says it was built for this program. Anything else under the name (a
-/// truncated or foreign library, a symlink) is removed so that it is built again; a directory
-/// is left for the rename to report.
+/// file whose checksum trailer matches its bytes (ADR 0015), that loads and says it was built
+/// for this program. Anything else under the name (an altered, truncated or foreign library, a
+/// symlink) is removed so that it is built again; a directory is left for the rename to report.
 fn library_usable(artifact: &Path, program: &Program) -> bool {
     match fs::symlink_metadata(artifact) {
         Ok(meta) if meta.is_file() => {

@@ -38,6 +38,7 @@ mod exec;
 mod icon;
 mod infer;
 mod ir;
+mod library;
 
 pub use compile::{build_key, compile, CompileConfig, CompileOutcome, BUILD_DIR, BUILD_FORMAT_VERSION};
 pub use compiler::{compiler_identity, identify_compiler, COMPILER_IDENTITY_VERSION, PROBE_TIMEOUT};
@@ -47,6 +48,7 @@ pub use exec::{dimension_sizes, evaluate_reference, make_inputs, max_relative_er
 pub use icon::icon_programs;
 pub use infer::{infer_domains, infer_domains_runtime, DomainFacts, TableFacts};
 pub use ir::{FieldDecl, FieldRole, FieldShape, Program, Reduce, Stage, IR_FORMAT_VERSION};
+pub use library::{TRAILER_BYTES, TRAILER_MAGIC};
 
 /// The frontend's name, hashed into every translation key (DESIGN 4.4).
 pub const FRONTEND_NAME: &str = "gridkey-stencil";

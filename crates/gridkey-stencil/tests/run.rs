@@ -406,3 +406,52 @@ fn a_loaded_kernel_holds_its_library_against_the_collector() {
     assert!(gridkey_store::remove_if_unlocked(&outcome.artifact).unwrap());
     assert!(!outcome.artifact.exists());
 }
+
+#[test]
+fn a_library_altered_on_disk_at_the_same_size_that_still_loads_is_rebuilt_not_loaded() {
+    use object::{Object, ObjectSection};
+    let cache = tempfile::tempdir().unwrap();
+    let provider = Patch::new(2, 2).provider(Layout::COrder);
+    let div = program("div");
+    let outcome = compile_on(&div, &provider, &config(cache.path())).unwrap();
+    assert!(outcome.built);
+    // Flip a letter of the compiler's `.comment` note: same size, still a valid library that the
+    // dynamic loader maps and runs exactly as before.
+    let mut bytes = fs::read(&outcome.artifact).unwrap();
+    let (at, len) = object::File::parse(&*bytes)
+        .unwrap()
+        .section_by_name(".comment")
+        .and_then(|s| s.file_range())
+        .expect("the compiler writes a .comment section");
+    let at = (at..at + len).map(|i| i as usize).find(|&i| bytes[i].is_ascii_alphabetic()).unwrap();
+    bytes[at] ^= 0x20;
+    let mut perms = fs::metadata(&outcome.artifact).unwrap().permissions();
+    #[allow(clippy::permissions_set_readonly_false)]
+    perms.set_readonly(false);
+    fs::set_permissions(&outcome.artifact, perms).unwrap();
+    fs::write(&outcome.artifact, &bytes).unwrap();
+    match Kernel::load(&outcome.artifact, &div) {
+        Err(StencilError::Load { reason, .. }) => assert!(reason.contains("checksum mismatch"), "{reason}"),
+        other => panic!("an altered library is not loaded: {other:?}"),
+    }
+    let again = compile_on(&div, &provider, &config(cache.path())).unwrap();
+    assert!(again.built, "the altered library is a build-cache miss: {again:?}");
+    assert_eq!(again.artifact, outcome.artifact);
+    assert_ne!(fs::read(&again.artifact).unwrap(), bytes, "rebuilt, not the altered bytes");
+    let kernel = Kernel::load(&again.artifact, &div).unwrap();
+    let inputs = make_inputs(&div, &provider, 3).unwrap();
+    let (got, want) = run_both(&kernel, &provider, &inputs);
+    assert!(max_relative_error(&got, &want) <= TOLERANCE);
+}
+
+#[test]
+fn a_kernel_that_was_discarded_is_gone_from_the_build_cache() {
+    let cache = tempfile::tempdir().unwrap();
+    let provider = Patch::new(1, 1).provider(Layout::COrder);
+    let div = program("div");
+    let outcome = compile_on(&div, &provider, &config(cache.path())).unwrap();
+    let kernel = Kernel::load(&outcome.artifact, &div).unwrap();
+    assert!(kernel.discard().unwrap());
+    assert!(!outcome.artifact.exists());
+    assert!(compile_on(&div, &provider, &config(cache.path())).unwrap().built, "never served again");
+}

@@ -40,6 +40,11 @@ pub const TABLES_DIR: &str = "tables-v1";
 /// Prefix of temp files in the store; anything with it is an unfinished write.
 pub const TEMP_PREFIX: &str = ".tmp-";
 
+/// Name of the lock file inside a temp directory (a directory named [`TEMP_PREFIX`]`*`, such as a
+/// build's private directory): its writer holds an exclusive lock on it while the directory is
+/// in use, and [`remove_stale_temps`] removes the directory only once that lock is free.
+pub const TEMP_DIR_LOCK: &str = "lock";
+
 /// Errors of the table store. Every variant names the file and what to do.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -408,7 +413,8 @@ pub struct TempSweep {
 /// least `min_age` old (by modification time) and that no process holds a lock on: the remains
 /// of a writer that was killed or lost power (ADR 0012). A live writer holds an exclusive lock
 /// on its temp file, so it is never removed; `min_age` also covers the instant between the
-/// creation of a temp file and its lock, and writers that cannot lock (the C compiler's output).
+/// creation of a temp file and its lock. A directory named [`TEMP_PREFIX`]`*` (a build's private
+/// directory) is removed whole under the same rule, its lock being its [`TEMP_DIR_LOCK`] file.
 /// A missing `dir` is an empty sweep.
 ///
 /// Errors: the I/O error of listing a directory (a file that vanished meanwhile is skipped).
@@ -424,14 +430,23 @@ pub fn remove_stale_temps(dir: &Path, min_age: Duration) -> io::Result<TempSweep
         let entry = entry?;
         let path = entry.path();
         let Ok(meta) = fs::symlink_metadata(&path) else { continue };
+        let is_temp = entry.file_name().to_string_lossy().starts_with(TEMP_PREFIX);
+        let age = meta.modified().ok().and_then(|m| now.duration_since(m).ok()).unwrap_or_default();
+        if meta.is_dir() && is_temp {
+            if age >= min_age {
+                if let Some(bytes) = remove_temp_dir_if_unlocked(&path)? {
+                    sweep.bytes += bytes;
+                    sweep.removed.push(path);
+                }
+            }
+            continue;
+        }
         if meta.is_dir() {
             let inner = remove_stale_temps(&path, min_age)?;
             sweep.removed.extend(inner.removed);
             sweep.bytes += inner.bytes;
             continue;
         }
-        let is_temp = entry.file_name().to_string_lossy().starts_with(TEMP_PREFIX);
-        let age = meta.modified().ok().and_then(|m| now.duration_since(m).ok()).unwrap_or_default();
         if !is_temp || !meta.is_file() || age < min_age {
             continue;
         }
@@ -441,6 +456,40 @@ pub fn remove_stale_temps(dir: &Path, min_age: Duration) -> io::Result<TempSweep
         }
     }
     Ok(sweep)
+}
+
+/// Removes the temp directory `dir` when no process holds a lock on its [`TEMP_DIR_LOCK`] file
+/// (or it has none), holding that lock while removing; returns the bytes of the files removed.
+fn remove_temp_dir_if_unlocked(dir: &Path) -> io::Result<Option<u64>> {
+    let _held = match OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(dir.join(TEMP_DIR_LOCK)) {
+        Ok(lock) if !lock::try_lock_exclusive(&lock)? => return Ok(None),
+        Ok(lock) => Some(lock),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+        Err(e) => return Err(e),
+    };
+    let mut bytes = 0;
+    for entry in fs::read_dir(dir)?.flatten() {
+        bytes += entry.metadata().map_or(0, |m| if m.is_file() { m.len() } else { 0 });
+    }
+    match fs::remove_dir_all(dir) {
+        Ok(()) => Ok(Some(bytes)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Whether `path` (not followed if a symlink) names the very file `file` is open on (same
+/// device and inode): how a process that locked a cache file checks that nobody removed or
+/// replaced it meanwhile (ADR 0009).
+pub fn names_file(path: &Path, file: &File) -> bool {
+    fs::symlink_metadata(path).is_ok_and(|m| same_file(&m, file))
+}
+
+/// Sets the access time of `file` to now, best effort (a file of another user is left as it
+/// is): how a run marks a cache entry it uses, for the collector's live-run rule (ADR 0018),
+/// since `relatime` updates access times only now and then.
+pub fn touch(file: &File) {
+    let _ = file.set_times(fs::FileTimes::new().set_accessed(SystemTime::now()));
 }
 
 /// Removes the regular file at `path` while holding an exclusive lock on it taken without

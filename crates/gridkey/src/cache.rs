@@ -219,7 +219,8 @@ struct Found {
 }
 
 /// Every regular file under `dir` (recursively; symlinks are not followed); a missing `dir` is
-/// empty.
+/// empty. Files named [`TEMP_PREFIX`]`*`, and every file under a directory so named (a build's
+/// private directory), are temp files.
 fn scan(dir: &Path) -> Result<Vec<Found>, AppError> {
     let mut out = Vec::new();
     let entries = match fs::read_dir(dir) {
@@ -234,7 +235,9 @@ fn scan(dir: &Path) -> Result<Vec<Found>, AppError> {
             continue;
         };
         if meta.is_dir() {
-            out.extend(scan(&path)?);
+            let inner = scan(&path)?;
+            let temp_dir = entry.file_name().to_string_lossy().starts_with(TEMP_PREFIX);
+            out.extend(inner.into_iter().map(|f| Found { temp: f.temp || temp_dir, ..f }));
         } else if meta.is_file() {
             let modified = meta.modified().unwrap_or(SystemTime::UNIX_EPOCH);
             let accessed = meta.accessed().unwrap_or(SystemTime::UNIX_EPOCH);

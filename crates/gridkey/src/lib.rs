@@ -345,7 +345,7 @@ pub fn run_with_progress(
         .map(|((program, outcome), (key, &hit))| match outcome {
             Ok(outcome) => {
                 let hint = if outcome.translated { explain::miss_hint(&cache, &outcome.key) } else { None };
-                ProgramReport { miss_hint: hint, ..verify(program, grid, outcome) }
+                ProgramReport { miss_hint: hint, ..verify(program, grid, outcome, &cache) }
             }
             Err(e) => ProgramReport {
                 program: program.name().to_owned(),
@@ -395,7 +395,9 @@ pub fn task_settings(settings: &Settings) -> Result<Arc<Settings>, AppError> {
 }
 
 /// Loads the artifact, runs it on the runtime provider and compares with the Rust evaluation.
-fn verify(program: &Program, grid: &Grid, outcome: CompileOutcome) -> ProgramReport {
+/// A kernel whose results do not match is removed from the build cache, and its translation
+/// from the translation cache, so that neither is served again (ADR 0015).
+fn verify(program: &Program, grid: &Grid, outcome: CompileOutcome, cache: &TranslationCache) -> ProgramReport {
     let mut report = ProgramReport {
         program: outcome.program.clone(),
         key: Some(outcome.key.to_hex()),
@@ -415,14 +417,19 @@ fn verify(program: &Program, grid: &Grid, outcome: CompileOutcome) -> ProgramRep
         let kernel = gridkey_stencil::Kernel::load(&outcome.artifact, program)?;
         let got = kernel.run(provider, &inputs)?;
         let want = gridkey_stencil::evaluate_reference(program, provider, &inputs)?;
-        Ok::<f64, gridkey_stencil::StencilError>(gridkey_stencil::max_relative_error(&got, &want))
+        Ok::<_, gridkey_stencil::StencilError>((gridkey_stencil::max_relative_error(&got, &want), kernel))
     })();
     match checked {
-        Ok(err) => {
+        Ok((err, kernel)) => {
             report.max_rel_error = Some(err);
             report.verified = err < TOLERANCE;
             if !report.verified {
-                report.error = Some(format!("max relative error {err:e} exceeds {TOLERANCE:e}"));
+                let removed = kernel.discard().unwrap_or(false);
+                cache.remove(&outcome.key);
+                report.error = Some(format!(
+                    "max relative error {err:e} exceeds {TOLERANCE:e}; {} and its translation removed from the cache",
+                    if removed { "the library was" } else { "the library was already gone," }
+                ));
             }
         }
         Err(e) => report.error = Some(e.to_string()),
