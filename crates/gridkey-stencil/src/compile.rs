@@ -8,6 +8,7 @@ use std::time::Instant;
 use gridkey_fingerprint::{translate_cached, CacheProtocolError, Request, Tiers, TranslationKey, TranslationOptions};
 use gridkey_offsets::CompileTimeOffsetProvider;
 use gridkey_settings::{CompilerSettings, Settings};
+use gridkey_store::lock::KeyLocks;
 use serde::{Deserialize, Serialize};
 use xxhash_rust::xxh3::Xxh3;
 
@@ -156,8 +157,16 @@ pub fn compile(
     let built = if library_usable(&artifact, program) {
         false
     } else {
-        build(program.name(), &config.compiler, &flags, &source, &dir, &artifact, &library_key)?;
-        true
+        // One build per key across processes (ADR 0017): a concurrent build of this key is
+        // waited for and its library used. Without locks (a file system that has none) every
+        // process builds, as before.
+        let held = KeyLocks::new(&config.cache_dir).lock(&format!("build-{library_key}")).ok();
+        if held.is_some() && library_usable(&artifact, program) {
+            false
+        } else {
+            build(program.name(), &config.compiler, &flags, &source, &dir, &artifact, &library_key)?;
+            true
+        }
     };
     Ok(CompileOutcome {
         program: program.name().to_owned(),

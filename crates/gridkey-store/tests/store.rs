@@ -427,3 +427,45 @@ fn a_file_under_the_name_with_other_bytes_is_replaced_by_every_put() {
         assert!(files_under(store.dir()).iter().all(|f| !f.starts_with(".tmp-")), "{put}");
     }
 }
+
+#[test]
+fn a_key_lock_is_held_by_one_at_a_time_and_released_when_its_holder_dies() {
+    use gridkey_store::lock::KeyLocks;
+    let cache = tempfile::tempdir().unwrap();
+    let locks = KeyLocks::new(cache.path());
+    let (held, waited) = locks.lock("k").unwrap();
+    assert!(!waited);
+    let path = held.path().to_path_buf();
+    // Another process cannot take it meanwhile (util-linux `flock -n` fails at once).
+    assert!(!Command::new("flock").args(["-n"]).arg(&path).arg("true").status().unwrap().success());
+    drop(held);
+    assert!(!path.exists(), "the holder removes its lock file");
+    // A holder that dies releases it at once: a child process holds the lock until it is killed.
+    let dir = cache.path().join(gridkey_store::lock::LOCKS_DIR);
+    fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("k.lock");
+    fs::write(&file, b"").unwrap();
+    let script = format!("exec 9<>'{}' && flock 9 && exec sleep 600", file.display());
+    let mut child = Command::new("sh").args(["-c", &script]).spawn().unwrap();
+    let held_by_child = || !Command::new("flock").args(["-n"]).arg(&file).arg("true").status().unwrap().success();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !held_by_child() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(held_by_child(), "the child holds the lock");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let waiter = {
+        let locks = locks.clone();
+        std::thread::spawn(move || {
+            let (held, waited) = locks.lock("k").unwrap();
+            tx.send(waited).unwrap();
+            drop(held);
+        })
+    };
+    assert!(rx.recv_timeout(std::time::Duration::from_millis(300)).is_err(), "waits while the holder lives");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_eq!(rx.recv_timeout(std::time::Duration::from_secs(10)), Ok(true), "taken once the holder died");
+    waiter.join().unwrap();
+    assert!(!file.exists(), "and its file removed by the new holder");
+}
