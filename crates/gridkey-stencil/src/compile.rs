@@ -134,8 +134,15 @@ pub fn compile(
         std::str::from_utf8(payload).map(|_| ()).map_err(|e| format!("entry is not UTF-8 C source: {e}"))
     };
     let request = Request { inputs: &inputs, verify_hits: config.verify_hits, accept: &accept };
-    let cached = translate_cached(&tiers, &request, || translate(program, provider, options).map(String::into_bytes))
-        .map_err(|e| match e {
+    // Every table the translation read must still hold what its digest (the key) names once the
+    // translation is done: a table changed in place in the window fails this task and is never
+    // cached under the original key. One digest per table, on a miss only.
+    let translate_checked = || {
+        let source = translate(program, provider, options)?;
+        check_tables_read(program, provider)?;
+        Ok::<_, StencilError>(source.into_bytes())
+    };
+    let cached = translate_cached(&tiers, &request, translate_checked).map_err(|e| match e {
         CacheProtocolError::Translate(e) => e,
         CacheProtocolError::Put(e) => StencilError::Cache(e),
         CacheProtocolError::VerifyMismatch { key, first_difference, .. } => {
@@ -178,6 +185,23 @@ pub fn compile(
         artifact,
         miss_reason,
     })
+}
+
+/// Recomputes the digest of every compile-time table `program` reads and compares it with the
+/// digest the key was computed from (ADR 0016).
+///
+/// Errors: [`StencilError::TableChanged`] naming the program, the offset and the file.
+fn check_tables_read(program: &Program, provider: &CompileTimeOffsetProvider) -> Result<(), StencilError> {
+    for offset in program.offsets() {
+        if let Some(c) = provider.gather(&offset) {
+            c.verify().map_err(|source| StencilError::TableChanged {
+                program: program.name().to_owned(),
+                offset: offset.clone(),
+                source,
+            })?;
+        }
+    }
+    Ok(())
 }
 
 /// The build-cache key of a library: xxh3_128 (32 hex digits) over [`BUILD_FORMAT_VERSION`],

@@ -455,3 +455,40 @@ fn a_kernel_that_was_discarded_is_gone_from_the_build_cache() {
     assert!(!outcome.artifact.exists());
     assert!(compile_on(&div, &provider, &config(cache.path())).unwrap().built, "never served again");
 }
+
+/// Writes `value` over the first element of the stored int32 table file at `path` holding
+/// `elements` elements, in place (same inode, so every mapping of it sees the change), as a
+/// writer sharing the table would.
+fn overwrite_first_element(path: &Path, elements: usize, value: i32) {
+    use std::io::{Seek, SeekFrom, Write};
+    use std::os::unix::fs::PermissionsExt;
+    fs::set_permissions(path, fs::Permissions::from_mode(0o644)).unwrap();
+    let start = fs::metadata(path).unwrap().len() - (elements * 4) as u64;
+    let mut f = fs::OpenOptions::new().write(true).open(path).unwrap();
+    f.seek(SeekFrom::Start(start)).unwrap();
+    f.write_all(&value.to_le_bytes()).unwrap();
+    f.sync_all().unwrap();
+}
+
+#[test]
+fn a_table_changed_in_the_window_fails_the_task_and_is_never_cached() {
+    let cache = tempfile::tempdir().unwrap();
+    let patch = Patch::new(3, 2);
+    let provider = patch.provider(Layout::COrder);
+    let ct = compile_time(&provider, cache.path());
+    let div = program("div");
+    // Between conversion and translation, C2E changes in place: a larger index than any real
+    // one, which changes what domain inference reads (the codomain's extent).
+    let c2e = ct.gather("C2E").unwrap();
+    overwrite_first_element(c2e.table_path(), c2e.shape()[0] * c2e.shape()[1], 1000);
+    let key = key_inputs(&div, &TranslationOptions::new(), &ct).key();
+    match compile(&div, &ct, &TranslationOptions::new(), &config(cache.path())) {
+        Err(StencilError::TableChanged { program, offset, .. }) => {
+            assert_eq!((program.as_str(), offset.as_str()), ("div", "C2E"))
+        }
+        other => panic!("a translation from a changed table fails its task: {other:?}"),
+    }
+    let entries = TranslationCache::open(cache.path()).unwrap();
+    assert_eq!(entries.get(&key), Err(gridkey_fingerprint::Miss::Absent), "nothing is cached under the original key");
+    assert!(files_in(&cache.path().join(BUILD_DIR)).iter().all(|f| !f.ends_with(".so")), "nothing is built");
+}

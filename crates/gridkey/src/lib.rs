@@ -24,7 +24,7 @@ use std::time::Instant;
 use gridkey_fingerprint::{FingerprintError, TranslationCache, TranslationKey, TranslationOptions};
 use gridkey_grid::{read_grid, Grid, GridError};
 use gridkey_jobs::{CompilationTask, NoProgress, Progress, Runner, TaskHandler, WorkerCommand};
-use gridkey_offsets::{compile_time_offset_provider, CompileTimeOffsetProvider, OffsetsError};
+use gridkey_offsets::{compile_time_offset_provider, CompileTimeOffsetProvider, Entry, OffsetsError};
 pub use gridkey_settings::Settings;
 use gridkey_settings::SettingsError;
 use gridkey_stencil::{CompileConfig, CompileOutcome, Program};
@@ -314,7 +314,7 @@ pub fn run_with_progress(
     read_seconds: f64,
     progress: &dyn Progress,
 ) -> Result<RunReport, AppError> {
-    let warnings = cache::check_cache_dir(&config.settings.cache_dir)?;
+    let mut warnings = cache::check_cache_dir(&config.settings.cache_dir)?;
     let settings = task_settings(&config.settings)?;
     let temps_removed =
         cache::gc(&settings.cache_dir, &cache::GcConfig { max_size: None, temp_min_age: cache::STALE_TEMP_AGE })?
@@ -322,7 +322,7 @@ pub fn run_with_progress(
     let store = TableStore::open(&settings.cache_dir)?.verifying(settings.verify_tables);
     let cache_dir = settings.cache_dir.clone();
     let t = Instant::now();
-    let ct = Arc::new(compile_time_offset_provider(grid.provider(), &store)?);
+    let mut ct = Arc::new(compile_time_offset_provider(grid.provider(), &store)?);
     let convert_seconds = t.elapsed().as_secs_f64();
 
     let tasks = tasks_for(programs, &ct, &config.options, &settings);
@@ -334,7 +334,23 @@ pub fn run_with_progress(
         programs.iter().map(|p| gridkey_stencil::key_inputs(p, &config.options, &ct).key()).collect();
     let cached_before: Vec<bool> = keys.iter().map(|k| cache.get(k).is_ok()).collect();
     let t = Instant::now();
-    let outcomes = runner.run_all_with(&tasks, progress);
+    let mut outcomes = runner.run_all_with(&tasks, progress);
+    // A stored table changed in place while this run held it fails the tasks that translated
+    // from it, and nothing is cached from it (ADR 0016): rewrite it from the runtime table and
+    // compile those programs once more.
+    let failed: Vec<usize> = (0..outcomes.len()).filter(|&i| outcomes[i].is_err()).collect();
+    if !failed.is_empty() {
+        let (repaired, repairs) = repair_tables(grid, &ct, &store);
+        if !repairs.is_empty() {
+            ct = Arc::new(repaired);
+            warnings.extend(repairs);
+            let again: Vec<Program> = failed.iter().map(|&i| programs[i].clone()).collect();
+            let retried = runner.run_all_with(&tasks_for(&again, &ct, &config.options, &settings), &NoProgress);
+            for (i, outcome) in failed.into_iter().zip(retried) {
+                outcomes[i] = outcome;
+            }
+        }
+    }
     let compile_seconds = t.elapsed().as_secs_f64();
 
     let t = Instant::now();
@@ -374,6 +390,44 @@ pub fn run_with_progress(
         warnings,
         temps_removed,
     })
+}
+
+/// The compile-time view `ct` with every table whose mapped content no longer matches its
+/// digest converted again from the grid's runtime table (the stored file rewritten, ADR 0016),
+/// and a warning for each. Reads every table once; called only after a task failed.
+fn repair_tables(
+    grid: &Grid,
+    ct: &CompileTimeOffsetProvider,
+    store: &TableStore,
+) -> (CompileTimeOffsetProvider, Vec<cache::CacheWarning>) {
+    let mut repaired = CompileTimeOffsetProvider::new();
+    let mut warnings = Vec::new();
+    for (name, entry) in ct.entries() {
+        let entry = match entry {
+            Entry::Gather(c) if c.verify().is_err() => {
+                match grid
+                    .provider()
+                    .gather(name)
+                    .map(|runtime| gridkey_offsets::reconvert_connectivity(name, runtime, store))
+                {
+                    Some(Ok(fresh)) => {
+                        warnings.push(cache::CacheWarning {
+                            path: c.table_path().to_path_buf(),
+                            message: format!(
+                                "(table of offset {name}) was changed after it was stored; rewritten from the runtime table, and the programs that failed compiled again"
+                            ),
+                        });
+                        Entry::Gather(fresh)
+                    }
+                    _ => entry.clone(),
+                }
+            }
+            other => other.clone(),
+        };
+        // The names are those of a provider already built: no duplicate.
+        let _ = repaired.push(name.clone(), entry);
+    }
+    (repaired, warnings)
 }
 
 /// The settings as they travel with the tasks of one run: the cache directory made absolute
