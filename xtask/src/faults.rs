@@ -165,6 +165,12 @@ pub fn faults(root: &Path, bin: PathBuf) -> Result<bool> {
         Matrix::gc_while_mapped,
     );
 
+    m.row(
+        "cache gc --max-size 0 in a loop beside a run (process mode)",
+        "every program verified; gc removes all after",
+        Matrix::gc_loop_beside_run,
+    );
+
     println!(
         "\n{} s; tmpfs mounts {}",
         started.elapsed().as_secs(),
@@ -634,6 +640,42 @@ impl Matrix {
                 "{verified}/{} verified, repair warned: {warned}; {fresh_entries} entries fresh, {stale} stale; verifying rerun {}",
                 programs.len(),
                 rerun.summary()
+            ),
+        ))
+    }
+
+    /// `cache gc --max-size 0` run again and again while a process-mode run translates, builds
+    /// and loads into an empty cache (ADR 0018): the run must verify every program, and once it
+    /// is over the same collection removes everything.
+    fn gc_loop_beside_run(&mut self) -> Result<Seen> {
+        let cache = self.fresh("gc-loop");
+        let args = ["run", "--grid", s(&self.grid), "--cache-dir", s(&cache), "--mode", "process", "--jobs", "2"];
+        let run = self.cmd(&args, &[]).arg("--json").stdout(Stdio::piped()).stderr(Stdio::piped()).spawn()?;
+        let gc_args = ["cache", "gc", "--cache-dir", s(&cache), "--max-size", "0", "--json"];
+        let (mut loops, mut removed) = (0u64, 0u64);
+        let mut run = Some(run);
+        let mut out = None;
+        while let Some(mut child) = run.take() {
+            if child.try_wait()?.is_some() {
+                out = Some(child.wait_with_output()?);
+                break;
+            }
+            run = Some(child);
+            let gc = self.gridkey(&gc_args, &[])?;
+            let report: serde_json::Value = serde_json::from_slice(&gc.stdout).unwrap_or_default();
+            removed += report["entries_removed"].as_u64().unwrap_or(0);
+            loops += 1;
+        }
+        let r = Run::of(out.context("the run's output")?)?;
+        let after = self.gridkey(&gc_args, &[])?;
+        let after: serde_json::Value = serde_json::from_slice(&after.stdout).context("gc JSON")?;
+        let emptied = after["bytes_left"] == 0;
+        Ok(Seen::new(
+            r.ok() && loops > 0 && emptied,
+            &check_final_files(&cache),
+            format!(
+                "{loops} collections beside the run removed {removed} entries; run {}; after: emptied {emptied}",
+                r.summary()
             ),
         ))
     }

@@ -441,7 +441,14 @@ impl TranslationCache {
     /// be read or checked is a [`Miss::Invalid`].
     pub fn get(&self, key: &TranslationKey) -> Result<Vec<u8>, Miss> {
         let path = self.entry_path(key);
-        let bytes = match fs::read(&path) {
+        let read = fs::File::open(&path).and_then(|mut f| {
+            let mut bytes = Vec::new();
+            io::Read::read_to_end(&mut f, &mut bytes)?;
+            // Marks the entry as used now, for the collector's live-run rule (ADR 0018).
+            gridkey_store::touch(&f);
+            Ok(bytes)
+        });
+        let bytes = match read {
             Ok(b) => b,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(Miss::Absent),
             Err(e) => return Err(Miss::Invalid(format!("{}: {e}", path.display()))),

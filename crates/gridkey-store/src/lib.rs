@@ -492,6 +492,56 @@ pub fn touch(file: &File) {
     let _ = file.set_times(fs::FileTimes::new().set_accessed(SystemTime::now()));
 }
 
+/// What [`remove_if_unused`] did with a file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Removal {
+    /// The file was removed.
+    Removed,
+    /// A process holds a lock on it (it is mapped, loaded or being written): kept.
+    Locked,
+    /// It was used (accessed or modified) at or after the time it had to be older than: kept.
+    Recent,
+    /// It is gone (or was replaced meanwhile): nothing removed.
+    Gone,
+}
+
+/// [`remove_if_unlocked`], and only when the file's last use (the later of its access and
+/// modification times) is before the time `used_before` returns, asked while the exclusive lock is
+/// held (`None`: any time). A process that marks a file it uses ([`touch`]) under a shared lock
+/// therefore either sees it removed (its path no longer names the file it locked) or has it
+/// kept: how `gridkey cache gc` spares what live runs use (ADR 0018).
+///
+/// Errors: the I/O error of opening, locking, checking or removing other than `NotFound`, and
+/// the error of `used_before`.
+pub fn remove_if_unused(
+    path: &Path,
+    used_before: impl FnOnce() -> io::Result<Option<SystemTime>>,
+) -> io::Result<Removal> {
+    let file = match OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Removal::Gone),
+        Err(e) => return Err(e),
+    };
+    if !lock::try_lock_exclusive(&file)? {
+        return Ok(Removal::Locked);
+    }
+    if !names_file(path, &file) {
+        return Ok(Removal::Gone);
+    }
+    if let Some(limit) = used_before()? {
+        let meta = file.metadata()?;
+        let last_use = meta.modified()?.max(meta.accessed()?);
+        if last_use >= limit {
+            return Ok(Removal::Recent);
+        }
+    }
+    match fs::remove_file(path) {
+        Ok(()) => Ok(Removal::Removed),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Removal::Gone),
+        Err(e) => Err(e),
+    }
+}
+
 /// Removes the regular file at `path` while holding an exclusive lock on it taken without
 /// waiting; `Ok(false)` when a process holds a lock on it (it is mapped or being written) or
 /// when it is gone. The lock is held across the `unlink`, so a reader that opens the file
@@ -623,6 +673,8 @@ impl MappedTable {
             return Err(StoreError::NotAFile { path });
         }
         let file = Self::open_locked(&path, spec)?;
+        // Marks the table as used now, for the collector's live-run rule (ADR 0018).
+        touch(&file);
         let meta = file.metadata().map_err(|source| StoreError::Read { path: path.clone(), source })?;
         if !meta.file_type().is_file() {
             return Err(StoreError::NotAFile { path });

@@ -469,3 +469,31 @@ fn a_key_lock_is_held_by_one_at_a_time_and_released_when_its_holder_dies() {
     waiter.join().unwrap();
     assert!(!file.exists(), "and its file removed by the new holder");
 }
+
+#[test]
+fn an_entry_used_after_the_oldest_live_run_started_is_kept() {
+    use gridkey_store::{remove_if_unused, touch, Removal};
+    use std::time::{Duration, SystemTime};
+    let dir = tempfile::tempdir().unwrap();
+    let old = temp_file(dir.path(), "old.bin", 10, Duration::from_secs(3600));
+    let used = temp_file(dir.path(), "used.bin", 10, Duration::from_secs(3600));
+    let an_hour_ago = fs::FileTimes::new().set_accessed(SystemTime::now() - Duration::from_secs(3600));
+    for path in [&old, &used] {
+        fs::File::open(path).unwrap().set_times(an_hour_ago).unwrap();
+    }
+    let start = SystemTime::now() - Duration::from_secs(60);
+    // A live run marks `used` (under its shared lock, here released again).
+    let reader = fs::File::open(&used).unwrap();
+    touch(&reader);
+    drop(reader);
+    assert_eq!(remove_if_unused(&used, || Ok(Some(start))).unwrap(), Removal::Recent);
+    assert_eq!(remove_if_unused(&old, || Ok(Some(start))).unwrap(), Removal::Removed);
+    assert!(used.exists() && !old.exists());
+    // Held by a reader: kept, whatever its age; without live runs and unheld: removed.
+    let held = fs::File::open(&used).unwrap();
+    gridkey_store::lock::lock_shared(&held).unwrap();
+    assert_eq!(remove_if_unused(&used, || Ok(None)).unwrap(), Removal::Locked);
+    drop(held);
+    assert_eq!(remove_if_unused(&used, || Ok(None)).unwrap(), Removal::Removed);
+    assert_eq!(remove_if_unused(&used, || Ok(None)).unwrap(), Removal::Gone);
+}

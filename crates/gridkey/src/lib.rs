@@ -316,6 +316,20 @@ pub fn run_with_progress(
 ) -> Result<RunReport, AppError> {
     let mut warnings = cache::check_cache_dir(&config.settings.cache_dir)?;
     let settings = task_settings(&config.settings)?;
+    // Registered for the whole run, so that `gridkey cache gc` beside it removes nothing it has
+    // produced or is about to use (ADR 0018).
+    let _live = match cache::LiveRun::register(&settings.cache_dir) {
+        Ok(live) => Some(live),
+        Err(e) => {
+            warnings.push(cache::CacheWarning {
+                path: settings.cache_dir.join(cache::RUNS_DIR),
+                message: format!(
+                    "cannot register this run as live ({e}): `gridkey cache gc` beside it may remove what it uses"
+                ),
+            });
+            None
+        }
+    };
     let temps_removed =
         cache::gc(&settings.cache_dir, &cache::GcConfig { max_size: None, temp_min_age: cache::STALE_TEMP_AGE })?
             .temps_removed;
@@ -354,6 +368,7 @@ pub fn run_with_progress(
     let compile_seconds = t.elapsed().as_secs_f64();
 
     let t = Instant::now();
+    let compile_config = CompileConfig::from_settings(&settings);
     let reports = programs
         .iter()
         .zip(outcomes)
@@ -361,7 +376,8 @@ pub fn run_with_progress(
         .map(|((program, outcome), (key, &hit))| match outcome {
             Ok(outcome) => {
                 let hint = if outcome.translated { explain::miss_hint(&cache, &outcome.key) } else { None };
-                ProgramReport { miss_hint: hint, ..verify(program, grid, outcome, &cache) }
+                let rebuild = || gridkey_stencil::compile(program, &ct, &config.options, &compile_config);
+                ProgramReport { miss_hint: hint, ..verify(program, grid, outcome, &cache, &rebuild) }
             }
             Err(e) => ProgramReport {
                 program: program.name().to_owned(),
@@ -451,7 +467,24 @@ pub fn task_settings(settings: &Settings) -> Result<Arc<Settings>, AppError> {
 /// Loads the artifact, runs it on the runtime provider and compares with the Rust evaluation.
 /// A kernel whose results do not match is removed from the build cache, and its translation
 /// from the translation cache, so that neither is served again (ADR 0015).
-fn verify(program: &Program, grid: &Grid, outcome: CompileOutcome, cache: &TranslationCache) -> ProgramReport {
+fn verify(
+    program: &Program,
+    grid: &Grid,
+    outcome: CompileOutcome,
+    cache: &TranslationCache,
+    rebuild: &dyn Fn() -> Result<CompileOutcome, gridkey_stencil::StencilError>,
+) -> ProgramReport {
+    let mut outcome = outcome;
+    // A library that cannot be loaded (removed or altered since it was built, ADR 0015) is
+    // built again here, once.
+    let kernel = match gridkey_stencil::Kernel::load(&outcome.artifact, program) {
+        Err(gridkey_stencil::StencilError::Load { .. }) => rebuild().and_then(|again| {
+            outcome.built |= again.built;
+            outcome.build_seconds += again.build_seconds;
+            gridkey_stencil::Kernel::load(&again.artifact, program)
+        }),
+        other => other,
+    };
     let mut report = ProgramReport {
         program: outcome.program.clone(),
         key: Some(outcome.key.to_hex()),
@@ -465,14 +498,13 @@ fn verify(program: &Program, grid: &Grid, outcome: CompileOutcome, cache: &Trans
         error: None,
         miss_hint: None,
     };
-    let checked = (|| {
+    let checked = kernel.and_then(|kernel| {
         let provider = grid.provider();
         let inputs = gridkey_stencil::make_inputs(program, provider, INPUT_SEED)?;
-        let kernel = gridkey_stencil::Kernel::load(&outcome.artifact, program)?;
         let got = kernel.run(provider, &inputs)?;
         let want = gridkey_stencil::evaluate_reference(program, provider, &inputs)?;
-        Ok::<_, gridkey_stencil::StencilError>((gridkey_stencil::max_relative_error(&got, &want), kernel))
-    })();
+        Ok((gridkey_stencil::max_relative_error(&got, &want), kernel))
+    });
     match checked {
         Ok((err, kernel)) => {
             report.max_rel_error = Some(err);

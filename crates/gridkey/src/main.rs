@@ -308,12 +308,14 @@ fn cache_command(command: CacheCommand) -> Result<ExitCode> {
                 println!("{}", serde_json::to_string_pretty(&r)?);
             } else {
                 println!(
-                    "removed {} temp files ({} bytes) and {} entries ({} bytes); kept {} in use; {} bytes left in {}",
+                    "removed {} temp files ({} bytes) and {} entries ({} bytes); kept {} in use and {} used by {} live runs; {} bytes left in {}",
                     r.temps_removed,
                     r.temp_bytes,
                     r.entries_removed,
                     r.bytes_removed,
                     r.kept_in_use,
+                    r.kept_for_live_runs,
+                    r.live_runs,
                     r.bytes_left,
                     dir.display()
                 );

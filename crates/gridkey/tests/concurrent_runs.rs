@@ -1,9 +1,12 @@
-//! Many processes, one cache (ADR 0017): concurrent runs on one empty cache translate and build
-//! each program once in all.
+//! Many processes, one cache (ADR 0017, ADR 0018): concurrent runs on one empty cache translate
+//! and build each program once in all, and `gridkey cache gc --max-size 0` in a loop beside a run
+//! harms none of its programs.
 
 mod common;
 
 use std::process::{Child, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use common::{data, gridkey_command};
 
@@ -32,4 +35,41 @@ fn eight_concurrent_runs_on_one_empty_cache_translate_and_build_each_program_onc
     let translations: usize = reports.iter().map(|r| r.translations()).sum();
     let builds: usize = reports.iter().map(|r| r.builds()).sum();
     assert_eq!((translations, builds), (programs, programs), "one translation and one build per program in all");
+}
+
+#[test]
+fn gc_to_size_zero_in_a_loop_beside_a_run_harms_none_of_its_programs() {
+    for mode in ["process", "serial"] {
+        let cache = tempfile::tempdir().unwrap();
+        let run = spawn_run(cache.path(), mode);
+        let done = Arc::new(AtomicBool::new(false));
+        let looping = {
+            let (done, dir) = (done.clone(), cache.path().to_path_buf());
+            std::thread::spawn(move || {
+                let mut loops = 0u32;
+                while !done.load(Ordering::SeqCst) {
+                    let out = gridkey_command(&["cache", "gc", "--max-size", "0", "--json", "--cache-dir"], &[])
+                        .arg(&dir)
+                        .output()
+                        .unwrap();
+                    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+                    loops += 1;
+                }
+                loops
+            })
+        };
+        let r = report(run);
+        done.store(true, Ordering::SeqCst);
+        let loops = looping.join().unwrap();
+        assert!(r.all_verified(), "{mode}: {:?}", r.programs.iter().map(|p| &p.error).collect::<Vec<_>>());
+        assert!(loops > 0);
+        // Once the run is over, the same collection removes everything: it was not idle.
+        let out = gridkey_command(&["cache", "gc", "--max-size", "0", "--json", "--cache-dir"], &[])
+            .arg(cache.path())
+            .output()
+            .unwrap();
+        let after: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(after["bytes_left"], 0, "{mode}: {after}");
+        assert_eq!(after["live_runs"], 0, "{mode}: {after}");
+    }
 }
