@@ -28,7 +28,7 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use gridkey::{RunConfig, RunReport, StencilHandler};
-use gridkey_fingerprint::{KeyInputs, TranslationOptions};
+use gridkey_fingerprint::TranslationOptions;
 use gridkey_grid::{read_grid, Grid};
 use gridkey_jobs::{BuildJobs, BuildJobsMode, Runner, WorkerCommand};
 use gridkey_offsets::{
@@ -147,8 +147,7 @@ fn modes(args: &[String]) -> Result<bool> {
             }
         }
         for program in &programs {
-            let key =
-                KeyInputs::new(&gridkey_stencil::frontend(), program.name(), &program.encode(), &options, &ct).key();
+            let key = gridkey_stencil::key_inputs(program, &options, &ct)?.key();
             keys.entry(program.name().to_owned()).or_default().insert(format!("tables {variant}"), key.to_hex());
             let compiled = gridkey_stencil::translate(program, &ct, &options)?;
             let direct = gridkey_stencil::emit_c(

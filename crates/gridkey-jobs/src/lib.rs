@@ -231,7 +231,7 @@ pub fn cache_dir_from_env() -> PathBuf {
 /// variables the frontend declares (for example `CC`). Never part of a key.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Settings {
-    /// The cache directory (holds `tables-v1/`, `translation-v1/`).
+    /// The cache directory (holds `tables-v1/`, `translation-v2/`).
     pub cache_dir: PathBuf,
     /// Declared environment variables, by name.
     pub vars: BTreeMap<String, String>,

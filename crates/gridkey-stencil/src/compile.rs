@@ -10,7 +10,7 @@ use gridkey_offsets::CompileTimeOffsetProvider;
 use serde::{Deserialize, Serialize};
 use xxhash_rust::xxh3::Xxh3;
 
-use crate::{check_options, frontend, translate, Program, StencilError};
+use crate::{check_options, frontend, normalise_options, translate, Program, StencilError};
 
 /// Version of the build cache layout and key; part of its directory name, [`BUILD_DIR`].
 pub const BUILD_FORMAT_VERSION: u32 = 1;
@@ -27,7 +27,7 @@ const STDERR_TAIL: usize = 2000;
 /// How [`compile`] runs.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CompileConfig {
-    /// The cache directory: translation cache in `translation-v1/`, shared libraries in
+    /// The cache directory: translation cache in `translation-v2/`, shared libraries in
     /// [`BUILD_DIR`].
     pub cache_dir: PathBuf,
     /// The C compiler command, split on whitespace (so `ccache gcc` works).
@@ -83,10 +83,26 @@ mod key_hex {
     }
 }
 
+/// The key inputs of translating `program` with `options` against `provider`: [`frontend`],
+/// the program's name and [`Program::encode`], the options [`normalise_options`]d (so a default
+/// spelled out and left out give one key, ADR 0014) and the provider's entries. Every place that
+/// keys a program of this frontend (the compile step, `gridkey run`'s parent, `explain --miss`)
+/// goes through here.
+///
+/// Errors: those of [`normalise_options`].
+pub fn key_inputs(
+    program: &Program,
+    options: &TranslationOptions,
+    provider: &CompileTimeOffsetProvider,
+) -> Result<KeyInputs, StencilError> {
+    let options = normalise_options(options)?;
+    Ok(KeyInputs::new(&frontend(), program.name(), &program.encode(), &options, provider))
+}
+
 /// Compiles `program` against the compile-time offset provider:
 ///
-/// 1. key = [`KeyInputs::new`]`(`[`frontend`]`(), name, `[`Program::encode`]`, options, provider).key()`;
-/// 2. translation cache `<cache_dir>/translation-v1`: a hit is the C source; a miss (absent,
+/// 1. key = [`key_inputs`]`(program, options, provider).key()`;
+/// 2. translation cache `<cache_dir>/translation-v2`: a hit is the C source; a miss (absent,
 ///    or unreadable, corrupt, not UTF-8) translates with [`translate`] and stores the source;
 /// 3. build cache: `<cache_dir>/build-v1/<`[`build_key`]`>.so`; when absent, the compiler
 ///    `cc -O<level> -shared -fPIC -o <temp in build-v1> kernel.c` runs in a temporary
@@ -105,7 +121,8 @@ pub fn compile(
 ) -> Result<CompileOutcome, StencilError> {
     let opts = check_options(options)?;
     let started = Instant::now();
-    let inputs = KeyInputs::new(&frontend(), program.name(), &program.encode(), options, provider);
+    let inputs = key_inputs(program, options, provider)?;
+    let options = &inputs.options;
     let key = inputs.key();
     let cache = TranslationCache::open(&config.cache_dir)?;
     let cached = cache.get(&key).and_then(|bytes| {

@@ -33,12 +33,15 @@ mod compile;
 mod emit;
 mod error;
 mod exec;
+pub mod fingerprint;
 mod icon;
 mod infer;
 mod ir;
 
-pub use compile::{build_key, compile, CompileConfig, CompileOutcome, BUILD_DIR, BUILD_FORMAT_VERSION};
-pub use emit::{check_options, emit_c, translate, StencilOptions, ABI_VERSION, OPT_LEVEL};
+pub use compile::{build_key, compile, key_inputs, CompileConfig, CompileOutcome, BUILD_DIR, BUILD_FORMAT_VERSION};
+pub use emit::{
+    check_options, emit_c, normalise_options, translate, OptionSpec, StencilOptions, ABI_VERSION, OPTIONS, OPT_LEVEL,
+};
 pub use error::{Need, Side, StencilError};
 pub use exec::{dimension_sizes, evaluate_reference, make_inputs, max_relative_error, Fields, Kernel};
 pub use icon::icon_programs;
@@ -48,8 +51,18 @@ pub use ir::{FieldDecl, FieldRole, FieldShape, Program, Reduce, Stage, IR_FORMAT
 /// The frontend's name, hashed into every translation key (DESIGN 4.4).
 pub const FRONTEND_NAME: &str = "gridkey-stencil";
 
-/// This frontend as a translation-key input: [`FRONTEND_NAME`] and the crate version, so that a
-/// new release of the frontend changes every key.
+/// The fingerprint of this frontend's translation code: [`fingerprint::fingerprint_of`] the
+/// files [`fingerprint::TRANSLATION_SOURCES`], computed by the build script (ADR 0013); 32
+/// lowercase hex digits.
+pub const FRONTEND_FINGERPRINT: &str = env!("GRIDKEY_STENCIL_FINGERPRINT");
+
+/// This frontend as a translation-key input: [`FRONTEND_NAME`], the crate version and
+/// [`FRONTEND_FINGERPRINT`], so that a new release, and any rebuild whose translation code
+/// changed under the same version, changes every key (ADR 0013).
 pub fn frontend() -> gridkey_fingerprint::Frontend {
-    gridkey_fingerprint::Frontend { name: FRONTEND_NAME.to_owned(), version: env!("CARGO_PKG_VERSION").to_owned() }
+    gridkey_fingerprint::Frontend {
+        name: FRONTEND_NAME.to_owned(),
+        version: env!("CARGO_PKG_VERSION").to_owned(),
+        fingerprint: FRONTEND_FINGERPRINT.to_owned(),
+    }
 }

@@ -13,7 +13,7 @@
 //! `<point>` is one of [`PausePoint`]'s names: `created` (empty temp file), `partial` (about half
 //! of the first buffer on disk), `written` (all bytes written, not synced), `synced` (synced and
 //! read-only, not yet renamed). The optional `<path part>` restricts the fault to final paths
-//! containing it (`tables-v1`, `translation-v1`, `.bin`).
+//! containing it (`tables-v1`, `translation-v2`, `.bin`).
 
 use std::fs::File;
 use std::io::{self, Write};

@@ -2,7 +2,7 @@
 //! `gridkey cache gc` (ADR 0009, ADR 0012). No printing: the binary reports.
 //!
 //! A cache directory holds three stores, each named with its format version:
-//! `tables-v1/` (`<hex[0..2]>/<hex>.npy`, gridkey-store), `translation-v1/`
+//! `tables-v1/` (`<hex[0..2]>/<hex>.npy`, gridkey-store), `translation-v2/`
 //! (`<hex[0..2]>/<hex>.bin` with its record `<hex>.json`, gridkey-fingerprint) and `build-v1/`
 //! (`<hex>.so`, gridkey-stencil). Files named `.tmp-*` are unfinished writes.
 
@@ -96,7 +96,7 @@ pub fn check_cache_dir(cache_dir: &Path) -> Result<Vec<CacheWarning>, AppError> 
 /// Entries and bytes of one store.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StoreStats {
-    /// Store directory name (`tables-v1`, `translation-v1`, `build-v1`).
+    /// Store directory name (`tables-v1`, `translation-v2`, `build-v1`).
     pub store: String,
     /// Number of entries (tables, translation entries, libraries).
     pub entries: u64,

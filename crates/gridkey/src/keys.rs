@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use gridkey_fingerprint::{KeyInputs, TranslationOptions};
+use gridkey_fingerprint::TranslationOptions;
 use gridkey_grid::read_grid;
 use gridkey_offsets::{compile_time_offset_provider, Entry};
 use gridkey_store::TableStore;
@@ -45,9 +45,9 @@ pub fn keys(grid_path: &Path, cache_dir: &Path) -> Result<KeysReport, AppError> 
     let keys = gridkey_stencil::icon_programs()
         .iter()
         .map(|p| {
-            let key = KeyInputs::new(&gridkey_stencil::frontend(), p.name(), &p.encode(), &options, &ct).key();
-            (p.name().to_owned(), key.to_hex())
+            let key = gridkey_stencil::key_inputs(p, &options, &ct)?.key();
+            Ok((p.name().to_owned(), key.to_hex()))
         })
-        .collect();
+        .collect::<Result<_, AppError>>()?;
     Ok(KeysReport { tables, keys })
 }

@@ -21,9 +21,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
-use gridkey_fingerprint::{
-    Excluded, FingerprintError, KeyInputs, TranslationCache, TranslationKey, TranslationOptions,
-};
+use gridkey_fingerprint::{Excluded, FingerprintError, TranslationCache, TranslationKey, TranslationOptions};
 use gridkey_grid::{read_grid, Grid, GridError};
 use gridkey_jobs::{BuildJobs, CompilationTask, NoProgress, Progress, Runner, Settings, TaskHandler, WorkerCommand};
 use gridkey_offsets::{compile_time_offset_provider, CompileTimeOffsetProvider, OffsetsError};
@@ -131,6 +129,9 @@ pub enum AppError {
         /// The I/O error.
         source: std::io::Error,
     },
+    /// Translation options the frontend does not accept.
+    #[error(transparent)]
+    Options(Box<gridkey_stencil::StencilError>),
     /// The cache directory could not be made absolute.
     #[error("cannot resolve cache directory {path}: {source}; pass an existing, writable --cache-dir")]
     CacheDir {
@@ -139,6 +140,13 @@ pub enum AppError {
         /// The I/O error.
         source: std::io::Error,
     },
+}
+
+impl From<gridkey_stencil::StencilError> for AppError {
+    /// Boxed, as [`AppError::Grid`].
+    fn from(e: gridkey_stencil::StencilError) -> Self {
+        AppError::Options(Box::new(e))
+    }
 }
 
 impl From<GridError> for AppError {
@@ -348,8 +356,8 @@ pub fn run_with_progress(
     let cache = TranslationCache::open(&cache_dir)?;
     let keys: Vec<TranslationKey> = programs
         .iter()
-        .map(|p| KeyInputs::new(&gridkey_stencil::frontend(), p.name(), &p.encode(), &config.options, &ct).key())
-        .collect();
+        .map(|p| gridkey_stencil::key_inputs(p, &config.options, &ct).map(|inputs| inputs.key()))
+        .collect::<Result<_, _>>()?;
     let cached_before: Vec<bool> = keys.iter().map(|k| cache.get(k).is_ok()).collect();
     let t = Instant::now();
     let outcomes = runner.run_all_with(&tasks, progress);

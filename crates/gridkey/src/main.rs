@@ -115,7 +115,7 @@ fn parse_option(s: &str) -> Result<(String, String), String> {
 
 #[derive(Subcommand)]
 enum CacheCommand {
-    /// Entries and bytes per store (tables-v1, translation-v1, build-v1), and temp files.
+    /// Entries and bytes per store (tables-v1, translation-v2, build-v1), and temp files.
     Stats {
         /// Cache directory (default: GRIDKEY_CACHE_DIR, else .gridkey_cache).
         #[arg(long)]

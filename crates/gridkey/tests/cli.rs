@@ -134,7 +134,7 @@ fn a_table_planted_under_another_tables_name_never_reaches_a_translation() {
     let (c2e, c2v) = (path_of("eca80d29e9c8c9e85522c42c2dcf1a50"), path_of("7987c4b53072cc2b75ca3ddc37329b22"));
     std::fs::remove_file(&c2e).unwrap();
     std::fs::copy(&c2v, &c2e).unwrap();
-    std::fs::remove_dir_all(cache.path().join("translation-v1")).unwrap();
+    std::fs::remove_dir_all(cache.path().join("translation-v2")).unwrap();
     std::fs::remove_dir_all(cache.path().join("build-v1")).unwrap();
     let out = gridkey(&args, &[]);
     let (stdout, stderr) = text(&out);

@@ -114,7 +114,7 @@ fn sigkill_in_the_middle_of_a_write_leaves_only_a_temp_file_that_gc_removes() {
 #[test]
 fn an_abandoned_temp_file_is_removed_by_the_next_run() {
     let cache = tempfile::tempdir().unwrap();
-    let dir = cache.path().join("translation-v1/ab");
+    let dir = cache.path().join("translation-v2/ab");
     fs::create_dir_all(&dir).unwrap();
     let old = dir.join(".tmp-crashed");
     let young = dir.join(".tmp-in-flight");
@@ -131,7 +131,7 @@ fn an_abandoned_temp_file_is_removed_by_the_next_run() {
 
 #[test]
 fn a_full_disk_is_a_clear_error_and_leaves_nothing_behind() {
-    for (part, code) in [("tables-v1", 2), ("translation-v1", 1)] {
+    for (part, code) in [("tables-v1", 2), ("translation-v2", 1)] {
         let cache = tempfile::tempdir().unwrap();
         let spec = format!("enospc:100:{part}");
         let out = run(cache.path(), &[], &[("GRIDKEY_FAULT", &spec)]);
@@ -239,7 +239,7 @@ fn cache_stats_count_every_entry_and_gc_removes_least_recently_used_but_never_a_
         files(&cache.path().join(dir)).iter().filter(|p| p.extension().is_some_and(|e| e == ext)).count() as u64
     };
     let bytes = |dir: &str| files(&cache.path().join(dir)).iter().map(|p| fs::metadata(p).unwrap().len()).sum::<u64>();
-    for (i, (dir, ext)) in [("tables-v1", "npy"), ("translation-v1", "bin"), ("build-v1", "so")].iter().enumerate() {
+    for (i, (dir, ext)) in [("tables-v1", "npy"), ("translation-v2", "bin"), ("build-v1", "so")].iter().enumerate() {
         assert_eq!(stats[i]["store"], *dir);
         assert_eq!(stats[i]["entries"], count(dir, ext), "{dir}");
         assert_eq!(stats[i]["bytes"], bytes(dir), "{dir}");
@@ -254,13 +254,13 @@ fn cache_stats_count_every_entry_and_gc_removes_least_recently_used_but_never_a_
     for p in files(&cache.path().join("build-v1")) {
         fs::File::open(&p).unwrap().set_times(old).unwrap();
     }
-    let total = bytes("tables-v1") + bytes("translation-v1") + bytes("build-v1");
+    let total = bytes("tables-v1") + bytes("translation-v2") + bytes("build-v1");
     let budget = total - bytes("build-v1");
     let gc = json(&["cache", "gc", "--cache-dir", c, "--max-size", &budget.to_string(), "--json"]);
     assert_eq!(gc["entries_removed"], 8, "{gc}");
     assert_eq!(gc["bytes_left"], budget, "{gc}");
     assert_eq!(count("build-v1", "so"), 0);
-    assert_eq!(count("translation-v1", "bin"), 8);
+    assert_eq!(count("translation-v2", "bin"), 8);
 
     // A table mapped by this process is kept, whatever the budget; unmapped, it goes.
     let store = TableStore::open(cache.path()).unwrap();
