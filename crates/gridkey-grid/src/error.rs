@@ -154,7 +154,7 @@ pub enum GridError {
     /// stores it at `[column, row]`); it is the first bad entry in C order.
     #[error(
         "{}: variable `{variable}` ({offset}) has {value} at row {row}, column {column} (canonical (n, k) position), \
-         expected 1..={codomain_size} (a {codomain} index, 1-based) or 0 for no neighbour",
+         expected 1..={codomain_size} (a 1-based index into {codomain}) or 0 for no neighbour",
         path.display()
     )]
     IndexOutOfRange {

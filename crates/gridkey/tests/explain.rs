@@ -234,7 +234,7 @@ fn a_default_spelled_out_is_one_key_in_run_explain_and_the_record() {
     // One candidate, said in the singular.
     let out = gridkey(&["explain", "--miss", "div", "--grid", g, "--option", "opt_level=3", "--cache-dir", c]);
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success() && stdout.contains("differs in:"), "{stdout}");
+    assert!(out.status.success() && stdout.contains("(1 candidate) differs in:"), "{stdout}");
     assert!(stdout.contains("option opt_level 2 -> 3"), "{stdout}");
 }
 
