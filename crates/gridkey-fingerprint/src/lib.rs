@@ -464,6 +464,24 @@ impl TranslationCache {
         Ok(key)
     }
 
+    /// Writes the key-input record of `inputs` beside its entry when the record there is
+    /// missing or unreadable, so that a hit restores what `gridkey explain` needs (a record
+    /// deleted by hand or by a tool is otherwise never written again). Returns whether it wrote.
+    /// Callers on a hit ignore the error: the entry serves without its record.
+    ///
+    /// Errors: [`FingerprintError::Write`].
+    pub fn restore_record(&self, inputs: &KeyInputs) -> Result<bool, FingerprintError> {
+        let key = inputs.key();
+        if self.record(&key).is_some() {
+            return Ok(false);
+        }
+        let record = serde_json::to_vec_pretty(inputs).expect("key inputs serialise");
+        let path = self.record_path(&key);
+        gridkey_store::write_atomic(&path, |out| out.write_all(&record))
+            .map_err(|source| FingerprintError::Write { path, source })?;
+        Ok(true)
+    }
+
     /// Every key that has a key-input record in the cache, sorted; unreadable directories and
     /// names that are not keys are passed over.
     pub fn keys(&self) -> Vec<TranslationKey> {

@@ -130,6 +130,9 @@ pub fn compile(
     });
     let (source, miss_reason) = match cached {
         Ok(source) => {
+            // A hit puts back a key-input record that was deleted, for `gridkey explain`; a
+            // cache that cannot be written still serves the hit.
+            let _ = cache.restore_record(&inputs);
             if config.verify_hits {
                 let fresh = translate(program, provider, options)?;
                 if fresh != source {

@@ -442,3 +442,23 @@ fn options_are_normalised_against_the_declared_ones() {
         }
     }
 }
+
+#[test]
+fn a_hit_puts_back_a_deleted_key_input_record() {
+    let cache = tempfile::tempdir().unwrap();
+    let provider = Patch::new(2, 1).provider(Layout::COrder);
+    let div = program("div");
+    let first = compile_on(&div, &provider, &config(cache.path())).unwrap();
+    let tc = TranslationCache::open(cache.path()).unwrap();
+    let record = tc.record(&first.key).unwrap();
+    for damage in [None, Some(&b"{ not json"[..])] {
+        fs::remove_file(tc.record_path(&first.key)).unwrap();
+        if let Some(bytes) = damage {
+            fs::write(tc.record_path(&first.key), bytes).unwrap();
+        }
+        assert!(tc.record(&first.key).is_none());
+        let hit = compile_on(&div, &provider, &config(cache.path())).unwrap();
+        assert!(!hit.translated, "{hit:?}");
+        assert_eq!(tc.record(&first.key).as_ref(), Some(&record), "the hit wrote the record again ({damage:?})");
+    }
+}

@@ -132,6 +132,22 @@ pub enum AppError {
     /// Translation options the frontend does not accept.
     #[error(transparent)]
     Options(Box<gridkey_stencil::StencilError>),
+    /// `gridkey cache stats` or `gridkey cache gc` on a path that is not a cache directory.
+    #[error("cache directory {path} {problem}; give the cache directory of a run (--cache-dir or GRIDKEY_CACHE_DIR)")]
+    NoCacheDir {
+        /// The path given.
+        path: PathBuf,
+        /// `does not exist` or `is a file, not a directory`.
+        problem: &'static str,
+    },
+    /// A file is where a store directory (`tables-v1`, ...) or one of its shard directories belongs.
+    #[error(
+        "cache path {path} is a file where a store directory belongs; remove it, and gridkey makes the directory again"
+    )]
+    StoreNotADirectory {
+        /// The path.
+        path: PathBuf,
+    },
     /// The cache directory could not be made absolute.
     #[error("cannot resolve cache directory {path}: {source}; pass an existing, writable --cache-dir")]
     CacheDir {
@@ -338,7 +354,7 @@ pub fn run_with_progress(
     read_seconds: f64,
     progress: &dyn Progress,
 ) -> Result<RunReport, AppError> {
-    let warnings = cache::check_cache_dir(&config.cache_dir)?;
+    let mut warnings = cache::check_cache_dir(&config.cache_dir)?;
     let temps_removed =
         cache::gc(&config.cache_dir, &cache::GcConfig { max_size: None, temp_min_age: cache::STALE_TEMP_AGE })?
             .temps_removed;
@@ -348,6 +364,7 @@ pub fn run_with_progress(
     let t = Instant::now();
     let ct = Arc::new(compile_time_offset_provider(grid.provider(), &store)?);
     let convert_seconds = t.elapsed().as_secs_f64();
+    warnings.extend(store.repaired().into_iter().map(cache::CacheWarning::repaired_table));
 
     let tasks = tasks_for(programs, &ct, &config.options, &cache_dir);
     // The parent knows each key too (the same compile-time view), and whether the translation

@@ -293,7 +293,7 @@ fn dispatch(command: Command) -> Result<ExitCode> {
             reporter.finish();
             let report = report?;
             for w in &report.warnings {
-                eprintln!("gridkey: warning: cache directory {} {}", w.path.display(), w.message);
+                eprintln!("gridkey: warning: {}: {}", w.path.display(), w.message);
             }
             if json {
                 println!("{}", serde_json::to_string_pretty(&report)?);

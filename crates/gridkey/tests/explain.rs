@@ -261,3 +261,19 @@ fn explain_miss_rejects_the_options_run_rejects() {
         }
     }
 }
+
+#[test]
+fn explain_finds_an_entry_whose_record_was_deleted_once_a_run_hits_it() {
+    let cache = tempfile::tempdir().unwrap();
+    let c = cache.path().to_str().unwrap();
+    let plain = keys(cache.path(), "oQU480.231010.nc", &[]);
+    let tc = TranslationCache::open(cache.path()).unwrap();
+    let div = plain["div"].parse().unwrap();
+    std::fs::remove_file(tc.record_path(&div)).unwrap();
+    let out = gridkey(&["explain", &plain["div"], &plain["rot"], "--cache-dir", c]);
+    assert_eq!(out.status.code(), Some(2), "without its record the entry cannot be explained");
+    assert_eq!(keys(cache.path(), "oQU480.231010.nc", &[]), plain);
+    let e = ok_json(&["explain", &plain["div"], &plain["rot"], "--cache-dir", c, "--json"]);
+    assert_eq!(e["a"], plain["div"].as_str());
+    assert!(e["differences"].as_array().unwrap().iter().any(|d| d["input"] == "program name"), "{e}");
+}

@@ -159,7 +159,7 @@ fn bad_cache_directories_are_errors_or_warnings() {
     let out = run(&open, &[], &[]);
     assert!(verified_all(&out), "{}", text(&out));
     assert!(
-        text(&out).contains("warning: cache directory") && text(&out).contains("writable by everyone"),
+        text(&out).contains("warning: ") && text(&out).contains(": cache directory writable by everyone"),
         "{}",
         text(&out)
     );
@@ -169,7 +169,7 @@ fn bad_cache_directories_are_errors_or_warnings() {
     if std::os::unix::fs::chown(&other, Some(4242), None).is_ok() {
         let out = run(&other, &[], &[]);
         assert!(verified_all(&out), "{}", text(&out));
-        assert!(text(&out).contains("is owned by user 4242"), "{}", text(&out));
+        assert!(text(&out).contains("cache directory owned by user 4242"), "{}", text(&out));
     } else {
         eprintln!("skipped the other-owner case: chown needs root here (cargo xtask faults runs it as root)");
     }
@@ -214,9 +214,20 @@ fn run_verify_rebuilds_a_table_modified_in_place() {
     std::io::Write::write_all(&mut f, &0i32.to_le_bytes()).unwrap();
     drop(f);
     assert!(store.open_verified(&spec).is_err(), "modified in place");
-    let plain = run(cache.path(), &[], &[]);
+    let plain = run(cache.path(), &["--json"], &[]);
     assert!(plain.status.success());
     store.open_verified(&spec).expect("conversion compares the stored bytes with the runtime table and rewrote it");
+    // Not without a word: the repair is a warning naming the file, on stderr and in the report.
+    let stderr = String::from_utf8_lossy(&plain.stderr);
+    let warning = format!("gridkey: warning: {}: table file did not hold the table its name says", path.display());
+    assert!(stderr.contains(&warning), "{stderr}");
+    let report: serde_json::Value = serde_json::from_slice(&plain.stdout).unwrap();
+    let warnings = report["warnings"].as_array().unwrap();
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert_eq!(warnings[0]["path"], path.to_str().unwrap());
+    // A clean run says nothing.
+    let clean = run(cache.path(), &[], &[]);
+    assert!(verified_all(&clean) && !String::from_utf8_lossy(&clean.stderr).contains("warning"), "{}", text(&clean));
     // Again in place, and a verifying run.
     fs::set_permissions(&path, fs::Permissions::from_mode(0o644)).unwrap();
     let mut f = fs::OpenOptions::new().write(true).open(&path).unwrap();
