@@ -1,4 +1,5 @@
-//! Translation key format v2 (ADR 0003, ADR 0013) and the persistent translation cache.
+//! Translation key format v2 (ADR 0003, ADR 0014), the persistent translation cache (ADR 0012)
+//! and the cache protocol every frontend calls ([`translate_cached`]).
 //!
 //! # What goes into a key
 //!
@@ -9,7 +10,7 @@
 //! | input | why |
 //! |---|---|
 //! | [`KEY_FORMAT_VERSION`] and the table digest format version | a format change must change every key |
-//! | frontend name, version and fingerprint (a digest of its translation code, ADR 0013) | another compiler, or the same version rebuilt with other translation code, another translation |
+//! | frontend name, version and fingerprint (a digest of its translation code, ADR 0014) | another compiler, or the same version rebuilt with other translation code, another translation |
 //! | program name and the program's stable encoding | the program itself |
 //! | translation options (sorted by name) | they shape the emitted code |
 //! | every offset-provider entry, in order: its name, then `Dimension{name, kind}` or `Gather{domain, local, codomain, skip_value, dtype, shape, table digest}` | translation reads the tables (domain inference) |
@@ -24,8 +25,18 @@
 //! | array library, device, host/device residence | only the digest of the content is seen |
 //! | time, host name, process id | never an input |
 //!
-//! A value that travels with a key input but must not enter the key is wrapped in
-//! [`Excluded`], whose encoding is empty.
+//! The encoder destructures [`KeyInputs`] field by field, so a field added to it that is not
+//! encoded does not compile; what is excluded is never a field of it (the settings that travel
+//! with a task live in `gridkey_settings::Settings`, which no key sees).
+//!
+//! # The cache protocol
+//!
+//! [`translate_cached`] is the one lookup / translate / verify / put sequence a frontend needs:
+//! it looks the key up in each [`Tier`] of a [`Tiers`] list in order (the local
+//! [`TranslationCache`] first), on a hit in a later tier writes the entry back to the earlier
+//! writable ones, on a miss calls the frontend's translate function and puts the result with
+//! its key-input record into every writable tier, and with `verify_hits` translates again on a
+//! hit and compares byte for byte.
 //!
 //! # Architecture invariant
 //!
@@ -35,6 +46,10 @@
 //! truncated, corrupt or of another format version is a miss.
 
 #![warn(missing_docs)]
+
+mod protocol;
+
+pub use protocol::{translate_cached, CacheProtocolError, Cached, Request, Tier, Tiers};
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -50,7 +65,7 @@ use xxhash_rust::xxh3::{xxh3_128, xxh3_64};
 
 /// Version of the translation key encoding; hashed first into every key and part of the cache
 /// directory name (`translation-v2/`). Changing a key input without bumping it is a bug.
-/// Version 2 adds the frontend fingerprint (ADR 0013).
+/// Version 2 adds the frontend fingerprint (ADR 0014).
 pub const KEY_FORMAT_VERSION: u32 = 2;
 
 /// Name of the translation cache directory under the cache directory.
@@ -87,15 +102,6 @@ pub enum FingerprintError {
         /// The text.
         text: String,
     },
-}
-
-/// A value that travels beside key inputs but is left out of the key on purpose; its key
-/// encoding is empty. The type makes every leave-out visible where it is declared.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Excluded<T>(pub T);
-
-impl<T> KeyEncode for Excluded<T> {
-    fn encode_key(&self, _: &mut KeyEncoder) {}
 }
 
 /// The explicit, stable encoding of key inputs: little-endian integers, u64 lengths.
@@ -197,7 +203,7 @@ impl FromStr for TranslationKey {
     }
 }
 
-/// The frontend (compiler) that translates: its name, version and fingerprint (ADR 0013).
+/// The frontend (compiler) that translates: its name, version and fingerprint (ADR 0014).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Frontend {
     /// Name, e.g. `gridkey-stencil`.
@@ -281,7 +287,7 @@ impl KeyEncode for OffsetInput {
 }
 
 /// Every input of a translation key, in key order; also the human-readable record kept beside
-/// each cache entry so that a miss can be explained (DESIGN 4.5).
+/// each cache entry so that a miss can be explained (ADR 0003).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KeyInputs {
     /// [`KEY_FORMAT_VERSION`].
@@ -363,20 +369,30 @@ impl KeyInputs {
 
 impl KeyEncode for KeyInputs {
     fn encode_key(&self, e: &mut KeyEncoder) {
-        e.u32(self.key_format_version);
-        e.u32(self.digest_format_version);
-        e.str(&self.frontend.name);
-        e.str(&self.frontend.version);
-        e.str(&self.frontend.fingerprint);
-        e.str(&self.program);
-        e.str(&self.program_encoding);
-        e.u64(self.options.len() as u64);
-        for (name, value) in &self.options {
+        // Destructured, so that a new field that is not encoded here does not compile.
+        let KeyInputs {
+            key_format_version,
+            digest_format_version,
+            frontend: Frontend { name, version, fingerprint },
+            program,
+            program_encoding,
+            options,
+            offsets,
+        } = self;
+        e.u32(*key_format_version);
+        e.u32(*digest_format_version);
+        e.str(name);
+        e.str(version);
+        e.str(fingerprint);
+        e.str(program);
+        e.str(program_encoding);
+        e.u64(options.len() as u64);
+        for (name, value) in options {
             e.str(name);
             e.str(value);
         }
-        e.u64(self.offsets.len() as u64);
-        for offset in &self.offsets {
+        e.u64(offsets.len() as u64);
+        for offset in offsets {
             offset.encode_key(e);
         }
     }
@@ -447,10 +463,7 @@ impl TranslationCache {
     /// Errors: [`FingerprintError::Write`].
     pub fn put(&self, inputs: &KeyInputs, payload: &[u8]) -> Result<TranslationKey, FingerprintError> {
         let key = inputs.key();
-        let record = serde_json::to_vec_pretty(inputs).expect("key inputs serialise");
-        let record_path = self.record_path(&key);
-        gridkey_store::write_atomic(&record_path, |out| out.write_all(&record))
-            .map_err(|source| FingerprintError::Write { path: record_path.clone(), source })?;
+        let record_path = self.write_record(inputs, &key)?;
         let path = self.entry_path(&key);
         let entry = encode_entry(&key, payload);
         if let Err(source) = gridkey_store::write_atomic(&path, |out| out.write_all(&entry)) {
@@ -464,22 +477,16 @@ impl TranslationCache {
         Ok(key)
     }
 
-    /// Writes the key-input record of `inputs` beside its entry when the record there is
-    /// missing or unreadable, so that a hit restores what `gridkey explain` needs (a record
-    /// deleted by hand or by a tool is otherwise never written again). Returns whether it wrote.
-    /// Callers on a hit ignore the error: the entry serves without its record.
+    /// Writes the key-input record of `inputs` beside the entry of `key` (atomically) and
+    /// returns its path.
     ///
     /// Errors: [`FingerprintError::Write`].
-    pub fn restore_record(&self, inputs: &KeyInputs) -> Result<bool, FingerprintError> {
-        let key = inputs.key();
-        if self.record(&key).is_some() {
-            return Ok(false);
-        }
+    pub fn write_record(&self, inputs: &KeyInputs, key: &TranslationKey) -> Result<PathBuf, FingerprintError> {
         let record = serde_json::to_vec_pretty(inputs).expect("key inputs serialise");
-        let path = self.record_path(&key);
-        gridkey_store::write_atomic(&path, |out| out.write_all(&record))
-            .map_err(|source| FingerprintError::Write { path, source })?;
-        Ok(true)
+        let record_path = self.record_path(key);
+        gridkey_store::write_atomic(&record_path, |out| out.write_all(&record))
+            .map_err(|source| FingerprintError::Write { path: record_path.clone(), source })?;
+        Ok(record_path)
     }
 
     /// Every key that has a key-input record in the cache, sorted; unreadable directories and

@@ -1,4 +1,4 @@
-//! The reference frontend (DESIGN 6): a stencil compiler for ICON-style unstructured-mesh
+//! The reference frontend (docs/design.md "The reference frontend", ADR 0007): a stencil compiler for ICON-style unstructured-mesh
 //! programs that exercises the gridkey pipeline the way a real compiler would.
 //!
 //! 1. **IR** ([`Program`]): stages `out[i] = REDUCE_k (w[i,k] * src[T[i,k]])` over the neighbour
@@ -38,7 +38,7 @@ mod icon;
 mod infer;
 mod ir;
 
-pub use compile::{build_key, compile, key_inputs, CompileConfig, CompileOutcome, BUILD_DIR, BUILD_FORMAT_VERSION};
+pub use compile::{build_key, compile, CompileConfig, CompileOutcome, BUILD_DIR, BUILD_FORMAT_VERSION};
 pub use emit::{
     check_options, emit_c, normalise_options, translate, OptionSpec, StencilOptions, ABI_VERSION, OPTIONS, OPT_LEVEL,
 };
@@ -52,17 +52,34 @@ pub use ir::{FieldDecl, FieldRole, FieldShape, Program, Reduce, Stage, IR_FORMAT
 pub const FRONTEND_NAME: &str = "gridkey-stencil";
 
 /// The fingerprint of this frontend's translation code: [`fingerprint::fingerprint_of`] the
-/// files [`fingerprint::TRANSLATION_SOURCES`], computed by the build script (ADR 0013); 32
+/// files [`fingerprint::TRANSLATION_SOURCES`], computed by the build script (ADR 0014); 32
 /// lowercase hex digits.
 pub const FRONTEND_FINGERPRINT: &str = env!("GRIDKEY_STENCIL_FINGERPRINT");
 
 /// This frontend as a translation-key input: [`FRONTEND_NAME`], the crate version and
 /// [`FRONTEND_FINGERPRINT`], so that a new release, and any rebuild whose translation code
-/// changed under the same version, changes every key (ADR 0013).
+/// changed under the same version, changes every key (ADR 0014). Frontends call [`key_inputs`],
+/// not this.
 pub fn frontend() -> gridkey_fingerprint::Frontend {
     gridkey_fingerprint::Frontend {
         name: FRONTEND_NAME.to_owned(),
         version: env!("CARGO_PKG_VERSION").to_owned(),
         fingerprint: FRONTEND_FINGERPRINT.to_owned(),
     }
+}
+
+/// The key inputs of translating `program` with `options` against the compile-time `provider`
+/// by this frontend, the one place the reference frontend builds them: [`frontend`], the
+/// program's name and [`Program::encode`], the options [`normalise_options`]d (so a default
+/// spelled out and left out are one key, ADR 0015) and the provider's entries. The compile step,
+/// `gridkey run`'s parent, `explain --miss` and `cargo xtask modes` all key through here.
+///
+/// Errors: those of [`normalise_options`].
+pub fn key_inputs(
+    program: &Program,
+    options: &gridkey_fingerprint::TranslationOptions,
+    provider: &gridkey_offsets::CompileTimeOffsetProvider,
+) -> Result<gridkey_fingerprint::KeyInputs, StencilError> {
+    let options = normalise_options(options)?;
+    Ok(gridkey_fingerprint::KeyInputs::new(&frontend(), program.name(), &program.encode(), &options, provider))
 }
