@@ -1,10 +1,9 @@
 #!/usr/bin/env python3
-"""Independent witness for gridkey's translation key format v2 (ADR 0003, ADR 0014).
+"""Independent witness for gridkey's translation key format v2 (ADR 0003, ADR 0017).
 
-Encodes fixed key inputs by the rules of the format and prints their keys: integers
-little-endian, strings as u64 length + UTF-8 bytes, tags as one byte, hashed with xxh3_128
-(seed 0), printed as 32 lowercase hex digits. Version 2 adds the frontend fingerprint after
-the frontend version.
+Encodes key inputs by the rules of the format and prints their keys: integers little-endian,
+strings as u64 length + UTF-8 bytes, tags as one byte, hashed with xxh3_128 (seed 0), printed as
+32 lowercase hex digits. Version 2 adds the frontend fingerprint after the frontend version.
 
 Usage (needs xxhash):
   translation_key_witness.py > data/golden/translation-key-v2.txt
@@ -12,7 +11,18 @@ Usage (needs xxhash):
   translation_key_witness.py --explain
       the keys "a" and "b" of data/golden/explain-v1.json (crates/gridkey/tests/explain.rs
       `the_json_form_matches_the_golden_file`), one per line
+  translation_key_witness.py records [--fingerprint F] FILE...
+      reads key-input records (the `<key>.json` files gridkey keeps beside each translation-cache
+      entry), checks that the key this witness computes from each equals the record's name, and
+      prints a JSON object of program name to key. With --fingerprint, the printed keys are those
+      of the records with the frontend fingerprint replaced by F: the golden keys of the eight
+      programs pin their encoding and the tables, not the translation code, whose fingerprint
+      changes with every edit of it (tests/tests/golden_keys.rs):
+    translation_key_witness.py records --fingerprint golden-keys CACHE/translation-v2/*/*.json \\
+        > data/golden/icon-program-keys-v2.json
 """
+import json
+import os
 import struct
 import sys
 
@@ -38,12 +48,42 @@ def gather(offset, domain, local, codomain, skip, dtype, shape, digest):
     return out + s(dtype) + u64(2) + u64(shape[0]) + u64(shape[1]) + s(digest)
 
 
-def key(frontend, version, fingerprint, program, encoding_hex, options, offsets):
-    out = u32(KEY_FORMAT_VERSION) + u32(DIGEST_FORMAT_VERSION)
+def key(frontend, version, fingerprint, program, encoding_hex, options, offsets,
+        key_format=KEY_FORMAT_VERSION, digest_format=DIGEST_FORMAT_VERSION):
+    out = u32(key_format) + u32(digest_format)
     out += s(frontend) + s(version) + s(fingerprint) + s(program) + s(encoding_hex)
     out += u64(len(options)) + b"".join(s(k) + s(v) for k, v in sorted(options.items()))
     out += u64(len(offsets)) + b"".join(offsets)
     return xxhash.xxh3_128(out).hexdigest()
+
+
+def key_of_record(r, fingerprint=None):
+    offsets = []
+    for o in r["offsets"]:
+        if o["kind"] == "dimension":
+            offsets.append(dimension(o["offset"], o["name"], o["dimension_kind"]))
+        else:
+            offsets.append(gather(o["offset"], o["domain"], o["local"], o["codomain"], o["skip_value"],
+                                  o["dtype"], o["shape"], o["digest"]))
+    f = r["frontend"]
+    return key(f["name"], f["version"], f["fingerprint"] if fingerprint is None else fingerprint, r["program"],
+               r["program_encoding"], r["options"], offsets, r["key_format_version"], r["digest_format_version"])
+
+
+def records(args):
+    fingerprint = None
+    if args[:1] == ["--fingerprint"]:
+        fingerprint, args = args[1], args[2:]
+    keys = {}
+    for path in args:
+        with open(path) as f:
+            record = json.load(f)
+        k = key_of_record(record)
+        name = os.path.basename(path)[: -len(".json")]
+        if k != name:
+            sys.exit(f"{path}: the witness computes key {k}, the record is named {name}")
+        keys[record["program"]] = key_of_record(record, fingerprint)
+    print(json.dumps(keys, indent=2, sort_keys=True))
 
 
 def pinned():
@@ -65,7 +105,9 @@ def explain_pair():
 
 
 if __name__ == "__main__":
-    if sys.argv[1:] == ["--explain"]:
+    if sys.argv[1:2] == ["records"]:
+        records(sys.argv[2:])
+    elif sys.argv[1:] == ["--explain"]:
         print("\n".join(explain_pair()))
     else:
         print(pinned())

@@ -1,4 +1,4 @@
-//! Translation key format v2 (ADR 0003, ADR 0014), the persistent translation cache (ADR 0012)
+//! Translation key format v2 (ADR 0003, ADR 0017), the persistent translation cache (ADR 0012)
 //! and the cache protocol every frontend calls ([`translate_cached`]).
 //!
 //! # What goes into a key
@@ -10,7 +10,7 @@
 //! | input | why |
 //! |---|---|
 //! | [`KEY_FORMAT_VERSION`] and the table digest format version | a format change must change every key |
-//! | frontend name, version and fingerprint (a digest of its translation code, ADR 0014) | another compiler, or the same version rebuilt with other translation code, another translation |
+//! | frontend name, version and fingerprint (a digest of its translation code, ADR 0017) | another compiler, or the same version rebuilt with other translation code, another translation |
 //! | program name and the program's stable encoding | the program itself |
 //! | translation options (sorted by name) | they shape the emitted code |
 //! | every offset-provider entry, in order: its name, then `Dimension{name, kind}` or `Gather{domain, local, codomain, skip_value, dtype, shape, table digest}` | translation reads the tables (domain inference) |
@@ -65,7 +65,7 @@ use xxhash_rust::xxh3::{xxh3_128, xxh3_64};
 
 /// Version of the translation key encoding; hashed first into every key and part of the cache
 /// directory name (`translation-v2/`). Changing a key input without bumping it is a bug.
-/// Version 2 adds the frontend fingerprint (ADR 0014).
+/// Version 2 adds the frontend fingerprint (ADR 0017).
 pub const KEY_FORMAT_VERSION: u32 = 2;
 
 /// Name of the translation cache directory under the cache directory.
@@ -203,7 +203,7 @@ impl FromStr for TranslationKey {
     }
 }
 
-/// The frontend (compiler) that translates: its name, version and fingerprint (ADR 0014).
+/// The frontend (compiler) that translates: its name, version and fingerprint (ADR 0017).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Frontend {
     /// Name, e.g. `gridkey-stencil`.

@@ -49,7 +49,7 @@ pub struct OptionSpec {
     pub accepted: &'static [&'static str],
 }
 
-/// Every translation option of this frontend, sorted by name (ADR 0015).
+/// Every translation option of this frontend, sorted by name (ADR 0018).
 pub const OPTIONS: &[OptionSpec] = &[OptionSpec { name: OPT_LEVEL, default: "2", accepted: &["0", "1", "2", "3"] }];
 
 /// The translation options this frontend understands, parsed.
@@ -68,7 +68,7 @@ impl StencilOptions {
 
 /// The options as they enter a translation key: every option of [`OPTIONS`] with the value
 /// given, or its default where it was left out, so that a default spelled out
-/// (`opt_level=2`) and left out are one key (ADR 0015).
+/// (`opt_level=2`) and left out are one key (ADR 0018).
 ///
 /// Errors: [`StencilError::UnknownOption`] naming an option not in [`OPTIONS`];
 /// [`StencilError::OptionValue`] for a value the option does not accept.
