@@ -609,6 +609,7 @@ fn process_speedup(grid: &Grid, grid_path: &Path, gridkey_bin: &Path, scratch: &
                 jobs,
                 worker: WorkerCommand::gridkey(gridkey_bin.to_path_buf()),
                 options: TranslationOptions::new(),
+                fault: None,
             };
             let report = gridkey::run_with(grid, &programs, &runner, &config, 0.0)?;
             if !report.all_verified() || report.translations() != programs.len() {

@@ -233,6 +233,7 @@ fn run_mode(
         jobs: BuildJobs::new(runner.mode(), 2),
         worker: WorkerCommand::gridkey(PathBuf::new()),
         options: options.clone(),
+        fault: None,
     };
     Ok(gridkey::run_with(grid, programs, runner, &config, 0.0)?)
 }

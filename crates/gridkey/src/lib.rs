@@ -24,6 +24,7 @@ use std::time::Instant;
 use gridkey_fingerprint::{
     Excluded, FingerprintError, KeyInputs, TranslationCache, TranslationKey, TranslationOptions,
 };
+use gridkey_fs::Fault;
 use gridkey_grid::{read_grid, Grid, GridError};
 use gridkey_jobs::{BuildJobs, CompilationTask, NoProgress, Progress, Runner, Settings, TaskHandler, WorkerCommand};
 use gridkey_offsets::{compile_time_offset_provider, CompileTimeOffsetProvider, OffsetsError};
@@ -52,8 +53,12 @@ pub const ENVIRONMENT: &[&str] = &[
     "CC",
     ENV_VERIFY_HITS,
     gridkey_store::ENV_VERIFY_TABLES,
-    gridkey_store::fault::ENV_FAULT,
+    ENV_FAULT,
 ];
+
+/// The test hook of the fault matrix (ADR 0012): the text form of a [`gridkey_fs::Fault`],
+/// parsed by the binary at its edge ([`RunConfig::fault`]); no library reads it.
+pub const ENV_FAULT: &str = "GRIDKEY_FAULT";
 
 /// Set to `1` to translate again on every translation-cache hit and compare byte for byte.
 pub const ENV_VERIFY_HITS: &str = "GRIDKEY_VERIFY_CACHE_HITS";
@@ -163,6 +168,7 @@ impl TaskHandler for StencilHandler {
             cache_dir: settings.cache_dir.clone(),
             cc: settings.vars.get("CC").cloned().unwrap_or_else(|| "cc".to_owned()),
             verify_hits: settings.vars.get(ENV_VERIFY_HITS).is_some_and(|v| v == "1"),
+            fault: settings.vars.get(ENV_FAULT).map(|f| Fault::parse(f)).transpose().map_err(|e| e.to_string())?,
         };
         gridkey_stencil::compile(&program, &task.provider, &task.options, &config).map_err(|e| e.to_string())
     }
@@ -181,6 +187,9 @@ pub struct RunConfig {
     pub worker: WorkerCommand,
     /// Translation options for every program.
     pub options: TranslationOptions,
+    /// The fault matrix's hook (ADR 0012), passed to every cache write of the run, here and in
+    /// the workers (it travels with each task); `None` in normal use.
+    pub fault: Option<Fault>,
 }
 
 /// The outcome of one program in the main job.
@@ -334,14 +343,19 @@ pub fn run_with_progress(
     let temps_removed =
         cache::gc(&config.cache_dir, &cache::GcConfig { max_size: None, temp_min_age: cache::STALE_TEMP_AGE })?
             .temps_removed;
-    let store = TableStore::open(&config.cache_dir)?;
+    let store = TableStore::open(&config.cache_dir)?.with_fault(config.fault.clone());
     let cache_dir = std::fs::canonicalize(&config.cache_dir)
         .map_err(|source| AppError::CacheDir { path: config.cache_dir.clone(), source })?;
     let t = Instant::now();
     let ct = Arc::new(compile_time_offset_provider(grid.provider(), &store)?);
     let convert_seconds = t.elapsed().as_secs_f64();
 
-    let tasks = tasks_for(programs, &ct, &config.options, &cache_dir);
+    let mut tasks = tasks_for(programs, &ct, &config.options, &cache_dir);
+    if let Some(fault) = &config.fault {
+        for task in &mut tasks {
+            task.settings.0.vars.insert(ENV_FAULT.to_owned(), fault.to_string());
+        }
+    }
     // The parent knows each key too (the same compile-time view), and whether the translation
     // cache had it before the batch: so a task that fails after translating (a compiler that
     // fails, a full disk) is still counted as the hit or miss and translation it was.

@@ -259,12 +259,19 @@ fn dispatch(command: Command) -> Result<ExitCode> {
             let options: gridkey_fingerprint::TranslationOptions = options.into_iter().collect();
             // Bad options are a usage error, said once, not a failure of every program.
             gridkey_stencil::check_options(&options)?;
+            // The fault matrix's hook is parsed here, once; the library never reads it.
+            let fault = std::env::var(gridkey::ENV_FAULT)
+                .ok()
+                .map(|text| gridkey_fs::Fault::parse(&text))
+                .transpose()
+                .with_context(|| format!("{} is not a fault of the fault matrix; unset it", gridkey::ENV_FAULT))?;
             let config = RunConfig {
                 grid: grid.unwrap_or_else(default_grid),
                 cache_dir: cache_dir.unwrap_or_else(gridkey_jobs::cache_dir_from_env),
                 jobs,
                 worker: WorkerCommand::gridkey(std::env::current_exe().context("cannot find the gridkey executable")?),
                 options,
+                fault,
             };
             // On Ctrl-C: stop the workers (with their C compilers) and exit 130. Every cache
             // write is an atomic rename, so whatever was not finished leaves only temp files.
