@@ -250,7 +250,7 @@ impl TableStore {
     /// The write cannot wait for the digest, since the digest names the file: the bytes go to a
     /// temp file in the store directory while the digest runs, and the file is renamed to its
     /// final name once both are done, so the view costs about one write instead of a read and
-    /// a write (`cargo xtask bench`, case `view_build`; ADR 0008). As soon as the digest is known
+    /// a write (`cargo xtask bench`, case `view_build`; ADR 0011). As soon as the digest is known
     /// and a valid file of it is already stored, the write stops and the temp file is removed,
     /// so a table stored before costs about its digest. `data` must hold
     /// `shape[0] * shape[1] * dtype.itemsize()` bytes and `digest` must return the digest of the
