@@ -17,10 +17,10 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use gridkey::{RunConfig, StencilHandler};
 use gridkey_digest::digest_table;
-use gridkey_fingerprint::{Excluded, KeyInputs, TranslationOptions};
+use gridkey_fingerprint::{KeyInputs, TranslationOptions};
 use gridkey_grid::{read_grid, Grid};
 use gridkey_jobs::protocol::{write_frame, ToWorker, WireTask};
-use gridkey_jobs::{BuildJobs, BuildJobsMode, CompilationTask, Runner, Settings, WorkerCommand};
+use gridkey_jobs::{BuildJobs, BuildJobsMode, CompilationTask, Runner, WorkerCommand};
 use gridkey_offsets::{
     compile_time_connectivity, compile_time_offset_provider, CompileTimeOffsetProvider, Connectivity, Entry,
     IndexTable, OffsetProvider,
@@ -560,7 +560,7 @@ fn frame_of(provider: &Arc<CompileTimeOffsetProvider>, cache_dir: &Path) -> Resu
         encoding: div.encode(),
         options: TranslationOptions::new(),
         provider: provider.clone(),
-        settings: Excluded(Settings::capture(cache_dir, gridkey::DECLARED_VARS)),
+        settings: gridkey::task_settings(&crate::settings_for(cache_dir, BuildJobs::new(BuildJobsMode::Serial, 1)))?,
     };
     let message = ToWorker::Task { id: 0, task: WireTask::from_task(&task).map_err(anyhow::Error::msg)? };
     let mut frame = Vec::new();
@@ -605,11 +605,9 @@ fn process_speedup(grid: &Grid, grid_path: &Path, gridkey_bin: &Path, scratch: &
             let runner = Runner::new(jobs, Arc::new(StencilHandler), WorkerCommand::gridkey(gridkey_bin.to_path_buf()));
             let config = RunConfig {
                 grid: grid_path.to_path_buf(),
-                cache_dir: cache.clone(),
-                jobs,
+                settings: crate::settings_for(&cache, jobs),
                 worker: WorkerCommand::gridkey(gridkey_bin.to_path_buf()),
                 options: TranslationOptions::new(),
-                fault: None,
             };
             let report = gridkey::run_with(grid, &programs, &runner, &config, 0.0)?;
             if !report.all_verified() || report.translations() != programs.len() {
@@ -701,7 +699,7 @@ fn worker_start(gridkey_bin: &Path, scratch: &Path, reps: usize) -> Result<Value
         encoding: Vec::new(),
         options: TranslationOptions::new(),
         provider: Arc::new(CompileTimeOffsetProvider::new()),
-        settings: Excluded(Settings::capture(&cache, gridkey::DECLARED_VARS)),
+        settings: gridkey::task_settings(&crate::settings_for(&cache, BuildJobs::new(BuildJobsMode::Process, 1)))?,
     };
     let mut times = Vec::new();
     let mut answered = true;

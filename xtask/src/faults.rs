@@ -194,7 +194,7 @@ impl Matrix {
     fn cmd(&self, args: &[&str], env: &[(&str, &str)]) -> Command {
         let mut cmd = Command::new(&self.bin);
         cmd.args(args);
-        for var in gridkey::ENVIRONMENT {
+        for var in gridkey::environment() {
             cmd.env_remove(var);
         }
         for (k, v) in env {

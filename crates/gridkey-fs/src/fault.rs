@@ -117,6 +117,14 @@ impl Fault {
         Ok(Self { kind, path_part: part.map(str::to_owned) })
     }
 
+    /// The fault a setting holds in text form (`None`: no fault), as the `test_hooks.fault`
+    /// setting carries it to every mode.
+    ///
+    /// Errors: [`FsError::Fault`], as [`Fault::parse`].
+    pub fn parse_setting(text: Option<&str>) -> Result<Option<Self>, FsError> {
+        text.map(Self::parse).transpose()
+    }
+
     /// What the fault does.
     pub fn kind(&self) -> FaultKind {
         self.kind

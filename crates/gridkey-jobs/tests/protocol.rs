@@ -1,16 +1,16 @@
-//! Worker protocol v2 (ADR 0004): frames round-trip, anything else is an error, and a task's
+//! Worker protocol v3 (ADR 0013): frames round-trip, anything else is an error, and a task's
 //! payload does not grow with table size.
 
 use std::io::Cursor;
 use std::path::Path;
 use std::sync::Arc;
 
-use gridkey_fingerprint::{Excluded, TranslationOptions};
 use gridkey_jobs::protocol::{read_frame, write_frame, FromWorker, ToWorker, WireFailure, WireTask};
 use gridkey_jobs::{CompilationTask, Settings};
 use gridkey_offsets::{
     compile_time_offset_provider, Connectivity, Dimension, DimensionKind, Entry, IndexTable, OffsetProvider,
 };
+use gridkey_settings::CompilerSettings;
 use gridkey_store::TableStore;
 use ndarray::Array2;
 use proptest::prelude::*;
@@ -32,11 +32,13 @@ fn task(cache: &Path, rows: usize) -> CompilationTask {
     CompilationTask {
         program: "div".into(),
         encoding: vec![1, 2, 3],
-        options: TranslationOptions::new(),
+        options: Default::default(),
         provider: Arc::new(ct),
-        settings: Excluded(Settings {
+        settings: Arc::new(Settings {
             cache_dir: cache.to_path_buf(),
-            vars: [("CC".to_owned(), "cc".to_owned())].into(),
+            verify_tables: true,
+            compiler: CompilerSettings::from_command("ccache gcc", |_| None).unwrap(),
+            ..Settings::default()
         }),
     }
 }
@@ -68,7 +70,7 @@ fn a_task_round_trips_and_rehydrates_the_same_provider() {
     assert_eq!(back, ToWorker::Task { id: 9, task: wire.clone() });
     let again = wire.rehydrate().unwrap();
     assert_eq!(again.program, "div");
-    assert_eq!(again.settings.0, t.settings.0);
+    assert_eq!(again.settings, t.settings);
     let (a, b) = (t.provider.gather("C2E").unwrap(), again.provider.gather("C2E").unwrap());
     assert_eq!(a.spec(), b.spec());
     assert_eq!(again.provider.entries().len(), 2);

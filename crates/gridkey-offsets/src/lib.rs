@@ -514,6 +514,19 @@ impl CompileTimeConnectivity {
 
     connectivity_dimensions!();
 
+    /// The stored table file this connectivity is mapped from (`<cache>/tables-v1/ab/<digest>.npy`).
+    pub fn table_path(&self) -> &std::path::Path {
+        self.table.path()
+    }
+
+    /// Recomputes the digest of the mapped table and compares it with its name: catches a
+    /// table file modified in place after conversion (ADR 0012). Reads the table once.
+    ///
+    /// Errors: [`StoreError::Digest`] naming the file.
+    pub fn verify(&self) -> Result<(), StoreError> {
+        self.table.verify()
+    }
+
     /// Digest, dtype and shape of the table.
     pub fn spec(&self) -> &TableSpec {
         self.table.spec()

@@ -175,6 +175,19 @@ pub enum StencilError {
     /// The translation cache failed.
     #[error("translation cache: {0}")]
     Cache(#[from] FingerprintError),
+    /// A compile-time table no longer has the content its digest names (`verify_tables`).
+    #[error("program {program}: offset {offset}: {source}")]
+    TableChanged {
+        /// The program's name.
+        program: String,
+        /// The offset whose table changed.
+        offset: String,
+        /// The store's finding.
+        source: gridkey_store::StoreError,
+    },
+    /// The fault matrix's test hook in the settings (`test_hooks.fault`) does not parse.
+    #[error("settings test_hooks.fault: {0}")]
+    FaultHook(#[from] gridkey_fs::FsError),
     /// An I/O error of the build cache or the build directory.
     #[error(
         "program {program}: cannot {action} {path}: {source}; check that the cache directory is writable and has space"
