@@ -31,12 +31,9 @@ use gridkey::{RunConfig, RunReport, Settings, StencilHandler};
 use gridkey_fingerprint::TranslationOptions;
 use gridkey_grid::{read_grid, Grid};
 use gridkey_jobs::{BuildJobs, BuildJobsMode, Runner, WorkerCommand};
-use gridkey_offsets::{
-    compile_time_offset_provider, Connectivity, Entry, HostCopySource, IndexTable, OffsetProvider, TableSource,
-};
+use gridkey_offsets::{compile_time_offset_provider, Entry};
 use gridkey_stencil::Program;
 use gridkey_store::TableStore;
-use ndarray::{Array2, ShapeBuilder};
 
 pub(crate) fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask sits in the workspace root").to_path_buf()
@@ -135,7 +132,7 @@ fn modes(args: &[String]) -> Result<bool> {
     // (1) Keys across runtime layouts, and (3) C source against the runtime tables.
     let mut sources_identical = 0;
     let mut source_checks = 0;
-    for (variant, provider) in runtime_variants(&grid)? {
+    for (variant, provider) in gridkey::layouts::runtime_layouts(grid.provider())? {
         let cache = tempfile::tempdir()?;
         let store = TableStore::open(cache.path())?.verifying(true);
         let ct = compile_time_offset_provider(&provider, &store)?;
@@ -252,42 +249,4 @@ fn check_verified(report: &RunReport) -> bool {
         println!("  {} mode: {} did not verify: {}", report.mode, p.program, p.error.as_deref().unwrap_or("-"));
     }
     report.all_verified()
-}
-
-/// The grid's runtime provider with its tables in C order, Fortran order, as int64, and
-/// behind a host-copy source; dimension entries as they are.
-fn runtime_variants(grid: &Grid) -> Result<Vec<(&'static str, OffsetProvider)>> {
-    type Make = fn(&ndarray::ArcArray2<i32>) -> Arc<dyn TableSource>;
-    let makers: [(&'static str, Make); 4] = [
-        ("C order", |a| Arc::new(IndexTable::I32(a.as_standard_layout().into_owned().into_shared()))),
-        ("Fortran order", |a| {
-            let mut f = Array2::<i32>::zeros(a.raw_dim().f());
-            f.assign(a);
-            Arc::new(IndexTable::I32(f.into_shared()))
-        }),
-        ("int64", |a| Arc::new(IndexTable::I64(a.mapv(i64::from).into_shared()))),
-        ("host copy", |a| Arc::new(HostCopySource::new(IndexTable::I32(a.clone())))),
-    ];
-    let mut out = Vec::new();
-    for (name, make) in makers {
-        let mut provider = OffsetProvider::new();
-        for (offset, entry) in grid.provider().entries() {
-            let entry = match entry {
-                Entry::Dimension(d) => Entry::Dimension(d.clone()),
-                Entry::Gather(c) => {
-                    let IndexTable::I32(a) = c.host_table(offset)? else { bail!("grid tables are int32") };
-                    Entry::Gather(Arc::new(Connectivity::new(
-                        c.domain().clone(),
-                        c.local().clone(),
-                        c.codomain().clone(),
-                        c.skip_value(),
-                        make(&a),
-                    )?))
-                }
-            };
-            provider.push(offset.clone(), entry)?;
-        }
-        out.push((name, provider));
-    }
-    Ok(out)
 }
