@@ -741,7 +741,7 @@ fn fits_i32(table: ArrayView2<'_, i64>) -> bool {
 
 /// Hashes `table` once (in place when C-contiguous), then stores it in C order. A C-contiguous
 /// little-endian table is hashed on another thread while its bytes are written
-/// ([`TableStore::put_slice`]), so the view costs about one write (ADR 0008).
+/// ([`TableStore::put_slice`]), so the view costs about one write (ADR 0011).
 fn store_as_is<T: TableElement + Sync>(store: &TableStore, table: ArrayView2<'_, T>) -> Result<TableSpec, StoreError> {
     let shape = [table.nrows(), table.ncols()];
     if let (Some(slice), true) = (table.as_slice(), cfg!(target_endian = "little")) {
