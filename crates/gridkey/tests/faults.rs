@@ -306,7 +306,10 @@ fn the_fault_hook_travels_with_the_tasks_to_every_mode() {
         let t = text(&out);
         assert_eq!(out.status.code(), Some(1), "{mode}: {t}");
         assert!(t.contains("No space left on device") && !t.contains("panicked"), "{mode}: {t}");
-        assert!(files(&cache.path().join(gridkey_fingerprint::TRANSLATION_DIR)).is_empty(), "{mode}: nothing under a final name");
+        assert!(
+            files(&cache.path().join(gridkey_fingerprint::TRANSLATION_DIR)).is_empty(),
+            "{mode}: nothing under a final name"
+        );
     }
 }
 
