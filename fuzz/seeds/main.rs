@@ -3,7 +3,7 @@
 //! (`grid_header`); the tables a conversion of the shipped MPAS grid stores (`npy_open`); the
 //! translation entries and key-input records of the eight programs on it (`translation_entry`,
 //! `key_record`); and the frames a parent and a worker exchange for them (`worker_frame`).
-//! Run from `fuzz/`: `cargo run --release --bin seed_corpora`.
+//! Run from `fuzz/`: `cargo run --release --example seed_corpora`.
 
 #[allow(dead_code)]
 #[path = "../../crates/gridkey-grid/tests/common/mod.rs"]
