@@ -360,7 +360,7 @@ pub fn rehydrate(
     verify: bool,
     digest: &str,
     dtype: &Bound<'_, PyAny>,
-    shape: (usize, usize),
+    shape: &Bound<'_, PyAny>,
     domain: Dimension,
     local: Dimension,
     codomain: Dimension,
@@ -678,7 +678,7 @@ pub fn compile_time_offset_provider<'py>(
                 return Err(error(
                     Kind::Type,
                     format!(
-                        "offset {name}: a {} is neither a gridkey.Connectivity nor a gridkey.Dimension",
+                        "offset {name}: an object of type {} is neither a gridkey.Connectivity nor a gridkey.Dimension",
                         entry.get_type().fully_qualified_name()?
                     ),
                 ));

@@ -57,11 +57,11 @@ pub fn store_raw(
 ///
 /// Errors: `TableValueError` for a digest that is not 32 hex digits or a shape whose byte size
 /// overflows; `TableTypeError` for a dtype that is not int32 or int64 little-endian.
-pub fn spec_arg(digest: &str, dtype: &Bound<'_, PyAny>, shape: (usize, usize)) -> PyResult<TableSpec> {
+pub fn spec_arg(digest: &str, dtype: &Bound<'_, PyAny>, shape: &Bound<'_, PyAny>) -> PyResult<TableSpec> {
     let digest: TableDigest =
         digest.parse().map_err(|e: gridkey_digest::DigestError| error(Kind::Value, e.to_string()))?;
     let dtype = dtype_arg(dtype)?;
-    let shape = [shape.0, shape.1];
+    let shape = shape_arg(shape)?;
     let fits = shape[0]
         .checked_mul(shape[1])
         .and_then(|n| n.checked_mul(dtype.itemsize()))
@@ -73,6 +73,37 @@ pub fn spec_arg(digest: &str, dtype: &Bound<'_, PyAny>, shape: (usize, usize)) -
         ));
     }
     Ok(TableSpec { digest, dtype, shape })
+}
+
+/// A shape argument: two non-negative integers.
+///
+/// Errors: `TableValueError` for anything else.
+fn shape_arg(shape: &Bound<'_, PyAny>) -> PyResult<[usize; 2]> {
+    let bad = || {
+        error(
+            Kind::Value,
+            format!("shape {shape} is not a table shape: pass (rows, max_neighbours), two integers from 0"),
+        )
+    };
+    let items: Vec<Bound<'_, PyAny>> = match shape.try_iter() {
+        Ok(iter) if !shape.is_instance_of::<pyo3::types::PyString>() => {
+            iter.collect::<PyResult<_>>().map_err(|_| bad())?
+        }
+        _ => return Err(bad()),
+    };
+    let [n, k] = items.as_slice() else { return Err(bad()) };
+    let extent = |x: &Bound<'_, PyAny>| -> PyResult<usize> {
+        let index = x.call_method0("__index__").map_err(|_| bad())?;
+        index.extract::<usize>().map_err(|_| {
+            error(
+                Kind::Value,
+                format!(
+                    "shape {shape} is larger than any table in memory can be, or negative: pass the table's own shape"
+                ),
+            )
+        })
+    };
+    Ok([extent(n)?, extent(k)?])
 }
 
 /// What a mapped array keeps alive: the mapping (and its shared lock, ADR 0009).
@@ -235,7 +266,7 @@ impl TableStore {
         py: Python<'py>,
         digest: &str,
         dtype: &Bound<'py, PyAny>,
-        shape: (usize, usize),
+        shape: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
         guard(|| {
             let spec = spec_arg(digest, dtype, shape)?;
