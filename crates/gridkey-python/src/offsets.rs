@@ -21,10 +21,11 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyMapping, PyWeakrefMethods, PyWeakrefReference};
 
 use crate::array::{table as as_table, Table};
-use crate::device::PyDeviceTable;
+use crate::device::{offsets_copy_error, PyDeviceTable};
 use crate::errors::{error, guard, offsets_error, store_error, Kind};
 use crate::raw::{Narrow, RawTable};
-use crate::store::{put_device, store_raw, MappedTable, Mapping, TableStore};
+use crate::store::{put_host_copy, store_raw, MappedTable, Mapping, TableStore};
+use gridkey_offsets::TableSource;
 
 /// A named dimension: `Dimension("Cell")`, `Dimension("K", "vertical")`,
 /// `Dimension("C2EDim", "local")`. Immutable and hashable; equal when name and kind are.
@@ -110,7 +111,9 @@ pub struct Connectivity {
     skip_value: Option<i64>,
     dtype: Dtype,
     shape: [usize; 2],
-    device: Option<Arc<PyDeviceTable>>,
+    /// For a device table: the Rust connectivity over its [`PyDeviceTable`] source, which
+    /// conversion asks for the host copy (`Connectivity::host_table`).
+    device: Option<Arc<gridkey_offsets::Connectivity>>,
 }
 
 #[pymethods]
@@ -130,7 +133,13 @@ impl Connectivity {
             check_dimensions(&domain, &local, &codomain)?;
             let (dtype, shape, device) = match as_table(table)? {
                 Table::Host(host) => (host.dtype(), host.shape(), None),
-                Table::Device { dtype, shape } => (dtype, shape, Some(PyDeviceTable::new(table, dtype, shape))),
+                Table::Device { dtype, shape } => {
+                    let source: Arc<dyn TableSource> = PyDeviceTable::new(table, dtype, shape);
+                    let [d, l, c] = [&domain, &local, &codomain].map(|d| d.inner.clone());
+                    let rust =
+                        gridkey_offsets::Connectivity::new(d, l, c, skip_value, source).map_err(offsets_error)?;
+                    (dtype, shape, Some(Arc::new(rust)))
+                }
             };
             Ok(Self { table: table.clone().unbind(), domain, local, codomain, skip_value, dtype, shape, device })
         })
@@ -556,7 +565,7 @@ pub fn conversion_stats(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     Ok(d)
 }
 
-/// `err` with `offset X: ` before its message (a `DeviceCopyError`, whose cause is kept).
+/// `err` with `offset X: ` before its message (its class and cause kept).
 fn with_offset(py: Python<'_>, offset: &str, err: PyErr) -> PyErr {
     let value = err.value(py);
     let message = value.str().map(|s| s.to_string()).unwrap_or_default();
@@ -614,9 +623,10 @@ fn convert(
             py.detach(|| store_raw(store, &raw, narrow))
                 .map_err(|e| offsets_error(OffsetsError::Store { offset: offset.to_owned(), source: e }))?
         }
-        Some(source) => {
+        Some(rust) => {
             HOST_COPIES.fetch_add(1, Ordering::SeqCst);
-            put_device(py, store, source, table_dtype.narrow()).map_err(|e| with_offset(py, offset, e))?
+            let host = py.detach(|| rust.host_table(offset)).map_err(offsets_copy_error)?;
+            put_host_copy(py, store, &host, table_dtype.narrow()).map_err(|e| with_offset(py, offset, e))?
         }
     };
     CONVERTED.fetch_add(1, Ordering::SeqCst);

@@ -11,10 +11,11 @@ use gridkey_store::{StoreError, TableSpec};
 use pyo3::prelude::*;
 
 use crate::array::{dtype_arg, readonly_array, table, Table};
-use crate::device::PyDeviceTable;
+use crate::device::{copy_error, PyDeviceTable};
 use crate::errors::{error, guard, store_error, Kind};
 use crate::raw::{Narrow, RawTable};
 use crate::settings::Settings;
+use gridkey_offsets::TableSource;
 
 /// Stores `raw` (as its own dtype, or with [`Narrow::ToI32`] an int64 table whose elements all
 /// fit as int32, ADR 0006) and returns its spec. A C-contiguous little-endian table is hashed on another
@@ -303,23 +304,33 @@ pub fn put_table(
             py.detach(|| store_raw(store, &raw, narrow)).map_err(store_error)
         }
         Table::Device { dtype, shape } => {
-            let source = PyDeviceTable::new(obj, dtype, shape);
-            put_device(py, store, &source, narrow)
+            let host = copy_device(py, obj, dtype, shape)?;
+            put_host_copy(py, store, &host, narrow)
         }
     }
 }
 
-/// Copies a device table to the host once and stores it, with the GIL released (the copy
-/// takes it back to call the array library).
-pub fn put_device(
+/// Stores a host copy of a device table, with the GIL released.
+pub fn put_host_copy(
     py: Python<'_>,
     store: &gridkey_store::TableStore,
-    source: &PyDeviceTable,
+    host: &gridkey_offsets::IndexTable,
     narrow: Narrow,
 ) -> PyResult<TableSpec> {
-    let host = py.detach(|| source.copy_to_host()).map_err(|e| e.into_pyerr())?;
-    let raw = crate::raw::of_index_table(&host).map_err(|e| error(Kind::Internal, e.0))?;
+    let raw = crate::raw::of_index_table(host).map_err(|e| error(Kind::Internal, e.0))?;
     py.detach(|| store_raw(store, &raw, narrow)).map_err(store_error)
+}
+
+/// One host copy of the device table `obj` (dtype and shape from its metadata), through its
+/// [`TableSource`].
+fn copy_device(
+    py: Python<'_>,
+    obj: &Bound<'_, PyAny>,
+    dtype: Dtype,
+    shape: [usize; 2],
+) -> PyResult<gridkey_offsets::IndexTable> {
+    let source = PyDeviceTable::new(obj, dtype, shape);
+    py.detach(|| source.copy_to_host()).map_err(copy_error)
 }
 
 /// `gridkey.table_digest`: see the Python documentation in `lib.rs`.
@@ -330,8 +341,7 @@ pub fn digest_object(py: Python<'_>, obj: &Bound<'_, PyAny>) -> PyResult<TableDi
             Ok(py.detach(|| raw.digest()))
         }
         Table::Device { dtype, shape } => {
-            let source = PyDeviceTable::new(obj, dtype, shape);
-            let host = py.detach(|| source.copy_to_host()).map_err(|e| e.into_pyerr())?;
+            let host = copy_device(py, obj, dtype, shape)?;
             let raw = crate::raw::of_index_table(&host).map_err(|e| error(Kind::Internal, e.0))?;
             Ok(py.detach(|| raw.digest()))
         }
