@@ -6,10 +6,15 @@ import importlib.util
 import json
 from pathlib import Path
 
+import hypothesis
 import numpy as np
 import pytest
 
 import gridkey
+
+# No example database in the working tree: every run draws afresh (failures print their seed).
+hypothesis.settings.register_profile("gridkey", database=None, deadline=None)
+hypothesis.settings.load_profile("gridkey")
 
 ROOT = Path(__file__).resolve().parents[3]
 DATA = ROOT / "data"

@@ -230,3 +230,13 @@ def test_a_spawned_worker_maps_the_table_by_reference(store):
         os.remove(ct.path)
         kind, message = pool.apply(_worker_open, (pickle.dumps(ct),))
         assert kind == "TableNotFoundError" and str(ct.path) in message
+
+
+def test_a_connectivity_under_two_names_is_converted_once(store):
+    conn = gridkey.Connectivity(icon_like(seed=14), *dims())
+    other = gridkey.Connectivity(icon_like(seed=15), *dims())
+    before = gridkey.conversion_stats()["converted"]
+    view = gridkey.compile_time_offset_provider({"A": conn, "B": other, "C": conn}, store)
+    assert list(view) == ["A", "B", "C"] and view["A"] is view["C"] and view["B"] is not view["A"]
+    assert gridkey.conversion_stats()["converted"] - before == 2
+    assert view["B"].digest == digest_witness.table_digest(icon_like(seed=15))
