@@ -143,23 +143,23 @@ fn read_into<T: LittleEndian>(raw: &RawTable<'_>, n: usize, k: usize) -> Array2<
     })
     .expect("writing to memory does not fail");
     // The bytes are little-endian; on a big-endian host they are swapped into place.
-    Array2::from_shape_vec((n, k), values).expect("length is the shape's").mapv_into(T::from_le)
+    Array2::from_shape_vec((n, k), values).expect("length is the shape's").mapv_into(T::le_to_native)
 }
 
 /// An integer read from little-endian bytes.
 trait LittleEndian: bytemuck::Pod + Default {
     /// The value of an element whose bytes were little-endian.
-    fn from_le(self) -> Self;
+    fn le_to_native(self) -> Self;
 }
 
 impl LittleEndian for i32 {
-    fn from_le(self) -> Self {
+    fn le_to_native(self) -> Self {
         i32::from_le(self)
     }
 }
 
 impl LittleEndian for i64 {
-    fn from_le(self) -> Self {
+    fn le_to_native(self) -> Self {
         i64::from_le(self)
     }
 }
