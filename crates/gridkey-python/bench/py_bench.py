@@ -6,7 +6,8 @@ prints the ratios); by hand: ``python py_bench.py make-table TABLE.npy`` then
 
 Cases (README "Performance"):
   digest_c_py   gridkey.table_digest of a 240 MB C-order int32 table vs xxhash.xxh3_128 over the
-                same buffer (interleaved); the Rust digest_table of the same file is added by xtask
+                same buffer (interleaved); xtask adds the Rust digest_table of the same table,
+                interleaved call by call with this script's `digest-server`
   digest_f_py   the same table in Fortran order vs C order (interleaved), and the peak RSS growth
                 of one digest of each (VmHWM reset through /proc/self/clear_refs)
   convert_py    compile_time_offset_provider of the ICON R02B04 provider tiled 100x (fresh store
@@ -184,9 +185,28 @@ def measure(table_path, grid, scratch, quick):
     return {"numpy": np.__version__, "python": sys.version.split()[0], "gridkey": gridkey.__name__, "cases": cases}
 
 
+def digest_server(table_path):
+    """Times one gridkey.table_digest of the table per line `go` read from stdin, printing the
+    seconds: xtask interleaves these with its own Rust digest_table of the same table."""
+    import gridkey
+
+    table = np.load(table_path)
+    gridkey.table_digest(table)
+    print("ready", gridkey.table_digest(table), flush=True)
+    for line in sys.stdin:
+        if line.strip() != "go":
+            break
+        start = time.perf_counter()
+        gridkey.table_digest(table)
+        print(time.perf_counter() - start, flush=True)
+
+
 def main(argv):
     if len(argv) == 2 and argv[0] == "make-table":
         make_table(argv[1])
+        return 0
+    if len(argv) == 2 and argv[0] == "digest-server":
+        digest_server(argv[1])
         return 0
     if len(argv) in (5, 6) and argv[0] == "measure":
         quick = argv[5:] == ["--quick"]
