@@ -1,4 +1,4 @@
-//! Table digest, format v1 (DESIGN 4.1, ADR 0001).
+//! Table digest, format v1 (ADR 0001; docs/design.md "Formats").
 //!
 //! A [`TableDigest`] names the *logical content* of an integer neighbour table: its dtype (as a
 //! little-endian NumPy typestr), its shape and its elements in C (row-major) order, each

@@ -1,4 +1,4 @@
-//! Real grid files (ICON, MPAS) as runtime offset providers (DESIGN 3; `data/grids/README.md`).
+//! Real grid files (ICON, MPAS) as runtime offset providers (ARCHITECTURE.md "gridkey-grid"; `data/grids/README.md`).
 //!
 //! [`read_grid`] opens a netCDF-3 file (classic or 64-bit offset) with `netcdf3`, the pure-Rust
 //! netCDF-3 reader (no C library), recognises the model from its variables (ICON:

@@ -1,5 +1,5 @@
 //! Offset providers: the runtime one the user passes, the compile-time view translation sees,
-//! and the conversion between them (DESIGN 1, 2 and 7; ADR 0006).
+//! and the conversion between them (docs/design.md "The problem", "The pipeline" and "Contracts"; ADR 0006).
 //!
 //! An offset provider is an ordered map from offset names (`C2E`, `E2C`, `Koff`, ...) to either a
 //! [`Dimension`] or a gather connectivity. The runtime [`OffsetProvider`] holds [`Connectivity`]
@@ -178,7 +178,7 @@ impl Dimension {
 }
 
 /// A runtime neighbour table `(n, max_neighbours)` on the host, in any memory order or
-/// strides; shared immutably, so it cannot change after it was used for compilation (DESIGN 7).
+/// strides; shared immutably, so it cannot change after it was used for compilation (docs/design.md "Contracts").
 #[derive(Clone, Debug)]
 pub enum IndexTable {
     /// int32 elements.
@@ -493,7 +493,7 @@ pub struct CompileTimeConnectivity {
 
 impl CompileTimeConnectivity {
     /// Opens the stored table `spec` and pairs it with its dimensions: how a worker rehydrates
-    /// a connectivity that crossed a process boundary as a reference (DESIGN 4.3). The open
+    /// a connectivity that crossed a process boundary as a reference (docs/design.md "Formats", the wire form of a compile-time connectivity). The open
     /// checks header, dtype, shape and length; it does not recompute the digest.
     ///
     /// Errors: [`OffsetsError::DimensionKind`]; [`OffsetsError::Store`] naming `offset`.
@@ -562,7 +562,7 @@ pub enum Entry<G> {
     Gather(G),
 }
 
-/// An ordered map from offset names to entries. Order is part of the key (DESIGN 4.4).
+/// An ordered map from offset names to entries. Order is part of the key (ADR 0003).
 #[derive(Clone, Debug)]
 pub struct Provider<G> {
     entries: Vec<(String, Entry<G>)>,
@@ -741,7 +741,7 @@ fn fits_i32(table: ArrayView2<'_, i64>) -> bool {
 
 /// Hashes `table` once (in place when C-contiguous), then stores it in C order. A C-contiguous
 /// little-endian table is hashed on another thread while its bytes are written
-/// ([`TableStore::put_slice`]), so the view costs about one write (ADR 0008).
+/// ([`TableStore::put_slice`]), so the view costs about one write (ADR 0011).
 fn store_as_is<T: TableElement + Sync>(store: &TableStore, table: ArrayView2<'_, T>) -> Result<TableSpec, StoreError> {
     let shape = [table.nrows(), table.ncols()];
     if let (Some(slice), true) = (table.as_slice(), cfg!(target_endian = "little")) {

@@ -1,4 +1,4 @@
-//! Content-addressed store of neighbour tables as `.npy` files (DESIGN 4.2, ADR 0002).
+//! Content-addressed store of neighbour tables as `.npy` files (ADR 0002; docs/design.md "Formats").
 //!
 //! A table with digest `d` lives at `<cache>/tables-v1/<d[0..2]>/<d>.npy`: NumPy `.npy` format
 //! 1.0, little-endian `descr`, `fortran_order: False`, header padded so that the data starts at
@@ -236,7 +236,7 @@ impl TableStore {
     /// The write cannot wait for the digest, since the digest names the file: the bytes go to a
     /// temp file in the store directory while the digest runs, and the file is renamed to its
     /// final name once both are done, so the view costs about one write instead of a read and
-    /// a write (`cargo xtask bench`, case `view_build`; ADR 0008). As soon as the digest is known
+    /// a write (`cargo xtask bench`, case `view_build`; ADR 0011). As soon as the digest is known
     /// and a valid file of it is already stored, the write stops and the temp file is removed,
     /// so a table stored before costs about its digest. `data` must hold
     /// `shape[0] * shape[1] * dtype.itemsize()` bytes and `digest` must return the digest of the
@@ -583,7 +583,7 @@ impl MappedTable {
         }
         // SAFETY: the file is opened read-only and store files are never written in place
         // (they are created under a temp name, made read-only and renamed); a file modified
-        // in place by someone else breaks the contract of DESIGN 7 and ADR 0012 and is caught
+        // in place by someone else breaks the contract of docs/design.md "Contracts" and ADR 0012 and is caught
         // by `open_verified`, not by memory unsafety in Rust code that only reads integers.
         let mmap = unsafe { Mmap::map(&file) }.map_err(|source| StoreError::Read { path: path.clone(), source })?;
         let table = Self { spec: *spec, path, mmap, _lock: file };

@@ -1,7 +1,7 @@
 //! The gridkey application: the main job (`gridkey run`) and the grid table listing
 //! (`gridkey tables`) as library functions, shared by the `gridkey` binary and `cargo xtask`.
 //!
-//! The main job follows the pipeline of DESIGN 2: read the grid into a runtime offset provider,
+//! The main job follows the pipeline of docs/design.md "The pipeline": read the grid into a runtime offset provider,
 //! convert it once to its compile-time view in the cache directory, build a
 //! [`CompilationTask`] per program, run them with the chosen [`Runner`] (the frontend's compile
 //! step is [`StencilHandler`]), then load each artifact and run it on the **runtime** provider,
