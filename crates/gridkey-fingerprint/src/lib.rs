@@ -292,7 +292,7 @@ pub struct KeyInputs {
     pub frontend: Frontend,
     /// The program's name.
     pub program: String,
-    /// The program's stable encoding, as lowercase hex (hashed as bytes).
+    /// The program's stable encoding, as lowercase hex; the key hashes this text (ADR 0003).
     pub program_encoding: String,
     /// Translation options.
     pub options: TranslationOptions,
