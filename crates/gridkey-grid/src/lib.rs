@@ -32,6 +32,29 @@
 //! bad entry. Before the reader sees a file, a bounds-checked walk over its header checks every
 //! count, length and offset against the file's real size, so that damaged or truncated files
 //! are typed errors and never a panic, an abort or a huge allocation.
+//!
+//! # Example
+//!
+//! What a frontend does with a grid file: read it into a runtime offset provider and convert
+//! that once into its compile-time view (here the MPAS-Ocean grid shipped in `data/grids`).
+//!
+//! ```
+//! use gridkey_grid::{read_grid, GridKind};
+//! use gridkey_offsets::{compile_time_offset_provider, TableStore};
+//!
+//! let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../data/grids/oQU480.231010.nc");
+//! let grid = read_grid(&path)?;
+//! assert_eq!(grid.kind(), GridKind::Mpas);
+//! let sizes = grid.sizes();
+//! assert_eq!((sizes.cells, sizes.edges, sizes.vertices), (1791, 5754, 3947));
+//! let c2e = grid.table_info("C2E").expect("every grid has C2E");
+//! assert_eq!((c2e.domain.as_str(), c2e.codomain.as_str(), c2e.shape[0]), ("Cell", "Edge", 1791));
+//!
+//! let cache = tempfile::tempdir()?;
+//! let view = compile_time_offset_provider(grid.provider(), &TableStore::open(cache.path())?)?;
+//! assert_eq!(view.len(), grid.provider().len());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
 #![warn(missing_docs)]
 

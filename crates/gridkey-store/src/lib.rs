@@ -16,6 +16,38 @@
 //! Crash consistency and hostile files (ADR 0012): a writer killed at any point leaves at most a
 //! temp file, which [`remove_stale_temps`] removes once no process holds its lock; a mapped
 //! table is locked shared so that `gridkey cache gc` never removes it (ADR 0009, [`lock`]).
+//!
+//! # Example
+//!
+//! Frontends usually reach the store through `gridkey_offsets::compile_time_offset_provider`,
+//! which digests, stores and maps every table of a provider once. By hand, a table goes in
+//! under its digest and comes back as a checked, read-only memory map:
+//!
+//! ```
+//! use gridkey_store::ndarray::Array2;
+//! use gridkey_store::{digest_table, Dtype, TableSpec, TableStore, TableView};
+//!
+//! let dir = tempfile::tempdir()?;
+//! let store = TableStore::open(dir.path())?;
+//!
+//! let c2e = Array2::from_shape_vec((2, 3), vec![0i32, 1, 2, 2, 3, 4])?;
+//! let digest = digest_table(c2e.view());
+//! let path = store.put_table(digest, c2e.view())?;
+//! // <cache>/tables-v1/<hex[0..2]>/<hex>.npy, a plain .npy file numpy.load can map.
+//! assert_eq!(path, dir.path().join("tables-v1").join(&digest.to_hex()[..2]).join(format!("{digest}.npy")));
+//!
+//! // Opening checks the file against what the caller expects; a verifying store also
+//! // recomputes the digest.
+//! let spec = TableSpec { digest, dtype: Dtype::I32, shape: [2, 3] };
+//! let mapped = store.clone().verifying(true).open_table(&spec)?;
+//! let TableView::I32(view) = mapped.view() else { unreachable!("opened as int32") };
+//! assert_eq!(view, c2e);
+//!
+//! // Another shape under the same name is a typed error naming the file, never a wrong table.
+//! let wrong = TableSpec { shape: [3, 2], ..spec };
+//! assert!(matches!(store.open_table(&wrong), Err(gridkey_store::StoreError::Shape { .. })));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
 #![warn(missing_docs)]
 
@@ -28,11 +60,17 @@ use std::time::{Duration, SystemTime};
 pub mod fault;
 pub mod lock;
 
-use gridkey_digest::{digest_table, Dtype, TableDigest, TableElement};
+use gridkey_digest::TableElement;
 use memmap2::Mmap;
 use ndarray::ArrayView2;
 use ndarray_npy::npy::header::{Header, Layout};
 use ndarray_npy::{ViewNpyExt, WritableElement};
+
+/// The digest, its dtype and the function that computes it, which a caller needs to name a
+/// [`TableSpec`] and to put a table ([`TableStore::put_table`] takes the table's digest).
+pub use gridkey_digest::{digest_table, Dtype, TableDigest};
+/// The `ndarray` whose views [`TableStore::put_table`] takes and [`TableView`] holds.
+pub use ndarray;
 
 /// Name of the store directory under the cache directory; carries the digest format version.
 pub const TABLES_DIR: &str = "tables-v1";
@@ -40,7 +78,8 @@ pub const TABLES_DIR: &str = "tables-v1";
 /// Prefix of temp files in the store; anything with it is an unfinished write.
 pub const TEMP_PREFIX: &str = ".tmp-";
 
-/// Errors of the table store. Every variant names the file and what to do.
+/// Errors of the table store (ADR 0005, ADR 0012). Every variant names the file and what to do;
+/// a bad file under a table's name is an error at open and is rewritten by a put.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     /// The store directory could not be created or written.
@@ -120,13 +159,14 @@ pub enum StoreError {
 pub struct TableSpec {
     /// The digest (format v1) of the table; names the file.
     pub digest: TableDigest,
-    /// The element type.
+    /// The element type (int32 or int64, stored little-endian).
     pub dtype: Dtype,
     /// The shape `(rows, max_neighbours)` in elements.
     pub shape: [usize; 2],
 }
 
-/// A handle on the table store inside a cache directory.
+/// A handle on the table store inside a cache directory, `<cache_dir>/tables-v1` (ADR 0002).
+/// Cheap to clone; holds no open file.
 #[derive(Clone, Debug)]
 pub struct TableStore {
     cache_dir: PathBuf,
@@ -153,7 +193,7 @@ impl TableStore {
         self
     }
 
-    /// Whether every open recomputes the digest.
+    /// Whether every open recomputes the digest (see [`Self::verifying`]).
     pub fn verifies(&self) -> bool {
         self.verify
     }
@@ -395,7 +435,7 @@ fn commit_temp(temp: tempfile::NamedTempFile, path: &Path, fault: fault::Fault) 
     Ok(())
 }
 
-/// Temp files removed by [`remove_stale_temps`].
+/// Temp files removed by [`remove_stale_temps`], with their total size.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct TempSweep {
     /// The files removed.
@@ -523,8 +563,11 @@ fn npy_header(spec: &TableSpec) -> io::Result<Vec<u8>> {
     header.to_bytes().map_err(io::Error::other)
 }
 
-/// Writes `table` in C order, little-endian, through a bounded buffer (in place when it is
-/// C-contiguous on a little-endian host).
+/// Writes `table` in C order, little-endian, through a buffer of
+/// [`gridkey_digest::BUFFER_BYTES`] (in place when it is C-contiguous on a little-endian
+/// host): `rows * cols * itemsize` bytes, the element data of a stored table.
+///
+/// Errors: the I/O error of `out`.
 pub fn write_c_order<T: TableElement>(table: ArrayView2<'_, T>, out: &mut dyn Write) -> io::Result<()> {
     if let (Some(slice), true) = (table.as_slice(), cfg!(target_endian = "little")) {
         return out.write_all(bytemuck::cast_slice(slice));
@@ -542,7 +585,7 @@ pub fn write_c_order<T: TableElement>(table: ArrayView2<'_, T>, out: &mut dyn Wr
     out.write_all(&buf[..used])
 }
 
-/// A read-only view of a mapped table.
+/// A read-only view of a mapped table, `(n, k)` in C order, borrowed from the mapping.
 #[derive(Clone, Copy, Debug)]
 pub enum TableView<'a> {
     /// An int32 table `(n, k)`, C order.
@@ -551,7 +594,9 @@ pub enum TableView<'a> {
     I64(ArrayView2<'a, i64>),
 }
 
-/// A stored table, memory-mapped read-only; checked against its [`TableSpec`] when opened.
+/// A stored table, memory-mapped read-only; checked against its [`TableSpec`] when opened. It
+/// holds a shared `flock` on its file while it lives, so `gridkey cache gc` never removes it
+/// (ADR 0009).
 #[derive(Debug)]
 pub struct MappedTable {
     spec: TableSpec,
@@ -632,12 +677,12 @@ impl MappedTable {
         last.ok_or_else(|| StoreError::Missing { path: path.to_path_buf(), digest: spec.digest })
     }
 
-    /// What this table was opened as.
+    /// What this table was opened as: digest, dtype, shape.
     pub fn spec(&self) -> &TableSpec {
         &self.spec
     }
 
-    /// The file it is mapped from.
+    /// The file it is mapped from, `<cache>/tables-v1/<hex[0..2]>/<hex>.npy`.
     pub fn path(&self) -> &Path {
         &self.path
     }
