@@ -563,7 +563,7 @@ fn frame_of(provider: &Arc<CompileTimeOffsetProvider>, cache_dir: &Path) -> Resu
         provider: provider.clone(),
         settings: gridkey::task_settings(&crate::settings_for(cache_dir, BuildJobs::new(BuildJobsMode::Serial, 1)))?,
     };
-    let message = ToWorker::Task { id: 0, task: WireTask::from_task(&task).map_err(anyhow::Error::msg)? };
+    let message = ToWorker::Task { id: 0, task: Box::new(WireTask::from_task(&task).map_err(anyhow::Error::msg)?) };
     let mut frame = Vec::new();
     write_frame(&mut frame, &message)?;
     let postcard = postcard::to_stdvec(&message)?;

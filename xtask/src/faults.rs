@@ -519,7 +519,7 @@ impl Matrix {
     fn modified_in_place(&mut self) -> Result<Seen> {
         let cache = self.fresh("modified");
         let grid = gridkey_grid::read_grid(&self.grid)?;
-        let provider = crate::runtime_variants(&grid)?
+        let provider = gridkey::layouts::runtime_layouts(grid.provider())?
             .into_iter()
             .find(|(name, _)| *name == "host copy")
             .context("host-copy variant")?

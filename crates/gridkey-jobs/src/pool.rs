@@ -310,7 +310,7 @@ impl Worker {
         wire: &WireTask,
         timeout: Option<Duration>,
     ) -> Result<Result<Vec<u8>, WireFailure>, Fault> {
-        write_frame(&mut self.stdin, &ToWorker::Task { id, task: wire.clone() }).map_err(|_| Fault::Died)?;
+        write_frame(&mut self.stdin, &ToWorker::Task { id, task: Box::new(wire.clone()) }).map_err(|_| Fault::Died)?;
         let frame = match timeout {
             None => self.frames.recv().map_err(|_| Fault::Died)?,
             Some(limit) => match self.frames.recv_timeout(limit) {

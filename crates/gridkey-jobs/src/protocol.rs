@@ -148,8 +148,8 @@ pub enum ToWorker {
     Task {
         /// The task's id within the batch.
         id: u64,
-        /// The task.
-        task: WireTask,
+        /// The task (boxed: it carries the settings, far larger than a shutdown).
+        task: Box<WireTask>,
     },
     /// Exit cleanly.
     Shutdown,

@@ -33,6 +33,7 @@ use serde::{Deserialize, Serialize};
 
 pub mod cache;
 pub mod keys;
+pub mod layouts;
 
 /// The ICON grid shipped in the repository, relative to the repository root.
 pub const SHIPPED_GRID: &str = "data/grids/icon_grid_0013_R02B04_R.nc";
