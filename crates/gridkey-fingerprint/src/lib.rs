@@ -454,6 +454,7 @@ pub enum Miss {
 #[derive(Clone, Debug)]
 pub struct TranslationCache {
     dir: PathBuf,
+    fault: Option<gridkey_fs::Fault>,
 }
 
 impl TranslationCache {
@@ -463,7 +464,14 @@ impl TranslationCache {
     pub fn open(cache_dir: &Path) -> Result<Self, FingerprintError> {
         let dir = cache_dir.join(TRANSLATION_DIR);
         fs::create_dir_all(&dir).map_err(|source| FingerprintError::Directory { path: dir.clone(), source })?;
-        Ok(Self { dir })
+        Ok(Self { dir, fault: None })
+    }
+
+    /// This cache with `fault` (the fault matrix's hook, parsed by the caller at its edge;
+    /// `None` in normal use) passed to every write it makes ([`gridkey_fs::write_atomic`]).
+    pub fn with_fault(mut self, fault: Option<gridkey_fs::Fault>) -> Self {
+        self.fault = fault;
+        self
     }
 
     /// The cache directory, `<cache_dir>/translation-v1`.
@@ -495,7 +503,8 @@ impl TranslationCache {
     }
 
     /// Stores `payload` under the key of `inputs`, with the record of `inputs` beside it.
-    /// Both are written atomically (temp file, `sync_all`, rename), the record first; when the
+    /// Both are written atomically ([`gridkey_fs::write_atomic`]: temp file, `sync_all`,
+    /// read-only, rename, directory sync), the record first; when the
     /// entry cannot be written (full disk) the record is removed again, so nothing is left.
     ///
     /// Errors: [`FingerprintError::Write`].
@@ -504,7 +513,7 @@ impl TranslationCache {
         let record_path = self.write_record(inputs, &key)?;
         let path = self.entry_path(&key);
         let entry = encode_entry(&key, payload);
-        if let Err(source) = gridkey_store::write_atomic(&path, |out| out.write_all(&entry)) {
+        if let Err(source) = gridkey_fs::write_atomic(&path, self.fault.as_ref(), |out| out.write_all(&entry)) {
             // Leave nothing behind (ADR 0012): a record without its entry serves no one. A
             // concurrent writer of the same key that lost its record rewrites it on its next miss.
             if !path.is_file() {
@@ -522,7 +531,7 @@ impl TranslationCache {
     pub fn write_record(&self, inputs: &KeyInputs, key: &TranslationKey) -> Result<PathBuf, FingerprintError> {
         let record = serde_json::to_vec_pretty(inputs).expect("key inputs serialise");
         let record_path = self.record_path(key);
-        gridkey_store::write_atomic(&record_path, |out| out.write_all(&record))
+        gridkey_fs::write_atomic(&record_path, self.fault.as_ref(), |out| out.write_all(&record))
             .map_err(|source| FingerprintError::Write { path: record_path.clone(), source })?;
         Ok(record_path)
     }

@@ -185,6 +185,9 @@ pub enum StencilError {
         /// The store's finding.
         source: gridkey_store::StoreError,
     },
+    /// The fault matrix's test hook in the settings (`test_hooks.fault`) does not parse.
+    #[error("settings test_hooks.fault: {0}")]
+    FaultHook(#[from] gridkey_fs::FsError),
     /// An I/O error of the build cache or the build directory.
     #[error(
         "program {program}: cannot {action} {path}: {source}; check that the cache directory is writable and has space"

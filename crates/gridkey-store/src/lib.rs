@@ -13,9 +13,11 @@
 //! caller expects ([`TableStore::open_table`]); [`TableStore::open_verified`] also recomputes
 //! the digest. It knows nothing of connectivities, keys or runners.
 //!
-//! Crash consistency and hostile files (ADR 0012): a writer killed at any point leaves at most a
-//! temp file, which [`remove_stale_temps`] removes once no process holds its lock; a mapped
-//! table is locked shared so that `gridkey cache gc` never removes it (ADR 0009, [`lock`]).
+//! Crash consistency and hostile files (ADR 0012): every file is written through
+//! [`gridkey_fs`] (temp file, `sync_all`, read-only, rename, directory sync), so a writer killed
+//! at any point leaves at most a temp file, which [`gridkey_fs::remove_stale_temps`] removes
+//! once no process holds its lock; a mapped table is locked shared
+//! ([`gridkey_fs::lock::open_shared`]) so that `gridkey cache gc` never removes it (ADR 0009).
 //!
 //! # Example
 //!
@@ -51,14 +53,9 @@
 
 #![warn(missing_docs)]
 
-use std::fs::{self, File, OpenOptions};
-use std::io::{self, BufWriter, Write};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::fs::{self, File};
+use std::io::{self, Write};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime};
-
-pub mod fault;
-pub mod lock;
 
 use gridkey_digest::TableElement;
 use memmap2::Mmap;
@@ -69,14 +66,12 @@ use ndarray_npy::{ViewNpyExt, WritableElement};
 /// The digest, its dtype and the function that computes it, which a caller needs to name a
 /// [`TableSpec`] and to put a table ([`TableStore::put_table`] takes the table's digest).
 pub use gridkey_digest::{digest_table, Dtype, TableDigest};
+pub use gridkey_fs::Fault;
 /// The `ndarray` whose views [`TableStore::put_table`] takes and [`TableView`] holds.
 pub use ndarray;
 
 /// Name of the store directory under the cache directory; carries the digest format version.
 pub const TABLES_DIR: &str = "tables-v1";
-
-/// Prefix of temp files in the store; anything with it is an unfinished write.
-pub const TEMP_PREFIX: &str = ".tmp-";
 
 /// Errors of the table store (ADR 0005, ADR 0012). Every variant names the file and what to do;
 /// a bad file under a table's name is an error at open and is rewritten by a put.
@@ -172,6 +167,7 @@ pub struct TableStore {
     cache_dir: PathBuf,
     dir: PathBuf,
     verify: bool,
+    fault: Option<Fault>,
 }
 
 impl TableStore {
@@ -182,7 +178,19 @@ impl TableStore {
     pub fn open(cache_dir: &Path) -> Result<Self, StoreError> {
         let dir = cache_dir.join(TABLES_DIR);
         fs::create_dir_all(&dir).map_err(|source| StoreError::Directory { path: dir.clone(), source })?;
-        Ok(Self { cache_dir: cache_dir.to_path_buf(), dir, verify: false })
+        Ok(Self { cache_dir: cache_dir.to_path_buf(), dir, verify: false, fault: None })
+    }
+
+    /// This store with `fault` (the fault matrix's hook, parsed by the caller at its edge;
+    /// `None` in normal use) passed to every write it makes ([`gridkey_fs::write_atomic`]).
+    pub fn with_fault(mut self, fault: Option<Fault>) -> Self {
+        self.fault = fault;
+        self
+    }
+
+    /// The fault hook every write of this store gets.
+    pub fn fault(&self) -> Option<&Fault> {
+        self.fault.as_ref()
     }
 
     /// This store with every [`Self::open_table`] (and so every check of an existing file by
@@ -238,7 +246,7 @@ impl TableStore {
         let write_err = |source| StoreError::Write { path: path.clone(), digest: spec.digest, source };
         let header = npy_header(spec).map_err(write_err)?;
         let expected_len = header.len() as u64 + data_bytes(spec) as u64;
-        let written = write_atomic(&path, |out| {
+        let written = gridkey_fs::write_atomic(&path, self.fault(), |out| {
             out.write_all(&header)?;
             write_data(out)
         });
@@ -309,7 +317,7 @@ impl TableStore {
                     )));
                 }
                 let header = npy_header(&header_spec)?;
-                write_temp(&self.dir, fault::Fault::for_path(&self.dir), |out| {
+                gridkey_fs::write_temp(&self.dir, self.fault(), |out| {
                     out.write_all(&header)?;
                     let mut looked = false;
                     for chunk in data.chunks(PUT_CHUNK_BYTES) {
@@ -340,7 +348,7 @@ impl TableStore {
             }
             other => other.map_err(write_err)?,
         };
-        match commit_temp(temp, &path, fault::Fault::for_path(&path)) {
+        match temp.commit(&path, self.fault()) {
             Ok(_) => Ok((spec, path)),
             Err(_) if self.open_table(&spec).is_ok() => Ok((spec, path)),
             Err(source) => Err(write_err(source)),
@@ -371,147 +379,6 @@ impl TableStore {
         table.verify()?;
         Ok(table)
     }
-}
-
-/// Writes a file atomically: `write` fills a temp file (prefix [`TEMP_PREFIX`]) in the directory
-/// of `path` (created if needed), which is `sync_all`ed, made read-only and renamed to `path`,
-/// and the directory synced. Returns the number of bytes written.
-///
-/// The temp file is locked exclusively while it is written ([`lock`]), so that
-/// [`remove_stale_temps`] can tell a live write from one whose process died. On any error the
-/// temp file is removed and nothing appears under `path`. A process killed in the middle leaves
-/// only a temp file, which no reader ever opens. This is the one writer of every persistent
-/// file of gridkey (tables here, translation entries in gridkey-fingerprint);
-/// [`TableStore::put_slice`] uses its two halves with the final name chosen after the write.
-/// The test hook [`fault::ENV_FAULT`] can stop or fail it at chosen points.
-///
-/// Errors: the I/O error of the first step that failed (`ENOSPC` for a full disk, `EROFS` for
-/// a read-only file system).
-pub fn write_atomic(path: &Path, write: impl FnOnce(&mut dyn Write) -> io::Result<()>) -> io::Result<u64> {
-    let fault = fault::Fault::for_path(path);
-    let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let (temp, len) = write_temp(parent, fault, write)?;
-    commit_temp(temp, path, fault)?;
-    Ok(len)
-}
-
-/// First half of [`write_atomic`]: a flushed temp file in `dir` (created if needed), locked
-/// exclusively while it lives, holding what `write` wrote, and its length in bytes; removed
-/// when dropped.
-fn write_temp(
-    dir: &Path,
-    fault: fault::Fault,
-    write: impl FnOnce(&mut dyn Write) -> io::Result<()>,
-) -> io::Result<(tempfile::NamedTempFile, u64)> {
-    fs::create_dir_all(dir)?;
-    let temp = tempfile::Builder::new().prefix(TEMP_PREFIX).tempfile_in(dir)?;
-    lock::lock_exclusive(temp.as_file())?;
-    fault.pause_at(fault::PausePoint::Created, temp.path());
-    let len = {
-        let mut sink = fault::FaultWriter { file: temp.as_file(), temp: temp.path(), fault, written: 0 };
-        let mut out = BufWriter::with_capacity(1 << 20, &mut sink);
-        write(&mut out)?;
-        out.flush()?;
-        drop(out);
-        sink.written
-    };
-    fault.pause_at(fault::PausePoint::Written, temp.path());
-    Ok((temp, len))
-}
-
-/// Second half of [`write_atomic`]: `sync_all`, read-only, rename to `path` (its directory created
-/// if needed, on the same file system as the temp file), directory synced.
-fn commit_temp(temp: tempfile::NamedTempFile, path: &Path, fault: fault::Fault) -> io::Result<()> {
-    let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    fs::create_dir_all(parent)?;
-    let file = temp.as_file();
-    file.sync_all()?;
-    let mut perms = file.metadata()?.permissions();
-    perms.set_readonly(true);
-    file.set_permissions(perms)?;
-    fault.pause_at(fault::PausePoint::Synced, temp.path());
-    temp.persist(path).map_err(|e| e.error)?;
-    File::open(parent)?.sync_all()?;
-    Ok(())
-}
-
-/// Temp files removed by [`remove_stale_temps`], with their total size.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct TempSweep {
-    /// The files removed.
-    pub removed: Vec<PathBuf>,
-    /// Their total size in bytes.
-    pub bytes: u64,
-}
-
-/// Removes, under `dir` (recursively), every regular file named [`TEMP_PREFIX`]`*` that is at
-/// least `min_age` old (by modification time) and that no process holds a lock on: the remains
-/// of a writer that was killed or lost power (ADR 0012). A live writer holds an exclusive lock
-/// on its temp file, so it is never removed; `min_age` also covers the instant between the
-/// creation of a temp file and its lock, and writers that cannot lock (the C compiler's output).
-/// A missing `dir` is an empty sweep.
-///
-/// Errors: the I/O error of listing a directory (a file that vanished meanwhile is skipped).
-pub fn remove_stale_temps(dir: &Path, min_age: Duration) -> io::Result<TempSweep> {
-    let mut sweep = TempSweep::default();
-    let entries = match fs::read_dir(dir) {
-        Ok(entries) => entries,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(sweep),
-        Err(e) => return Err(e),
-    };
-    let now = SystemTime::now();
-    for entry in entries {
-        let entry = entry?;
-        let path = entry.path();
-        let Ok(meta) = fs::symlink_metadata(&path) else { continue };
-        if meta.is_dir() {
-            let inner = remove_stale_temps(&path, min_age)?;
-            sweep.removed.extend(inner.removed);
-            sweep.bytes += inner.bytes;
-            continue;
-        }
-        let is_temp = entry.file_name().to_string_lossy().starts_with(TEMP_PREFIX);
-        let age = meta.modified().ok().and_then(|m| now.duration_since(m).ok()).unwrap_or_default();
-        if !is_temp || !meta.is_file() || age < min_age {
-            continue;
-        }
-        if remove_if_unlocked(&path)? {
-            sweep.bytes += meta.len();
-            sweep.removed.push(path);
-        }
-    }
-    Ok(sweep)
-}
-
-/// Removes the regular file at `path` while holding an exclusive lock on it taken without
-/// waiting; `Ok(false)` when a process holds a lock on it (it is mapped or being written) or
-/// when it is gone. The lock is held across the `unlink`, so a reader that opens the file
-/// meanwhile sees afterwards that its path is gone ([`StoreError::Missing`]) (ADR 0009).
-///
-/// Errors: the I/O error of opening, locking or removing other than `NotFound`.
-pub fn remove_if_unlocked(path: &Path) -> io::Result<bool> {
-    let file = match OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
-        Err(e) => return Err(e),
-    };
-    if !lock::try_lock_exclusive(&file)? {
-        return Ok(false);
-    }
-    // The path may have been renamed over since it was opened: remove only what is locked.
-    let same = fs::symlink_metadata(path).is_ok_and(|m| same_file(&m, &file));
-    if !same {
-        return Ok(false);
-    }
-    match fs::remove_file(path) {
-        Ok(()) => Ok(true),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
-        Err(e) => Err(e),
-    }
-}
-
-fn same_file(meta: &fs::Metadata, file: &File) -> bool {
-    file.metadata().is_ok_and(|f| f.dev() == meta.dev() && f.ino() == meta.ino())
 }
 
 /// Bytes written per step by [`TableStore::put_slice`] between two looks at the digest.
@@ -648,33 +515,14 @@ impl MappedTable {
         Ok(table)
     }
 
-    /// Opens `path` read-only without following a symlink and takes a shared lock on it. The
-    /// collector removes a file while holding an exclusive lock, and concurrent writers of the
-    /// same table rename identical content over it: once the shared lock is ours, the path must
-    /// still name the file we hold, else it is opened again (replaced) or is
-    /// [`StoreError::Missing`] (removed).
+    /// Opens `path` for mapping with a shared lock ([`gridkey_fs::lock::open_shared`]: no
+    /// symlink followed, retried while the path is renamed over), mapping its errors.
     fn open_locked(path: &Path, spec: &TableSpec) -> Result<File, StoreError> {
-        let mut last = None;
-        for _ in 0..16 {
-            // O_NOFOLLOW: a symlink planted after the caller's check is refused, not followed.
-            let file =
-                OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK).open(path).map_err(
-                    |source| match source.raw_os_error() {
-                        Some(libc::ELOOP) => StoreError::NotAFile { path: path.to_path_buf() },
-                        Some(libc::ENOENT) => StoreError::Missing { path: path.to_path_buf(), digest: spec.digest },
-                        _ => StoreError::Read { path: path.to_path_buf(), source },
-                    },
-                )?;
-            lock::lock_shared(&file).map_err(|source| StoreError::Read { path: path.to_path_buf(), source })?;
-            match fs::symlink_metadata(path) {
-                Ok(m) if same_file(&m, &file) => return Ok(file),
-                Ok(_) => last = Some(file),
-                Err(_) => return Err(StoreError::Missing { path: path.to_path_buf(), digest: spec.digest }),
-            }
-        }
-        // Still replaced after many tries: the last file held is complete (renamed into place
-        // whole) and names the same content.
-        last.ok_or_else(|| StoreError::Missing { path: path.to_path_buf(), digest: spec.digest })
+        gridkey_fs::lock::open_shared(path).map_err(|source| match source.raw_os_error() {
+            Some(libc::ELOOP) => StoreError::NotAFile { path: path.to_path_buf() },
+            Some(libc::ENOENT) => StoreError::Missing { path: path.to_path_buf(), digest: spec.digest },
+            _ => StoreError::Read { path: path.to_path_buf(), source },
+        })
     }
 
     /// What this table was opened as: digest, dtype, shape.
