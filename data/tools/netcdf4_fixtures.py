@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """netCDF-4 files for the tests, written by netCDF4-python (the netCDF C library): the reader of
-gridkey-grid is checked against what the C library writes (ADR 0013).
+gridkey-grid is checked against what the C library writes (ADR 0014).
 
   netcdf4_fixtures.py to-netcdf4 IN OUT
       Copies IN (any netCDF file) into OUT as NETCDF4 (HDF5): every dimension, variable and

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""uxarray as the witness of the tables derived from a small mixed UGRID mesh (ADR 0014).
+"""uxarray as the witness of the tables derived from a small mixed UGRID mesh (ADR 0015).
 
 The mesh: a hexagon, a quad and three triangles around it (rows padded to six nodes), nine
 nodes. It is written here as a netCDF-4 UGRID file with start_index 1, _FillValue -999 and

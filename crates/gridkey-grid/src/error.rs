@@ -280,7 +280,7 @@ pub enum GridError {
         expected: String,
     },
 
-    /// Two UGRID connectivity variables contradict each other (ADR 0014, cross-table
+    /// Two UGRID connectivity variables contradict each other (ADR 0015, cross-table
     /// validation): e.g. `face_edge_connectivity` gives a face an edge whose nodes are not the
     /// face's, or `face_face_connectivity` disagrees with `edge_face_connectivity`.
     #[error(

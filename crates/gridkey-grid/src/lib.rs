@@ -6,7 +6,7 @@
 //! `cf_role = "mesh_topology"`), reads only the connectivity variables it needs and returns a
 //! [`Grid`]: the sizes, a runtime [`OffsetProvider`] and a [`TableInfo`] per table.
 //!
-//! | offset | ICON variable | MPAS variable | UGRID (ADR 0014) | domain -> codomain |
+//! | offset | ICON variable | MPAS variable | UGRID (ADR 0015) | domain -> codomain |
 //! |---|---|---|---|---|
 //! | `C2E` | `edge_of_cell` | `edgesOnCell` | `face_edge_connectivity` or derived | Cell -> Edge |
 //! | `C2V` | `vertex_of_cell` | `verticesOnCell` | `face_node_connectivity` | Cell -> Vertex |
@@ -24,7 +24,7 @@
 //! each connectivity variable its own `start_index`, `_FillValue` (any integer type) and
 //! dimension order; the tables a file lacks are derived from face-node (and edge-node)
 //! connectivity with uxarray's conventions, and the tables a file has are checked against each
-//! other (ADR 0014).
+//! other (ADR 0015).
 //!
 //! ```
 //! # fn main() -> Result<(), gridkey_grid::GridError> {
@@ -82,7 +82,7 @@ pub enum GridKind {
     Mpas,
     /// A UGRID 1.0 2-D mesh (has a variable with `cf_role = "mesh_topology"`): faces are cells,
     /// nodes are vertices; `start_index`, `_FillValue` and dimension order per variable; the
-    /// tables the file lacks are derived (ADR 0014).
+    /// tables the file lacks are derived (ADR 0015).
     Ugrid,
 }
 
@@ -125,7 +125,7 @@ pub struct TableInfo {
     /// The variable it was read from, e.g. `edge_of_cell`; for a derived table the variables it
     /// was derived from, e.g. `Mesh2_face_nodes` or `face_node_connectivity, edge_node_connectivity`.
     pub variable: String,
-    /// Whether the table was derived from others (UGRID, ADR 0014) instead of read from the file.
+    /// Whether the table was derived from others (UGRID, ADR 0015) instead of read from the file.
     pub derived: bool,
     /// The domain dimension name: `Cell`, `Edge` or `Vertex`.
     pub domain: String,
@@ -342,7 +342,7 @@ const MPAS_COUNT: &str = "nEdgesOnCell";
 /// Reads the ICON, MPAS or UGRID grid in the netCDF file `path` (CDF-1, CDF-2, CDF-5 or
 /// netCDF-4) into a [`Grid`] with canonical tables: shape `(n, k)`, int32, C order, 0-based,
 /// `-1` for no neighbour, every index checked against the size of its codomain (see the crate
-/// docs for the variables, the provider order and the skip-value rule; ADR 0014 for UGRID).
+/// docs for the variables, the provider order and the skip-value rule; ADR 0015 for UGRID).
 ///
 /// Only the connectivity variables (and MPAS `nEdgesOnCell`) are read, each once.
 ///

@@ -1,5 +1,5 @@
 //! The one door to netCDF files: `netcdf-reader` (pure Rust; CDF-1, CDF-2, CDF-5, and netCDF-4
-//! through `hdf5-reader`), wrapped so that a hostile file is a [`GridError`] (ADR 0013).
+//! through `hdf5-reader`), wrapped so that a hostile file is a [`GridError`] (ADR 0014).
 //!
 //! What the wrapper adds to the reader's own hardening:
 //! - the signature is classified first, and CDF-1 and CDF-2 headers are walked with bounds checks

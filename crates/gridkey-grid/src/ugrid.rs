@@ -1,10 +1,10 @@
-//! UGRID 1.0 2-D meshes (ADR 0014): the connectivity variables a `cf_role = "mesh_topology"`
+//! UGRID 1.0 2-D meshes (ADR 0015): the connectivity variables a `cf_role = "mesh_topology"`
 //! variable names, each with its `start_index`, `_FillValue` (any integer type) and dimension
 //! order; the tables the file lacks derived from face-node (and edge-node) connectivity with
 //! uxarray's conventions; the tables the file has checked against each other.
 //!
 //! Faces are `Cell`, edges `Edge`, nodes `Vertex`. Every table is canonical (`(n, k)`, int32,
-//! 0-based, `-1` for no neighbour). The conventions of the derived tables (ADR 0014):
+//! 0-based, `-1` for no neighbour). The conventions of the derived tables (ADR 0015):
 //! - `E2V`: the file's `edge_node_connectivity` as stored; else one edge per distinct side of
 //!   the faces, stored as `(lower node, higher node)` and numbered in lexicographic order of
 //!   that pair;

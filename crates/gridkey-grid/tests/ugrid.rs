@@ -1,7 +1,7 @@
 //! Small UGRID meshes written as netCDF-3 (`netcdf3`): the tables derived from a mixed mesh
 //! against uxarray (`data/golden/ugrid-mixed-v1.json`, from `data/tools/ugrid_mixed_witness.py`),
 //! tables given in the file in other slot orders and dimension orders, and files whose tables
-//! contradict each other (ADR 0014).
+//! contradict each other (ADR 0015).
 
 mod common;
 

@@ -33,6 +33,7 @@ use serde::{Deserialize, Serialize};
 
 pub mod cache;
 pub mod keys;
+pub mod supported;
 
 /// The ICON grid shipped in the repository, relative to the repository root.
 pub const SHIPPED_GRID: &str = "data/grids/icon_grid_0013_R02B04_R.nc";
@@ -171,7 +172,7 @@ impl TaskHandler for StencilHandler {
 /// What the main job needs.
 #[derive(Clone, Debug)]
 pub struct RunConfig {
-    /// The grid file (ICON or MPAS netCDF-3).
+    /// The grid file (ICON, MPAS or UGRID; netCDF-3 or netCDF-4).
     pub grid: PathBuf,
     /// The cache directory.
     pub cache_dir: PathBuf,
@@ -235,6 +236,9 @@ pub struct RunReport {
     /// Abandoned temp files removed from the cache before the run ([`cache::STALE_TEMP_AGE`]).
     #[serde(default)]
     pub temps_removed: u64,
+    /// The programs the grid does not support, with the reason ([`supported::split`]).
+    #[serde(default)]
+    pub skipped: Vec<supported::SkippedProgram>,
 }
 
 impl RunReport {
@@ -319,7 +323,8 @@ pub fn run_with(
     run_with_progress(grid, programs, runner, config, read_seconds, &NoProgress)
 }
 
-/// [`run_with`], telling `progress` when each program's compilation starts and ends.
+/// [`run_with`], telling `progress` when each program's compilation starts and ends. Programs
+/// that need an offset the grid lacks are not run: they are listed in [`RunReport::skipped`].
 ///
 /// Errors: as [`run`].
 pub fn run_with_progress(
@@ -330,6 +335,8 @@ pub fn run_with_progress(
     read_seconds: f64,
     progress: &dyn Progress,
 ) -> Result<RunReport, AppError> {
+    let (programs, skipped) = supported::split(programs, grid);
+    let programs = programs.as_slice();
     let warnings = cache::check_cache_dir(&config.cache_dir)?;
     let temps_removed =
         cache::gc(&config.cache_dir, &cache::GcConfig { max_size: None, temp_min_age: cache::STALE_TEMP_AGE })?
@@ -391,6 +398,7 @@ pub fn run_with_progress(
         programs: reports,
         warnings,
         temps_removed,
+        skipped,
     })
 }
 
