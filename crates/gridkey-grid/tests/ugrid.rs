@@ -30,7 +30,7 @@ fn golden_table(offset: &str) -> Array2<i32> {
 }
 
 fn table(grid: &Grid, offset: &str) -> Array2<i32> {
-    match grid.provider().gather(offset).unwrap().host_table() {
+    match grid.provider().gather(offset).unwrap().host_table(offset).unwrap() {
         IndexTable::I32(t) => t.to_owned(),
         IndexTable::I64(_) => panic!("{offset} is not int32"),
     }

@@ -137,9 +137,11 @@ fn python(test: &str) -> Option<String> {
     let python = std::env::var("GRIDKEY_TEST_PYTHON").unwrap_or_else(|_| "python3".to_owned());
     let ok = Command::new(&python).args(["-c", "import netCDF4, numpy"]).output().is_ok_and(|o| o.status.success());
     if !ok {
+        let required = std::env::var("GRIDKEY_TEST_REQUIRE").is_ok_and(|r| r.split(',').any(|s| s == "netcdf4"));
+        assert!(!required, "netCDF4 is required (GRIDKEY_TEST_REQUIRE) but {python} cannot import it");
         eprintln!(
-            "{test}: skipped: {python} cannot import netCDF4 and numpy; run `python3 -m pip install netCDF4 numpy` \
-             or set GRIDKEY_TEST_PYTHON to a Python that has them"
+            "{test}: skipped: {python} cannot import netCDF4 and numpy; run `cargo xtask test`, which sets up a \
+             virtual environment with them (or set GRIDKEY_TEST_PYTHON to a Python that has them)"
         );
         return None;
     }
