@@ -35,6 +35,7 @@ use serde::{Deserialize, Serialize};
 pub mod cache;
 pub mod keys;
 pub mod layouts;
+pub mod supported;
 
 /// The ICON grid shipped in the repository, relative to the repository root.
 pub const SHIPPED_GRID: &str = "data/grids/icon_grid_0013_R02B04_R.nc";
@@ -160,7 +161,7 @@ impl TaskHandler for StencilHandler {
 /// What the main job needs.
 #[derive(Clone, Debug)]
 pub struct RunConfig {
-    /// The grid file (ICON or MPAS netCDF-3).
+    /// The grid file (ICON, MPAS or UGRID; netCDF-3 or netCDF-4).
     pub grid: PathBuf,
     /// Everything the entry point parsed: build jobs, cache directory, verification switches,
     /// the compiler.
@@ -223,6 +224,9 @@ pub struct RunReport {
     /// Abandoned temp files removed from the cache before the run ([`cache::STALE_TEMP_AGE`]).
     #[serde(default)]
     pub temps_removed: u64,
+    /// The programs the grid does not support, with the reason ([`supported::split`]).
+    #[serde(default)]
+    pub skipped: Vec<supported::SkippedProgram>,
 }
 
 impl RunReport {
@@ -307,7 +311,8 @@ pub fn run_with(
     run_with_progress(grid, programs, runner, config, read_seconds, &NoProgress)
 }
 
-/// [`run_with`], telling `progress` when each program's compilation starts and ends.
+/// [`run_with`], telling `progress` when each program's compilation starts and ends. Programs
+/// that need an offset the grid lacks are not run: they are listed in [`RunReport::skipped`].
 ///
 /// Errors: as [`run`].
 pub fn run_with_progress(
@@ -318,6 +323,8 @@ pub fn run_with_progress(
     read_seconds: f64,
     progress: &dyn Progress,
 ) -> Result<RunReport, AppError> {
+    let (programs, skipped) = supported::split(programs, grid);
+    let programs = programs.as_slice();
     let warnings = cache::check_cache_dir(&config.settings.cache_dir)?;
     let settings = task_settings(&config.settings)?;
     let temps_removed =
@@ -378,6 +385,7 @@ pub fn run_with_progress(
         programs: reports,
         warnings,
         temps_removed,
+        skipped,
     })
 }
 
