@@ -15,9 +15,11 @@
 //! `cargo xtask faults` is the fault matrix of ADR 0012 (see `faults.rs`).
 //! `cargo xtask bench [--quick]` measures digest, compile-time views, keys, payload and build
 //! jobs against their limits and writes `target/gridkey-bench.json` (see `bench.rs`).
+//! `cargo xtask gt4py [--reduced]` is the proof on GT4Py 1.2.3 with `gridkey.gt4py` (see `gt4py.rs`).
 
 mod bench;
 mod faults;
+mod gt4py;
 mod kill_demo;
 mod memory;
 
@@ -47,6 +49,7 @@ fn main() -> ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("modes") => modes(&args[1..]),
         Some("bench") => bench::bench(&args[1..]),
+        Some("gt4py") => gt4py::gt4py(&args[1..]),
         Some("memory") => build_gridkey().and_then(|bin| memory::memory(&args[1..], &bin)),
         Some("kill-demo") => build_gridkey().and_then(|bin| kill_demo::kill_demo(&args[1..], &bin)),
         Some("faults") => match &args[1..] {
@@ -57,7 +60,7 @@ fn main() -> ExitCode {
         },
         _ => {
             eprintln!(
-                "usage: cargo xtask modes [--grid FILE]\n       cargo xtask bench [--quick]\n       cargo xtask faults [--bin GRIDKEY]\n       cargo xtask memory [--scale N] [--workers W] [--starts S]\n       cargo xtask kill-demo [--grid FILE]"
+                "usage: cargo xtask modes [--grid FILE]\n       cargo xtask bench [--quick]\n       cargo xtask faults [--bin GRIDKEY]\n       cargo xtask memory [--scale N] [--workers W] [--starts S]\n       cargo xtask kill-demo [--grid FILE]\n       cargo xtask gt4py [--reduced] [--python PYTHON]"
             );
             return ExitCode::from(2);
         }
@@ -95,7 +98,7 @@ fn build_gridkey() -> Result<PathBuf> {
 }
 
 /// The cargo target directory: `CARGO_TARGET_DIR`, or `target/` in the workspace root.
-fn target_dir() -> PathBuf {
+pub(crate) fn target_dir() -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root().join("target"), PathBuf::from)
 }
 
