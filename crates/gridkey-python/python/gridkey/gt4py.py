@@ -310,14 +310,15 @@ def install(*, cache_dir: Optional[os.PathLike | str] = None, verify: Optional[b
 
     def make_compilation_task(backend, definition_stage, compile_time_args):
         task = original(backend, definition_stage, compile_time_args)
+        converter = _state.converter
+        if converter is None:
+            return task  # uninstalled while another wrapper still calls this one
         if getattr(type(backend), "compile", None) is not _gtx_backend.Backend.compile:
             return task  # a customized compile closes over everything and ignores the compilable
         runtime = task.construct_compilable(False)
         provider = getattr(getattr(runtime, "args", None), "offset_provider", None)
         if not provider:
             return task
-        converter = _state.converter
-        assert converter is not None
         compilable = dataclasses.replace(
             runtime, args=dataclasses.replace(runtime.args, offset_provider=converter.provider(provider))
         )
