@@ -134,7 +134,19 @@ def test_memo_by_identity_with_weak_reference(tables, cache_dir):
     assert converter.connectivity(equal_but_other) is not first and converter.conversions == 2
     del runtime, equal_but_other
     gc.collect()
-    assert converter._memo == {}
+    assert len(converter._memo) == 0
+
+
+def test_table_changed_in_place_is_converted_again_on_a_verifying_store(tables, cache_dir):
+    data = np.array(tables["C2E"])
+    runtime = gtx.as_connectivity([ip.Cell, ip.C2EDim], ip.Edge, data, skip_value=None, allocator=np)
+    trusting, verifying = adapter._Converter(cache_dir, False), adapter._Converter(cache_dir, True)
+    before = (trusting.connectivity(runtime), verifying.connectivity(runtime))
+    runtime.ndarray[0, 0] = (runtime.ndarray[0, 0] + 1) % 30720
+    assert trusting.connectivity(runtime) is before[0]  # the memo trusts a table not to change (documented)
+    again = verifying.connectivity(runtime)
+    assert again.digest == gridkey.table_digest(runtime.ndarray) != before[1].digest
+    np.testing.assert_array_equal(again.ndarray, runtime.ndarray)
 
 
 def test_fingerprint_is_domain_codomain_skip_and_digest(tables, cache_dir):

@@ -12,7 +12,7 @@ program hashes every whole table. ``install()`` makes GT4Py compile against grid
 - a `CompileTimeConnectivity` is a GT4Py NumPy connectivity over a read-only, C-contiguous table memory-mapped from
   gridkey's table store (``<cache_dir>/tables-v1``, named by its digest, format v1), of the runtime table's dtype (the
   gtfn parameter types and the nanobind signatures follow it), created once per runtime connectivity (memo by
-  identity, validated by a weak reference: connectivities are not hashable);
+  identity, validated by a weak reference: connectivities are not hashable; ``gridkey.IdentityMemo``);
 - its fingerprint is its domain, codomain, skip value and digest (registered on GT4Py's strict and lenient
   deconstructors, which are ``functools.singledispatch`` functions, taken before their dataclass fallback); it pickles
   as a reference to its file, and unpickling it imports this module, which registers the fingerprint in spawned
@@ -37,7 +37,6 @@ import dataclasses
 import os
 import pathlib
 import threading
-import weakref
 from typing import Any, Callable, Optional
 
 import numpy as np
@@ -184,41 +183,36 @@ def _open_compile_time_connectivity(ref: TableRef, domain, codomain, skip_value)
 
 
 class _Converter:
-    """The compile-time view of runtime connectivities into one store, once per connectivity."""
+    """The compile-time view of runtime connectivities into one store, once per connectivity.
+
+    The memo is ``gridkey.IdentityMemo``: keyed by the connectivity's identity, validated by a weak reference. On a
+    verifying store a memo hit recomputes the runtime table's digest, and a table changed in place is converted again.
+    """
 
     def __init__(self, cache_dir: Optional[os.PathLike | str], verify: Optional[bool]):
         settings = gridkey.Settings()
         self.cache_dir = str(pathlib.Path(settings.cache_dir if cache_dir is None else cache_dir).absolute())
         self.verify = settings.verify_tables if verify is None else bool(verify)
         self.store = _store(self.cache_dir, self.verify)
-        # id(runtime connectivity) -> (weak reference to it, its compile-time connectivity)
-        self._memo: dict[int, tuple[weakref.ref, CompileTimeConnectivity]] = {}
-        self._memo_lock = threading.Lock()
+        self._memo = gridkey.IdentityMemo()
         self.conversions = 0
 
     def connectivity(self, runtime) -> CompileTimeConnectivity:
-        key = id(runtime)
-        with self._memo_lock:
-            hit = self._memo.get(key)
-            if hit is not None and hit[0]() is runtime:
-                return hit[1]
+        ct = self._memo.get(runtime)
+        if ct is not None and (not self.verify or gridkey.table_digest(runtime.ndarray) == ct.digest):
+            return ct
+        ct = self._convert(runtime)
+        self._memo.insert(runtime, ct)
+        return ct
+
+    def _convert(self, runtime) -> CompileTimeConnectivity:
         table = runtime.ndarray
         digest = self.store.put(table)
         dtype = np.dtype(table.dtype).newbyteorder("<")
         shape = tuple(int(s) for s in runtime.domain.shape)
         ref = TableRef(self.cache_dir, digest, dtype.str, shape, self.verify)
-        ct = CompileTimeConnectivity(runtime.domain, _open_table(ref), runtime.codomain, runtime.skip_value, table_ref=ref)
-
-        def forget(_ref, key=key):
-            with self._memo_lock:
-                current = self._memo.get(key)
-                if current is not None and current[0] is _ref:
-                    del self._memo[key]
-
-        with self._memo_lock:
-            self._memo[key] = (weakref.ref(runtime, forget), ct)
-            self.conversions += 1
-        return ct
+        self.conversions += 1
+        return CompileTimeConnectivity(runtime.domain, _open_table(ref), runtime.codomain, runtime.skip_value, table_ref=ref)
 
     def provider(self, offset_provider):
         return {
