@@ -6,8 +6,16 @@ Encodes the fixed key inputs of crates/gridkey-fingerprint/tests/key.rs
 integers little-endian, strings as u64 length + UTF-8 bytes, tags as one byte,
 hashed with xxh3_128 (seed 0), printed as 32 lowercase hex digits.
 Usage: translation_key_witness.py > data/golden/translation-key-v1.txt   (needs xxhash)
+
+With `records FILE...`, reads key-input records (the `<key>.json` files gridkey keeps beside each
+translation-cache entry) and prints a JSON object of program name to the key this witness
+computes from the record, which must equal the name of the record:
+    translation_key_witness.py records CACHE/translation-v1/*/*.json > data/golden/icon-program-keys-v1.json
 """
+import json
+import os
 import struct
+import sys
 import xxhash
 
 def u8(x): return struct.pack("<B", x)
@@ -28,6 +36,30 @@ def key(key_format, digest_format, frontend, version, program, encoding_hex, opt
     out += u64(len(options)) + b"".join(s(k) + s(v) for k, v in sorted(options.items()))
     out += u64(len(offsets)) + b"".join(offsets)
     return xxhash.xxh3_128(out).hexdigest()
+
+def key_of_record(r):
+    offsets = []
+    for o in r["offsets"]:
+        if o["kind"] == "dimension":
+            offsets.append(dimension(o["offset"], o["name"], o["dimension_kind"]))
+        else:
+            offsets.append(gather(o["offset"], o["domain"], o["local"], o["codomain"], o["skip_value"],
+                                  o["dtype"], o["shape"], o["digest"]))
+    return key(r["key_format_version"], r["digest_format_version"], r["frontend"]["name"],
+               r["frontend"]["version"], r["program"], r["program_encoding"], r["options"], offsets)
+
+if len(sys.argv) > 1 and sys.argv[1] == "records":
+    keys = {}
+    for path in sys.argv[2:]:
+        with open(path) as f:
+            record = json.load(f)
+        k = key_of_record(record)
+        name = os.path.basename(path)[: -len(".json")]
+        if k != name:
+            sys.exit(f"{path}: the witness computes key {k}, the record is named {name}")
+        keys[record["program"]] = k
+    print(json.dumps(keys, indent=2, sort_keys=True))
+    sys.exit(0)
 
 print(key(1, 1, "test-frontend", "1.0.0", "div", "00ff", {}, [
     dimension("Koff", "K", "vertical"),
