@@ -1,9 +1,10 @@
 //! `cargo xtask gt4py [--reduced] [--python PYTHON]`: the proof on GT4Py itself (README "gridkey for GT4Py").
 //!
-//! 1. Finds a CPython 3.12 or later (GT4Py 1.2.3 requires it): `--python`, else `python3.13`, `python3.12`,
-//!    `python3` on `PATH`, else the newest under `~/.pyenv/versions`; fails naming every candidate tried.
-//! 2. Creates the virtual environment `target/gt4py-venv` (kept between runs) and installs `gt4py==1.2.3` and what
-//!    its `gtfn_cpu` backend needs (cmake, ninja, nanobind, gridtools-cpp) and SciPy (the netCDF reader) from PyPI.
+//! 1. Creates the virtual environment `target/gt4py-venv` (kept between runs) with a CPython 3.12 or later (GT4Py
+//!    1.2.3 requires it): `--python`, else `python3.13`, `python3.12`, `python3` on `PATH`, else the newest under
+//!    `~/.pyenv/versions`; fails naming every candidate tried. An existing environment is kept whatever `--python` says.
+//! 2. Installs `gt4py==1.2.3` and what its `gtfn_cpu` backend needs (cmake, ninja, nanobind, gridtools-cpp) and
+//!    SciPy (the netCDF reader) from PyPI.
 //! 3. Builds and installs the `gridkey` wheel: `pip install ./crates/gridkey-python`.
 //! 4. Runs `crates/gridkey-python/proof/gt4py_proof.py` on the shipped ICON R02B04 grid, scratch caches under
 //!    `target/gt4py-proof` (results in `target/gt4py-proof/gt4py-proof.json`): the mode matrix without and with
@@ -36,19 +37,21 @@ pub fn gt4py(args: &[String]) -> Result<bool> {
     }
     let root = crate::root();
     let target = crate::target_dir();
-    let interpreter = find_python(python)?;
-    println!("gt4py: interpreter {} (Python {}.{})", interpreter.0.display(), interpreter.1 .0, interpreter.1 .1);
-
     let venv = target.join("gt4py-venv");
     let venv_python = venv.join("bin").join("python");
     if !venv_python.is_file() {
-        run(Command::new(&interpreter.0).args(["-m", "venv"]).arg(&venv), "creating the virtual environment")?;
+        let (interpreter, (major, minor)) = find_python(python)?;
+        println!("gt4py: creating {} with {} (Python {major}.{minor})", venv.display(), interpreter.display());
+        run(Command::new(&interpreter).args(["-m", "venv"]).arg(&venv), "creating the virtual environment")?;
     }
     match python_version(&venv_python) {
-        Some(v) if v >= MIN_PYTHON => {}
+        Some((major, minor)) if (major, minor) >= MIN_PYTHON => {
+            println!("gt4py: virtual environment {} (Python {major}.{minor})", venv.display())
+        }
         found => bail!(
-            "the virtual environment {} runs Python {found:?}, older than 3.12: remove it and run again",
-            venv.display()
+            "the virtual environment {} runs {}, not a CPython 3.12 or later: remove it and run again",
+            venv.display(),
+            found.map_or("no Python".to_owned(), |(a, b)| format!("Python {a}.{b}"))
         ),
     }
     let pip = |what: &str, args: &[&str]| -> Result<()> {
@@ -71,7 +74,7 @@ pub fn gt4py(args: &[String]) -> Result<bool> {
         .arg(&work)
         .env("PATH", prepend_path(&venv.join("bin")))
         .current_dir(&root);
-    for var in gridkey::ENVIRONMENT {
+    for var in gridkey::environment() {
         command.env_remove(var);
     }
     if reduced {
