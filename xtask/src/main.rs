@@ -27,8 +27,8 @@ mod faults;
 mod gt4py;
 mod kill_demo;
 mod memory;
-mod test;
 mod py;
+mod test;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -155,7 +155,7 @@ fn modes(args: &[String]) -> Result<bool> {
             }
         }
         for program in &programs {
-            let key = gridkey_stencil::key_inputs(program, &options, &ct).key();
+            let key = gridkey_stencil::key_inputs(program, &options, &ct)?.key();
             keys.entry(program.name().to_owned()).or_default().insert(format!("tables {variant}"), key.to_hex());
             let compiled = gridkey_stencil::translate(program, &ct, &options)?;
             let direct = gridkey_stencil::emit_c(
