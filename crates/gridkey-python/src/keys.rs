@@ -62,11 +62,13 @@ impl KeyInputs {
     /// The key inputs of translating `program` (with its stable `encoding`, bytes) by
     /// `frontend` at `frontend_version` with `options` (a mapping of names to strings) against
     /// `provider`, a compile-time offset provider (`compile_time_offset_provider`).
+    /// `frontend_fingerprint` is a digest of the frontend's translation code (key format v2,
+    /// ADR 0020): a frontend rebuilt with other translation code passes another one.
     ///
     /// Errors: `TableTypeError` for a provider entry that is not a `CompileTimeConnectivity` or
     /// a `Dimension` (a runtime `Connectivity` included).
     #[new]
-    #[pyo3(signature = (frontend, frontend_version, program, encoding, options, provider))]
+    #[pyo3(signature = (frontend, frontend_version, program, encoding, options, provider, frontend_fingerprint = String::new()))]
     fn new(
         frontend: String,
         frontend_version: String,
@@ -74,24 +76,28 @@ impl KeyInputs {
         encoding: &[u8],
         options: BTreeMap<String, String>,
         provider: &Bound<'_, PyAny>,
+        frontend_fingerprint: String,
     ) -> PyResult<Self> {
         guard(|| {
             let provider = compile_time_provider(provider)?;
-            let frontend = Frontend { name: frontend, version: frontend_version };
+            let frontend = Frontend { name: frontend, version: frontend_version, fingerprint: frontend_fingerprint };
             let options: TranslationOptions = options;
             Ok(Self { inner: gridkey_fingerprint::KeyInputs::new(&frontend, program, encoding, &options, &provider) })
         })
     }
 
     /// The key inputs of a JSON record (as `to_json` writes it and the translation cache keeps
-    /// beside each entry, `translation-v1/ab/<key>.json`).
+    /// beside each entry, `translation-v2/ab/<key>.json`).
     ///
     /// Errors: `TableValueError` naming what is wrong with the record.
     #[staticmethod]
     fn from_json(text: &str) -> PyResult<Self> {
-        serde_json::from_str(text)
-            .map(|inner| Self { inner })
-            .map_err(|e| error(Kind::Value, format!("not a key-input record of format v1: {e}")))
+        serde_json::from_str(text).map(|inner| Self { inner }).map_err(|e| {
+            error(
+                Kind::Value,
+                format!("not a key-input record of format v{}: {e}", gridkey_fingerprint::KEY_FORMAT_VERSION),
+            )
+        })
     }
 
     /// The JSON record of these inputs (the translation cache's `.json` beside each entry).

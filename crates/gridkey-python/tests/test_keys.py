@@ -11,16 +11,17 @@ from hypothesis import strategies as st
 import gridkey
 from conftest import DATA, dims, icon_like, key_witness_source
 
-# The witness's functions, without running its print.
-witness = {}
-exec(key_witness_source.split("print(key(")[0], witness)
+# The witness's functions, without running its command line.
+witness = {"__name__": "translation_key_witness"}
+exec(key_witness_source, witness)
 
 
-def record(frontend="test-frontend", version="1.0.0", program="div", encoding="00ff", options=None, offsets=None):
+def record(frontend="test-frontend", version="1.0.0", program="div", encoding="00ff", options=None, offsets=None,
+           fingerprint="5e1f" * 8):
     return {
-        "key_format_version": 1,
+        "key_format_version": 2,
         "digest_format_version": 1,
-        "frontend": {"name": frontend, "version": version},
+        "frontend": {"name": frontend, "version": version, "fingerprint": fingerprint},
         "program": program,
         "program_encoding": encoding,
         "options": options or {},
@@ -33,7 +34,7 @@ def record(frontend="test-frontend", version="1.0.0", program="div", encoding="0
 
 
 def test_the_golden_key():
-    golden = (DATA / "golden" / "translation-key-v1.txt").read_text().strip()
+    golden = (DATA / "golden" / "translation-key-v2.txt").read_text().strip()
     inputs = gridkey.KeyInputs.from_json(json.dumps(record()))
     assert inputs.key() == gridkey.translation_key(inputs) == golden
     assert gridkey.KeyInputs.from_json(inputs.to_json()) == inputs
@@ -47,9 +48,11 @@ def test_explain_matches_the_golden_file():
                 "skip_value": skip, "dtype": "<i4", "shape": [rows, 3], "digest": digest}
 
     koff = {"kind": "dimension", "offset": "Koff", "name": "K", "dimension_kind": "vertical"}
-    a = record("gridkey-stencil", "0.1.0", "div", "0102", {}, [c2e("9bcee51d14f05d37316945fc51e952ed", 20480, None), koff])
+    fp = "0123456789abcdef" * 2
+    a = record("gridkey-stencil", "0.1.0", "div", "0102", {}, [c2e("9bcee51d14f05d37316945fc51e952ed", 20480, None), koff],
+               fp)
     b = record("gridkey-stencil", "0.1.0", "div", "0102", {"opt_level": "3"},
-               [c2e("eca80d29e9c8c9e85522c42c2dcf1a50", 1791, -1), koff])
+               [c2e("eca80d29e9c8c9e85522c42c2dcf1a50", 1791, -1), koff], fp)
     a, b = gridkey.KeyInputs.from_json(json.dumps(a)), gridkey.KeyInputs.from_json(json.dumps(b))
     assert gridkey.explain(a, b) == golden
     same = gridkey.explain(a, a)
@@ -87,14 +90,15 @@ def test_keys_equal_the_witness(frontend, version, program, encoding, options, e
             offsets.append({"kind": "gather", "offset": offset, "domain": domain, "local": local, "codomain": codomain,
                             "skip_value": skip, "dtype": dtype, "shape": list(shape), "digest": digest})
             encoded.append(witness["gather"](offset, domain, local, codomain, skip, dtype, shape, digest))
-    rec = record(frontend, version, program, encoding.hex(), options, offsets)
-    expected = witness["key"](1, 1, frontend, version, program, encoding.hex(), options, encoded)
+    rec = record(frontend, version, program, encoding.hex(), options, offsets, fingerprint=version[::-1])
+    expected = witness["key"](frontend, version, version[::-1], program, encoding.hex(), options, encoded)
     assert gridkey.KeyInputs.from_json(json.dumps(rec)).key() == expected
 
 
-def key_of(provider, store, program="div", options=None, frontend=("fe", "1.0"), encoding=b"\x01\x02"):
+def key_of(provider, store, program="div", options=None, frontend=("fe", "1.0", "f1"), encoding=b"\x01\x02"):
     view = gridkey.compile_time_offset_provider(provider, store)
-    return gridkey.KeyInputs(frontend[0], frontend[1], program, encoding, options or {}, view).key()
+    return gridkey.KeyInputs(frontend[0], frontend[1], program, encoding, options or {}, view,
+                             frontend_fingerprint=frontend[2]).key()
 
 
 def provider(table, skip=-1, domain=None, codomain=None, koff=True, name="C2E"):
@@ -124,8 +128,9 @@ def test_every_key_input_changes_the_key(store):
         "program": key_of(provider(table), store, program="grad"),
         "encoding": key_of(provider(table), store, encoding=b"\x01\x03"),
         "option": key_of(provider(table), store, options={"opt_level": "3"}),
-        "frontend": key_of(provider(table), store, frontend=("other", "1.0")),
-        "frontend version": key_of(provider(table), store, frontend=("fe", "1.1")),
+        "frontend": key_of(provider(table), store, frontend=("other", "1.0", "f1")),
+        "frontend version": key_of(provider(table), store, frontend=("fe", "1.1", "f1")),
+        "frontend fingerprint": key_of(provider(table), store, frontend=("fe", "1.0", "f2")),
         "int64 not fitting int32": key_of(provider(wide), store),
     }
     for what, key in variants.items():
