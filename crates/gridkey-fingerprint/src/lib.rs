@@ -38,6 +38,46 @@
 //! its key-input record into every writable tier, and with `verify_hits` translates again on a
 //! hit and compares byte for byte.
 //!
+//! # Example
+//!
+//! What a frontend does with a compile-time view: key a program and let the cache protocol
+//! decide whether to translate. A second request with the same inputs is a hit, and the same
+//! tables converted into another cache directory give the same key.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use gridkey_fingerprint::{translate_cached, Frontend, KeyInputs, Request, Tiers, TranslationOptions};
+//! use gridkey_offsets::{compile_time_offset_provider, Connectivity, Dimension, Entry, IndexTable, OffsetProvider, TableStore};
+//!
+//! let c2e = IndexTable::from_vec_i32(2, 3, vec![0, 1, 2, 2, 3, 4])?;
+//! let mut provider = OffsetProvider::new();
+//! let c2e = Connectivity::from_host(Dimension::horizontal("Cell"), Dimension::local("C2EDim"), Dimension::horizontal("Edge"), None, c2e)?;
+//! provider.push("C2E", Entry::Gather(Arc::new(c2e)))?;
+//! let cache = tempfile::tempdir()?;
+//! let view = compile_time_offset_provider(&provider, &TableStore::open(cache.path())?)?;
+//!
+//! let frontend = Frontend { name: "my-frontend".to_owned(), version: "1.0.0".to_owned() };
+//! let options = TranslationOptions::from([("opt_level".to_owned(), "2".to_owned())]);
+//! let inputs = KeyInputs::new(&frontend, "div", b"the program's stable encoding", &options, &view);
+//! let key = inputs.key();
+//!
+//! let tiers = Tiers::local(cache.path())?;
+//! let accept = |_: &[u8]| Ok::<(), String>(());
+//! let request = Request { inputs: &inputs, verify_hits: false, accept: &accept };
+//! let first = translate_cached(&tiers, &request, || Ok::<_, std::io::Error>(b"/* C source */".to_vec()))?;
+//! assert!(first.translated() && first.key == key);
+//! let second = translate_cached(&tiers, &request, || -> Result<Vec<u8>, std::io::Error> {
+//!     unreachable!("a hit does not translate")
+//! })?;
+//! assert_eq!((second.hit.as_deref(), &second.payload), (Some("local"), &first.payload));
+//!
+//! // No path enters a key: the same tables in another cache directory, the same key.
+//! let elsewhere = tempfile::tempdir()?;
+//! let view2 = compile_time_offset_provider(&provider, &TableStore::open(elsewhere.path())?)?;
+//! assert_eq!(KeyInputs::new(&frontend, "div", b"the program's stable encoding", &options, &view2).key(), key);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
 //! # Architecture invariant
 //!
 //! Nothing that varies by runner, machine, path, time, memory order or array library enters a
@@ -76,7 +116,8 @@ pub const ENTRY_FORMAT_VERSION: u32 = 1;
 /// Magic bytes that start every translation cache entry.
 pub const ENTRY_MAGIC: &[u8; 4] = b"GKTE";
 
-/// Errors of keys and the translation cache.
+/// Errors of keys and the translation cache (ADR 0005). A lookup never fails: what cannot be
+/// read is a [`Miss`]; only creating the directory, writing an entry and parsing a key do.
 #[derive(Debug, thiserror::Error)]
 pub enum FingerprintError {
     /// The cache directory could not be created.
@@ -103,7 +144,10 @@ pub enum FingerprintError {
     },
 }
 
-/// The explicit, stable encoding of key inputs: little-endian integers, u64 lengths.
+/// The explicit, stable encoding of key inputs (translation key format v1, ADR 0003):
+/// little-endian integers, byte strings as a u64 length then the bytes, tags as one byte; no
+/// `usize`, no `HashMap` iteration, no `std::hash::Hash`. [`Self::finish`] is xxh3_128 (seed
+/// 0) of the bytes fed, the same as `data/tools/translation_key_witness.py` computes.
 pub struct KeyEncoder {
     // The encoding is a few hundred bytes, fed as many small fields: collecting them and hashing
     // once is the same xxh3_128 as streaming them, at a fraction of the per-field cost.
@@ -117,7 +161,7 @@ impl Default for KeyEncoder {
 }
 
 impl KeyEncoder {
-    /// Adds one byte.
+    /// Adds one byte (a tag).
     pub fn u8(&mut self, x: u8) {
         self.bytes.push(x);
     }
@@ -148,7 +192,7 @@ impl KeyEncoder {
         self.bytes(s.as_bytes());
     }
 
-    /// The key of everything fed so far.
+    /// The key of everything fed so far: xxh3_128 of the encoded bytes.
     pub fn finish(&self) -> TranslationKey {
         TranslationKey(xxh3_128(&self.bytes).to_be_bytes())
     }
@@ -205,7 +249,7 @@ impl FromStr for TranslationKey {
 /// The frontend (compiler) that translates: its name and version.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Frontend {
-    /// Name, e.g. `gridkey-stencil`.
+    /// Name, e.g. `gridkey-stencil`; another frontend, another key.
     pub name: String,
     /// Version; a new version changes every key.
     pub version: String,
@@ -214,7 +258,8 @@ pub struct Frontend {
 /// Translation options: named settings that shape the emitted code, sorted by name.
 pub type TranslationOptions = BTreeMap<String, String>;
 
-/// One offset-provider entry as a key input.
+/// One offset-provider entry as a key input, taken from the compile-time view (ADR 0003):
+/// the canonical dtype and shape and the table digest, never the runtime table's layout.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum OffsetInput {
@@ -288,15 +333,15 @@ pub struct KeyInputs {
     pub key_format_version: u32,
     /// The table digest format version (`gridkey_digest::DIGEST_FORMAT_VERSION`).
     pub digest_format_version: u32,
-    /// The frontend.
+    /// The frontend that translates (name and version).
     pub frontend: Frontend,
-    /// The program's name.
+    /// The program's name (also what `gridkey explain --miss` groups entries by).
     pub program: String,
-    /// The program's stable encoding, as lowercase hex (hashed as bytes).
+    /// The program's stable encoding, as lowercase hex; the key hashes this text (ADR 0003).
     pub program_encoding: String,
-    /// Translation options.
+    /// Translation options, hashed sorted by name.
     pub options: TranslationOptions,
-    /// The offset-provider entries, in order.
+    /// The offset-provider entries, in provider order (order is an input).
     pub offsets: Vec<OffsetInput>,
 }
 
@@ -355,7 +400,7 @@ impl KeyInputs {
         }
     }
 
-    /// The key of these inputs.
+    /// The key of these inputs, [`TranslationKey::of`]`(self)`.
     pub fn key(&self) -> TranslationKey {
         TranslationKey::of(self)
     }
@@ -391,7 +436,7 @@ impl KeyEncode for KeyInputs {
     }
 }
 
-/// Why a lookup missed.
+/// Why a lookup missed; a miss is never an error (ADR 0012): the caller translates and puts.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Miss {
     /// No entry under this key.
@@ -409,6 +454,7 @@ pub enum Miss {
 #[derive(Clone, Debug)]
 pub struct TranslationCache {
     dir: PathBuf,
+    fault: Option<gridkey_fs::Fault>,
 }
 
 impl TranslationCache {
@@ -418,7 +464,14 @@ impl TranslationCache {
     pub fn open(cache_dir: &Path) -> Result<Self, FingerprintError> {
         let dir = cache_dir.join(TRANSLATION_DIR);
         fs::create_dir_all(&dir).map_err(|source| FingerprintError::Directory { path: dir.clone(), source })?;
-        Ok(Self { dir })
+        Ok(Self { dir, fault: None })
+    }
+
+    /// This cache with `fault` (the fault matrix's hook, parsed by the caller at its edge;
+    /// `None` in normal use) passed to every write it makes ([`gridkey_fs::write_atomic`]).
+    pub fn with_fault(mut self, fault: Option<gridkey_fs::Fault>) -> Self {
+        self.fault = fault;
+        self
     }
 
     /// The cache directory, `<cache_dir>/translation-v1`.
@@ -426,13 +479,13 @@ impl TranslationCache {
         &self.dir
     }
 
-    /// Path of the entry for `key`.
+    /// Path of the entry for `key`: `<dir>/<hex[0..2]>/<hex>.bin`.
     pub fn entry_path(&self, key: &TranslationKey) -> PathBuf {
         let hex = key.to_hex();
         self.dir.join(&hex[..2]).join(format!("{hex}.bin"))
     }
 
-    /// Path of the key-input record for `key`.
+    /// Path of the key-input record for `key`: `<dir>/<hex[0..2]>/<hex>.json`.
     pub fn record_path(&self, key: &TranslationKey) -> PathBuf {
         self.entry_path(key).with_extension("json")
     }
@@ -450,7 +503,8 @@ impl TranslationCache {
     }
 
     /// Stores `payload` under the key of `inputs`, with the record of `inputs` beside it.
-    /// Both are written atomically (temp file, `sync_all`, rename), the record first; when the
+    /// Both are written atomically ([`gridkey_fs::write_atomic`]: temp file, `sync_all`,
+    /// read-only, rename, directory sync), the record first; when the
     /// entry cannot be written (full disk) the record is removed again, so nothing is left.
     ///
     /// Errors: [`FingerprintError::Write`].
@@ -459,7 +513,7 @@ impl TranslationCache {
         let record_path = self.write_record(inputs, &key)?;
         let path = self.entry_path(&key);
         let entry = encode_entry(&key, payload);
-        if let Err(source) = gridkey_store::write_atomic(&path, |out| out.write_all(&entry)) {
+        if let Err(source) = gridkey_fs::write_atomic(&path, self.fault.as_ref(), |out| out.write_all(&entry)) {
             // Leave nothing behind (ADR 0012): a record without its entry serves no one. A
             // concurrent writer of the same key that lost its record rewrites it on its next miss.
             if !path.is_file() {
@@ -477,7 +531,7 @@ impl TranslationCache {
     pub fn write_record(&self, inputs: &KeyInputs, key: &TranslationKey) -> Result<PathBuf, FingerprintError> {
         let record = serde_json::to_vec_pretty(inputs).expect("key inputs serialise");
         let record_path = self.record_path(key);
-        gridkey_store::write_atomic(&record_path, |out| out.write_all(&record))
+        gridkey_fs::write_atomic(&record_path, self.fault.as_ref(), |out| out.write_all(&record))
             .map_err(|source| FingerprintError::Write { path: record_path.clone(), source })?;
         Ok(record_path)
     }
@@ -514,7 +568,10 @@ impl TranslationCache {
     }
 }
 
-/// The bytes of an entry file for `payload` under `key`.
+/// The bytes of an entry file for `payload` under `key`, entry format
+/// [`ENTRY_FORMAT_VERSION`]: [`ENTRY_MAGIC`], the version (u32 LE), the 16 key bytes, the
+/// payload length (u64 LE), the payload, then xxh3_64 of all of that (u64 LE); 40 bytes more
+/// than the payload.
 pub fn encode_entry(key: &TranslationKey, payload: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(payload.len() + 40);
     out.extend_from_slice(ENTRY_MAGIC);
@@ -527,7 +584,12 @@ pub fn encode_entry(key: &TranslationKey, payload: &[u8]) -> Vec<u8> {
     out
 }
 
-/// The payload of entry bytes, checked against `key`; the error says what is wrong.
+/// The payload of entry bytes from [`encode_entry`], checked against `key`: magic, version,
+/// key, length and checksum.
+///
+/// Errors: a text saying what is wrong (too short, bad magic, another version or key, a length
+/// that does not match, a checksum mismatch); [`TranslationCache::get`] makes it a
+/// [`Miss::Invalid`].
 pub fn decode_entry<'a>(key: &TranslationKey, bytes: &'a [u8]) -> Result<&'a [u8], String> {
     const HEAD: usize = 4 + 4 + 16 + 8;
     if bytes.len() < HEAD + 8 {

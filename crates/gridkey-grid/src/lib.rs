@@ -1,4 +1,4 @@
-//! Real grid files (ICON, MPAS, UGRID) as runtime offset providers (`data/grids/README.md`).
+//! Real grid files (ICON, MPAS, UGRID) as runtime offset providers (ARCHITECTURE.md "gridkey-grid"; `data/grids/README.md`).
 //!
 //! [`read_grid`] opens a netCDF file of any format (CDF-1, CDF-2, CDF-5 or HDF5-based
 //! netCDF-4) with `netcdf-reader`, a pure-Rust reader (no C library), recognises the model from
@@ -51,6 +51,29 @@
 //! is allocated, positional reads instead of a mapping, and the reader under `catch_unwind`, so
 //! that damaged or truncated files are typed errors and never a panic, an abort or a huge
 //! allocation.
+//!
+//! # Example
+//!
+//! What a frontend does with a grid file: read it into a runtime offset provider and convert
+//! that once into its compile-time view (here the MPAS-Ocean grid shipped in `data/grids`).
+//!
+//! ```
+//! use gridkey_grid::{read_grid, GridKind};
+//! use gridkey_offsets::{compile_time_offset_provider, TableStore};
+//!
+//! let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../data/grids/oQU480.231010.nc");
+//! let grid = read_grid(&path)?;
+//! assert_eq!(grid.kind(), GridKind::Mpas);
+//! let sizes = grid.sizes();
+//! assert_eq!((sizes.cells, sizes.edges, sizes.vertices), (1791, 5754, 3947));
+//! let c2e = grid.table_info("C2E").expect("every grid has C2E");
+//! assert_eq!((c2e.domain.as_str(), c2e.codomain.as_str(), c2e.shape[0]), ("Cell", "Edge", 1791));
+//!
+//! let cache = tempfile::tempdir()?;
+//! let view = compile_time_offset_provider(grid.provider(), &TableStore::open(cache.path())?)?;
+//! assert_eq!(view.len(), grid.provider().len());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
 #![warn(missing_docs)]
 // A GridError carries what its message needs (the path, variable names, the values found and

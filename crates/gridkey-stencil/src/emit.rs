@@ -82,7 +82,7 @@ pub fn check_options(options: &TranslationOptions) -> Result<StencilOptions, Ste
 
 /// Translates `program` against the compile-time offset provider: [`infer_domains`], then
 /// [`emit_c`]. The only way from a program to C source that reads tables, and it accepts only
-/// the compile-time view (DESIGN 7).
+/// the compile-time view (docs/design.md "Contracts").
 ///
 /// Errors: those of [`check_options`] and [`infer_domains`].
 pub fn translate(

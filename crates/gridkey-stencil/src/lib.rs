@@ -45,7 +45,7 @@ pub use icon::icon_programs;
 pub use infer::{infer_domains, infer_domains_runtime, DomainFacts, TableFacts};
 pub use ir::{FieldDecl, FieldRole, FieldShape, Program, Reduce, Stage, IR_FORMAT_VERSION};
 
-/// The frontend's name, hashed into every translation key (DESIGN 4.4).
+/// The frontend's name, hashed into every translation key (ADR 0003).
 pub const FRONTEND_NAME: &str = "gridkey-stencil";
 
 /// This frontend as a translation-key input: [`FRONTEND_NAME`] and the crate version, so that a

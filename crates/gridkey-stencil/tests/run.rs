@@ -30,7 +30,7 @@ fn config(cache: &Path) -> CompileConfig {
             .flatten()
     };
     let settings = Settings { cache_dir: cache.to_path_buf(), ..Settings::from_vars(compiler_vars).unwrap() };
-    CompileConfig::from_settings(&settings)
+    CompileConfig::from_settings(&settings).unwrap()
 }
 
 /// [`config`] with the compiler command `cc` (words split on whitespace; may be empty).
@@ -398,11 +398,37 @@ fn a_loaded_kernel_holds_its_library_against_the_collector() {
     let outcome = compile_on(&program("div"), &provider, &config(cache.path())).unwrap();
     let kernel = Kernel::load(&outcome.artifact, &program("div")).unwrap();
     assert!(
-        !gridkey_store::remove_if_unlocked(&outcome.artifact).unwrap(),
+        !gridkey_fs::remove_if_unlocked(&outcome.artifact).unwrap(),
         "a loaded kernel holds a shared lock on its library (ADR 0009)"
     );
     assert!(outcome.artifact.is_file());
     drop(kernel);
-    assert!(gridkey_store::remove_if_unlocked(&outcome.artifact).unwrap());
+    assert!(gridkey_fs::remove_if_unlocked(&outcome.artifact).unwrap());
     assert!(!outcome.artifact.exists());
+}
+
+#[test]
+fn a_library_is_written_like_every_cache_file_and_a_full_disk_leaves_nothing() {
+    use std::os::unix::fs::PermissionsExt;
+    let cache = tempfile::tempdir().unwrap();
+    let provider = Patch::new(1, 1).provider(Layout::COrder);
+    let div = program("div");
+    // A full disk while the library is written (the fault hook on `.so` paths only): a typed
+    // error naming the library, nothing left in the build cache, the translation entry kept.
+    let fault = gridkey_fs::Fault::parse("enospc:1000:.so").unwrap();
+    let full = CompileConfig { fault: Some(fault), ..config(cache.path()) };
+    let err = compile_on(&div, &provider, &full).unwrap_err();
+    let StencilError::Io { ref program, action, ref path, ref source } = err else { panic!("{err:?}") };
+    assert_eq!((program.as_str(), action, source.raw_os_error()), ("div", "write", Some(libc::ENOSPC)), "{err}");
+    assert!(path.starts_with(cache.path().join(BUILD_DIR)) && path.extension().is_some_and(|e| e == "so"), "{err}");
+    assert!(err.to_string().contains("has space"), "{err}");
+    assert_eq!(files_in(&cache.path().join(BUILD_DIR)), Vec::<String>::new(), "no temp file, no library");
+
+    // Without the hook: a translation-cache hit, the library built, read-only, alone in build-v1.
+    let outcome = compile_on(&div, &provider, &config(cache.path())).unwrap();
+    assert!(!outcome.translated && outcome.built, "{outcome:?}");
+    let mode = fs::metadata(&outcome.artifact).unwrap().permissions().mode();
+    assert_eq!(mode & 0o222, 0, "the library is read-only: {mode:o}");
+    assert_eq!(files_in(&cache.path().join(BUILD_DIR)).len(), 1);
+    Kernel::load(&outcome.artifact, &div).unwrap();
 }

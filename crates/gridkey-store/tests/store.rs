@@ -242,40 +242,6 @@ fn a_verifying_store_refuses_and_rewrites_a_table_modified_in_place() {
     assert_eq!(v, t.view(), "the verifying put rewrote the table");
 }
 
-/// Creates a temp file `name` in `dir` with `len` bytes, `age` old.
-fn temp_file(dir: &Path, name: &str, len: usize, age: std::time::Duration) -> std::path::PathBuf {
-    let path = dir.join(name);
-    fs::write(&path, vec![7u8; len]).unwrap();
-    fs::File::open(&path).unwrap().set_modified(std::time::SystemTime::now() - age).unwrap();
-    path
-}
-
-#[test]
-fn stale_temps_are_removed_only_when_unlocked_and_old_enough() {
-    use gridkey_store::{lock, remove_stale_temps};
-    use std::time::Duration;
-    let dir = tempfile::tempdir().unwrap();
-    let store = TableStore::open(dir.path()).unwrap();
-    let sub = store.dir().join("ab");
-    fs::create_dir_all(&sub).unwrap();
-    let old = Duration::from_secs(600);
-    let dead = temp_file(&sub, ".tmp-dead", 10, old);
-    let live = temp_file(&sub, ".tmp-live", 20, old);
-    let young = temp_file(&sub, ".tmp-young", 30, Duration::ZERO);
-    let final_name = temp_file(&sub, "ab00.npy", 40, old);
-    let writer = fs::File::open(&live).unwrap();
-    lock::lock_exclusive(&writer).unwrap();
-    let sweep = remove_stale_temps(store.dir(), Duration::from_secs(60)).unwrap();
-    assert_eq!(sweep.removed, vec![dead.clone()]);
-    assert_eq!(sweep.bytes, 10);
-    assert!(!dead.exists() && live.exists() && young.exists() && final_name.exists());
-    drop(writer);
-    let sweep = remove_stale_temps(store.dir(), Duration::ZERO).unwrap();
-    assert_eq!(sweep.removed.len(), 2, "{sweep:?}");
-    assert!(!live.exists() && !young.exists() && final_name.exists(), "only temp files go");
-    assert_eq!(remove_stale_temps(&dir.path().join("absent"), Duration::ZERO).unwrap().removed.len(), 0);
-}
-
 #[test]
 fn a_mapped_table_is_never_removed_and_a_removed_one_is_missing() {
     let dir = tempfile::tempdir().unwrap();
@@ -283,12 +249,12 @@ fn a_mapped_table_is_never_removed_and_a_removed_one_is_missing() {
     let spec = stored(&store, &table(50, 2));
     let path = store.path_of(&spec.digest);
     let mapped = store.open_table(&spec).unwrap();
-    assert!(!gridkey_store::remove_if_unlocked(&path).unwrap(), "a mapped table holds a shared lock");
+    assert!(!gridkey_fs::remove_if_unlocked(&path).unwrap(), "a mapped table holds a shared lock");
     assert!(path.exists());
     drop(mapped);
-    assert!(gridkey_store::remove_if_unlocked(&path).unwrap());
+    assert!(gridkey_fs::remove_if_unlocked(&path).unwrap());
     check_bad(&store, &spec, |e| matches!(e, StoreError::Missing { .. }), "removed");
-    assert!(!gridkey_store::remove_if_unlocked(&path).unwrap(), "already gone");
+    assert!(!gridkey_fs::remove_if_unlocked(&path).unwrap(), "already gone");
 }
 
 #[test]
@@ -305,7 +271,7 @@ fn a_table_renamed_over_while_it_is_opened_still_opens() {
     std::thread::scope(|s| {
         s.spawn(|| {
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                gridkey_store::write_atomic(&path, |out| out.write_all(&bytes)).unwrap();
+                gridkey_fs::write_atomic(&path, None, |out| out.write_all(&bytes)).unwrap();
                 renames.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             }
         });
@@ -426,4 +392,29 @@ fn a_file_under_the_name_with_other_bytes_is_replaced_by_every_put() {
         store.open_verified(&spec).unwrap_or_else(|e| panic!("{put}: {e}"));
         assert!(files_under(store.dir()).iter().all(|f| !f.starts_with(".tmp-")), "{put}");
     }
+}
+
+#[test]
+fn a_store_passes_its_fault_hook_to_every_write_and_a_full_disk_leaves_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = table(300, 4);
+    let digest = digest_table(t.view());
+    let spec = TableSpec { digest, dtype: Dtype::I32, shape: [300, 4] };
+    for hook in ["enospc:100", "enospc:100:tables-v1"] {
+        let store = TableStore::open(dir.path()).unwrap().with_fault(Some(gridkey_fs::Fault::parse(hook).unwrap()));
+        let err = store.put_table(digest, t.view()).unwrap_err();
+        assert!(
+            matches!(&err, StoreError::Write { source, .. } if source.raw_os_error() == Some(libc::ENOSPC)),
+            "{hook}: {err:?}"
+        );
+        let err = store.put_slice(Dtype::I32, [300, 4], &le_bytes(&t), || digest).unwrap_err();
+        assert!(matches!(&err, StoreError::Write { .. }), "{hook}: {err:?}");
+        assert_eq!(files_under(store.dir()), Vec::<String>::new(), "{hook}: no temp file, no final file");
+        assert!(matches!(store.open_table(&spec), Err(StoreError::Missing { .. })));
+    }
+    // A hook for another store's paths leaves this one alone.
+    let store =
+        TableStore::open(dir.path()).unwrap().with_fault(Some(gridkey_fs::Fault::parse("enospc:0:.bin").unwrap()));
+    store.put_table(digest, t.view()).unwrap();
+    store.open_verified(&spec).unwrap();
 }

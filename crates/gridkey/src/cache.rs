@@ -12,7 +12,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
-use gridkey_store::{remove_if_unlocked, remove_stale_temps, TEMP_PREFIX};
+use gridkey_fs::{remove_if_unlocked, remove_stale_temps, TEMP_PREFIX};
 use serde::{Deserialize, Serialize};
 
 use crate::AppError;

@@ -1,7 +1,7 @@
 //! The gridkey application: the main job (`gridkey run`) and the grid table listing
 //! (`gridkey tables`) as library functions, shared by the `gridkey` binary and `cargo xtask`.
 //!
-//! The main job follows the pipeline of DESIGN 2: read the grid into a runtime offset provider,
+//! The main job follows the pipeline of docs/design.md "The pipeline": read the grid into a runtime offset provider,
 //! convert it once to its compile-time view in the cache directory, build a
 //! [`CompilationTask`] per program, run them with the chosen [`Runner`] (the frontend's compile
 //! step is [`StencilHandler`]), then load each artifact and run it on the **runtime** provider,
@@ -22,6 +22,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use gridkey_fingerprint::{FingerprintError, TranslationCache, TranslationKey, TranslationOptions};
+use gridkey_fs::Fault;
 use gridkey_grid::{read_grid, Grid, GridError};
 use gridkey_jobs::{CompilationTask, NoProgress, Progress, Runner, TaskHandler, WorkerCommand};
 use gridkey_offsets::{compile_time_offset_provider, CompileTimeOffsetProvider, OffsetsError};
@@ -61,6 +62,9 @@ pub enum AppError {
     /// A setting is not valid (the compiler is not found).
     #[error(transparent)]
     Settings(#[from] SettingsError),
+    /// The fault matrix's test hook (`GRIDKEY_FAULT`, `test_hooks.fault`) does not parse.
+    #[error("GRIDKEY_FAULT: {0}")]
+    FaultHook(#[from] gridkey_fs::FsError),
     /// The cache directory is unusable.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -149,7 +153,7 @@ impl TaskHandler for StencilHandler {
 
     fn handle(&self, task: &CompilationTask) -> Result<CompileOutcome, String> {
         let program = Program::decode(&task.encoding).map_err(|e| e.to_string())?;
-        let config = CompileConfig::from_settings(&task.settings);
+        let config = CompileConfig::from_settings(&task.settings).map_err(|e| e.to_string())?;
         gridkey_stencil::compile(&program, &task.provider, &task.options, &config).map_err(|e| e.to_string())
     }
 }
@@ -326,7 +330,8 @@ pub fn run_with_progress(
     let temps_removed =
         cache::gc(&settings.cache_dir, &cache::GcConfig { max_size: None, temp_min_age: cache::STALE_TEMP_AGE })?
             .temps_removed;
-    let store = TableStore::open(&settings.cache_dir)?.verifying(settings.verify_tables);
+    let fault = Fault::parse_setting(settings.test_hooks.fault.as_deref())?;
+    let store = TableStore::open(&settings.cache_dir)?.verifying(settings.verify_tables).with_fault(fault);
     let cache_dir = settings.cache_dir.clone();
     let t = Instant::now();
     let ct = Arc::new(compile_time_offset_provider(grid.provider(), &store)?);

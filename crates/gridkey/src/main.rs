@@ -249,6 +249,9 @@ fn dispatch(command: Command) -> Result<ExitCode> {
             let options: gridkey_fingerprint::TranslationOptions = options.into_iter().collect();
             // Bad options are a usage error, said once, not a failure of every program.
             gridkey_stencil::check_options(&options)?;
+            // The fault matrix's hook travels as text in the settings; a bad one is said here, once.
+            gridkey_fs::Fault::parse_setting(settings.test_hooks.fault.as_deref())
+                .map_err(gridkey::AppError::FaultHook)?;
             let config = RunConfig {
                 grid: grid.unwrap_or_else(default_grid),
                 settings,

@@ -204,3 +204,42 @@ fn the_readme_documents_every_variable_that_changes_a_run() {
         assert!(readme.lines().any(|l| l.starts_with(&format!("| `{var}`"))), "README has no row for {var}");
     }
 }
+
+/// The single place that runs the main job on the MPAS grid with `args` and `env` in a fresh cache.
+fn run_mpas(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let cache = tempfile::tempdir().unwrap();
+    let grid = data("grids/oQU480.231010.nc");
+    let mut all = vec!["run", "--grid", grid.to_str().unwrap(), "--cache-dir", cache.path().to_str().unwrap()];
+    all.extend_from_slice(args);
+    gridkey(&all, env)
+}
+
+#[test]
+fn a_blank_or_missing_compiler_is_one_usage_error_naming_cc() {
+    for (cc, says) in [
+        ("", "CC=\"\" is not valid"),
+        ("  ", "CC=\"  \" is not valid"),
+        ("no-such-cc-xyz", "C compiler \"no-such-cc-xyz\" (CC) is not found"),
+    ] {
+        let out = run_mpas(&["--mode", "serial"], &[("CC", cc)]);
+        let (stdout, stderr) = text(&out);
+        assert_eq!(out.status.code(), Some(2), "CC={cc:?}: {stdout}\n{stderr}");
+        assert!(stderr.contains(says), "CC={cc:?}: {stderr}");
+        assert_eq!(stderr.matches("gridkey: error").count(), 1, "said once: {stderr}");
+        assert!(!stdout.contains("FAILED"), "not a failure of every program: {stdout}");
+    }
+}
+
+#[test]
+fn flags_replace_bad_variables_and_both_count_variables_ignore_spaces() {
+    // --verify switches table verification on whatever the variable says.
+    let out = run_mpas(&["--mode", "serial", "--verify"], &[("GRIDKEY_VERIFY_TABLES", "sometimes")]);
+    assert!(out.status.success(), "{:?}", text(&out));
+    let out = run_mpas(&["--mode", "serial"], &[("GRIDKEY_VERIFY_TABLES", "sometimes")]);
+    assert_eq!(out.status.code(), Some(2), "without the flag the bad value is an error: {:?}", text(&out));
+    // The mode variable, like the count, ignores surrounding spaces.
+    let out = run_mpas(&["--json"], &[("GRIDKEY_BUILD_JOBS_MODE", " thread "), ("GRIDKEY_BUILD_JOBS", " 2 ")]);
+    assert!(out.status.success(), "{:?}", text(&out));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!((report["mode"].as_str(), report["jobs"].as_u64()), (Some("thread"), Some(2)));
+}

@@ -79,8 +79,10 @@ fn specs() -> Vec<TableSpec> {
         .collect()
 }
 
-/// The single place that kills a run at a fault point and checks what is left.
-fn check_kill(spec: &str) {
+/// The single place that kills a run at a fault point and checks what is left: the killed
+/// write's temp file and `scratch` other temp files (the C compiler's source and output while a
+/// kernel library is written), all removed by gc.
+fn check_kill(spec: &str, scratch: usize) {
     let cache = tempfile::tempdir().unwrap();
     let grid = grid();
     let args =
@@ -97,9 +99,11 @@ fn check_kill(spec: &str) {
     child.kill().unwrap(); // SIGKILL
     child.wait().unwrap();
     let temp = temp.unwrap_or_else(|| panic!("{spec}: the run never reached the fault point"));
-    assert_eq!(temps(cache.path()), vec![temp.clone()], "{spec}: the killed write left only its temp file");
+    let left = temps(cache.path());
+    assert!(left.contains(&temp), "{spec}: the killed write left its temp file: {left:?}");
+    assert_eq!(left.len(), 1 + scratch, "{spec}: and no other: {left:?}");
     let gc = json(&["cache", "gc", "--cache-dir", cache.path().to_str().unwrap(), "--temp-age", "0", "--json"]);
-    assert_eq!(gc["temps_removed"], 1, "{spec}: {gc}");
+    assert_eq!(gc["temps_removed"], 1 + scratch as u64, "{spec}: {gc}");
     assert!(temps(cache.path()).is_empty(), "{spec}");
     let again = run(cache.path(), &["--verify"], &[]);
     assert!(verified_all(&again), "{spec}: {}", text(&again));
@@ -107,8 +111,9 @@ fn check_kill(spec: &str) {
 
 #[test]
 fn sigkill_in_the_middle_of_a_write_leaves_only_a_temp_file_that_gc_removes() {
-    check_kill("pause:partial:tables-v1");
-    check_kill("pause:synced:.bin");
+    check_kill("pause:partial:tables-v1", 0);
+    check_kill("pause:synced:.bin", 0);
+    check_kill("pause:written:.so", 2);
 }
 
 #[test]
@@ -131,7 +136,7 @@ fn an_abandoned_temp_file_is_removed_by_the_next_run() {
 
 #[test]
 fn a_full_disk_is_a_clear_error_and_leaves_nothing_behind() {
-    for (part, code) in [("tables-v1", 2), ("translation-v1", 1)] {
+    for (part, code) in [("tables-v1", 2), ("translation-v1", 1), ("build-v1", 1)] {
         let cache = tempfile::tempdir().unwrap();
         let spec = format!("enospc:100:{part}");
         let out = run(cache.path(), &[], &[("GRIDKEY_FAULT", &spec)]);
@@ -275,4 +280,31 @@ fn cache_stats_count_every_entry_and_gc_removes_least_recently_used_but_never_a_
     assert!(files(cache.path())
         .iter()
         .all(|p| !p.extension().is_some_and(|e| e == "npy" || e == "bin" || e == "json" || e == "so")));
+}
+
+#[test]
+fn the_fault_hook_travels_with_the_tasks_to_every_mode() {
+    // The binary parses GRIDKEY_FAULT once; workers get it with each task, not from their own
+    // environment, so a process-mode run meets the same full disk as a serial one.
+    for mode in ["serial", "thread", "process"] {
+        let cache = tempfile::tempdir().unwrap();
+        let grid = grid();
+        let args =
+            ["run", "--grid", grid.to_str().unwrap(), "--cache-dir", cache.path().to_str().unwrap(), "--mode", mode];
+        let out = cmd(&args, &[("GRIDKEY_FAULT", "enospc:100:translation-v1")]).output().unwrap();
+        let t = text(&out);
+        assert_eq!(out.status.code(), Some(1), "{mode}: {t}");
+        assert!(t.contains("No space left on device") && !t.contains("panicked"), "{mode}: {t}");
+        assert!(files(&cache.path().join("translation-v1")).is_empty(), "{mode}: nothing under a final name");
+    }
+}
+
+#[test]
+fn a_bad_fault_hook_is_a_clear_error_naming_the_variable() {
+    let cache = tempfile::tempdir().unwrap();
+    let out = run(cache.path(), &[], &[("GRIDKEY_FAULT", "pause:later")]);
+    let t = text(&out);
+    assert!(!out.status.success() && !t.contains("panicked"), "{t}");
+    assert!(t.contains("GRIDKEY_FAULT") && t.contains("\"later\" is not a pause point"), "{t}");
+    assert!(files(cache.path()).is_empty(), "nothing written: {t}");
 }
