@@ -115,7 +115,7 @@ pub fn faults(root: &Path, bin: PathBuf) -> Result<bool> {
         m.disk_full_injected("tables-v1")
     });
     m.row("ENOSPC injected in the writer: translation entry", "clear error, nothing left behind", |m| {
-        m.disk_full_injected("translation-v1")
+        m.disk_full_injected("translation-v2")
     });
     m.row("ENOSPC injected in the writer: kernel library", "clear error, nothing left behind", |m| {
         m.disk_full_injected(".so")
@@ -563,7 +563,7 @@ impl Matrix {
 
     fn gc_while_mapped(&mut self) -> Result<Seen> {
         let cache = self.fresh("gc-live");
-        let (mut child, temp) = self.paused(&cache, "pause:created:translation-v1")?;
+        let (mut child, temp) = self.paused(&cache, "pause:created:translation-v2")?;
         let during = self
             .gridkey(&["cache", "gc", "--cache-dir", s(&cache), "--max-size", "0", "--temp-age", "0", "--json"], &[])?;
         let tables_during = files_with_ext(&cache.join(gridkey_store::TABLES_DIR), "npy").len();

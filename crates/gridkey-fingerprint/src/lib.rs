@@ -1,5 +1,5 @@
-//! Translation key format v1 (ADR 0003), the persistent translation cache (ADR 0012) and the
-//! cache protocol every frontend calls ([`translate_cached`]).
+//! Translation key format v2 (ADR 0003, ADR 0020), the persistent translation cache (ADR 0012)
+//! and the cache protocol every frontend calls ([`translate_cached`]).
 //!
 //! # What goes into a key
 //!
@@ -10,7 +10,7 @@
 //! | input | why |
 //! |---|---|
 //! | [`KEY_FORMAT_VERSION`] and the table digest format version | a format change must change every key |
-//! | frontend name and version | another compiler, another translation |
+//! | frontend name, version and fingerprint (a digest of its translation code, ADR 0020) | another compiler, or the same version rebuilt with other translation code, another translation |
 //! | program name and the program's stable encoding | the program itself |
 //! | translation options (sorted by name) | they shape the emitted code |
 //! | every offset-provider entry, in order: its name, then `Dimension{name, kind}` or `Gather{domain, local, codomain, skip_value, dtype, shape, table digest}` | translation reads the tables (domain inference) |
@@ -104,11 +104,12 @@ use serde::{Deserialize, Serialize};
 use xxhash_rust::xxh3::{xxh3_128, xxh3_64};
 
 /// Version of the translation key encoding; hashed first into every key and part of the cache
-/// directory name (`translation-v1/`). Changing a key input without bumping it is a bug.
-pub const KEY_FORMAT_VERSION: u32 = 1;
+/// directory name (`translation-v2/`). Changing a key input without bumping it is a bug.
+/// Version 2 adds the frontend fingerprint (ADR 0020).
+pub const KEY_FORMAT_VERSION: u32 = 2;
 
 /// Name of the translation cache directory under the cache directory.
-pub const TRANSLATION_DIR: &str = "translation-v1";
+pub const TRANSLATION_DIR: &str = "translation-v2";
 
 /// Version marker of a translation cache entry file.
 pub const ENTRY_FORMAT_VERSION: u32 = 1;
@@ -204,7 +205,7 @@ pub trait KeyEncode {
     fn encode_key(&self, e: &mut KeyEncoder);
 }
 
-/// The 128-bit translation key (format v1); displays as 32 lowercase hex digits.
+/// The 128-bit translation key (format v2); displays as 32 lowercase hex digits.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct TranslationKey([u8; 16]);
 
@@ -246,13 +247,18 @@ impl FromStr for TranslationKey {
     }
 }
 
-/// The frontend (compiler) that translates: its name and version.
+/// The frontend (compiler) that translates: its name, version and fingerprint (ADR 0020).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Frontend {
     /// Name, e.g. `gridkey-stencil`; another frontend, another key.
     pub name: String,
     /// Version; a new version changes every key.
     pub version: String,
+    /// A digest of the code that shapes what the frontend emits (for gridkey-stencil, 32 hex
+    /// digits over its translation sources, `gridkey_stencil::FRONTEND_FINGERPRINT`): a rebuilt
+    /// frontend whose translation changed gets new keys under the same version. It must depend
+    /// on that code only, never on the path, profile or toolchain it was built with.
+    pub fingerprint: String,
 }
 
 /// Translation options: named settings that shape the emitted code, sorted by name.
@@ -412,7 +418,7 @@ impl KeyEncode for KeyInputs {
         let KeyInputs {
             key_format_version,
             digest_format_version,
-            frontend: Frontend { name, version },
+            frontend: Frontend { name, version, fingerprint },
             program,
             program_encoding,
             options,
@@ -422,6 +428,7 @@ impl KeyEncode for KeyInputs {
         e.u32(*digest_format_version);
         e.str(name);
         e.str(version);
+        e.str(fingerprint);
         e.str(program);
         e.str(program_encoding);
         e.u64(options.len() as u64);
@@ -446,7 +453,7 @@ pub enum Miss {
     Invalid(String),
 }
 
-/// The persistent translation cache: `<cache>/translation-v1/<hex[0..2]>/<hex>.bin`, each
+/// The persistent translation cache: `<cache>/translation-v2/<hex[0..2]>/<hex>.bin`, each
 /// entry with its key-input record `<hex>.json` beside it.
 ///
 /// Entry format (ENTRY_FORMAT_VERSION 1): `b"GKTE"`, version u32 LE, the 16 key bytes,
@@ -458,7 +465,7 @@ pub struct TranslationCache {
 }
 
 impl TranslationCache {
-    /// Opens (creating if needed) `<cache_dir>/translation-v1`.
+    /// Opens (creating if needed) `<cache_dir>/translation-v2`.
     ///
     /// Errors: [`FingerprintError::Directory`].
     pub fn open(cache_dir: &Path) -> Result<Self, FingerprintError> {
@@ -474,7 +481,7 @@ impl TranslationCache {
         self
     }
 
-    /// The cache directory, `<cache_dir>/translation-v1`.
+    /// The cache directory, `<cache_dir>/translation-v2`.
     pub fn dir(&self) -> &Path {
         &self.dir
     }
@@ -651,6 +658,7 @@ pub fn diff_inputs(a: &KeyInputs, b: &KeyInputs) -> Vec<InputChange> {
     push("digest format version", a.digest_format_version.to_string(), b.digest_format_version.to_string());
     push("frontend name", a.frontend.name.clone(), b.frontend.name.clone());
     push("frontend version", a.frontend.version.clone(), b.frontend.version.clone());
+    push("frontend fingerprint", a.frontend.fingerprint.clone(), b.frontend.fingerprint.clone());
     push("program name", a.program.clone(), b.program.clone());
     push(
         "program encoding digest",

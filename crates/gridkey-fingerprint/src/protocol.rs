@@ -26,7 +26,7 @@ pub trait Tier: Send + Sync {
     }
 
     /// Told when this tier served a hit for `inputs`: the local tier rewrites a key-input record
-    /// that was deleted, so that `gridkey explain` finds the entry again.
+    /// that was deleted or cannot be read, so that `gridkey explain` finds the entry again.
     fn served(&self, _inputs: &KeyInputs, _key: &TranslationKey) {}
 }
 
@@ -44,7 +44,7 @@ impl Tier for TranslationCache {
     }
 
     fn served(&self, inputs: &KeyInputs, key: &TranslationKey) {
-        if !self.record_path(key).is_file() {
+        if self.record(key).is_none() {
             // Best effort: a record that cannot be written leaves the entry as it was.
             let _ = self.write_record(inputs, key);
         }
@@ -71,7 +71,7 @@ impl Tiers {
 
     /// One local tier: the [`TranslationCache`] of `cache_dir`.
     ///
-    /// Errors: [`FingerprintError::Directory`] when `<cache_dir>/translation-v1` cannot be created.
+    /// Errors: [`FingerprintError::Directory`] when `<cache_dir>/translation-v2` cannot be created.
     pub fn local(cache_dir: &std::path::Path) -> Result<Self, FingerprintError> {
         Ok(Self::new(vec![Box::new(TranslationCache::open(cache_dir)?)]))
     }

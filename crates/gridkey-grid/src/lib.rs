@@ -1,4 +1,5 @@
-//! Real grid files (ICON, MPAS, UGRID) as runtime offset providers (ARCHITECTURE.md "gridkey-grid"; `data/grids/README.md`).
+//! Real grid files (ICON, MPAS, UGRID) as runtime offset providers (ARCHITECTURE.md
+//! "gridkey-grid"; `data/grids/README.md`; ADR 0014, ADR 0015).
 //!
 //! [`read_grid`] opens a netCDF file of any format (CDF-1, CDF-2, CDF-5 or HDF5-based
 //! netCDF-4) with `netcdf-reader`, a pure-Rust reader (no C library), recognises the model from

@@ -191,9 +191,11 @@ fn out_of_range_index_names_variable_and_entry() {
         other => panic!("expected IndexOutOfRange, got {other:?}"),
     }
     let msg = err.to_string();
-    for part in ["`edge_of_cell`", "C2E", "row 1, column 2", "has 8", "1..=7", "0 for no neighbour"] {
+    for part in ["`edge_of_cell`", "C2E", "row 1, column 2", "has 8", "1..=7", "index into Edge", "0 for no neighbour"]
+    {
         assert!(msg.contains(part), "message lacks {part:?}: {msg}");
     }
+    assert!(!msg.contains("a Edge"), "no article before a dimension name: {msg}");
 }
 
 #[test]

@@ -32,7 +32,7 @@ const STDERR_TAIL: usize = 2000;
 /// How [`compile`] runs: what it takes from the typed settings.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CompileConfig {
-    /// The cache directory: translation cache in `translation-v1/`, shared libraries in
+    /// The cache directory: translation cache in `translation-v2/`, shared libraries in
     /// [`BUILD_DIR`].
     pub cache_dir: PathBuf,
     /// The C compiler: its command words, the environment it runs with (nothing else reaches
@@ -104,8 +104,8 @@ mod key_hex {
 
 /// Compiles `program` against the compile-time offset provider:
 ///
-/// 1. key inputs = [`key_inputs`]`(program, options, provider)`;
-/// 2. the cache protocol, [`translate_cached`], over the local tier `<cache_dir>/translation-v1`:
+/// 1. key inputs = [`key_inputs`]`(program, options, provider)` (options normalised, ADR 0021);
+/// 2. the cache protocol, [`translate_cached`], over the local tier `<cache_dir>/translation-v2`:
 ///    a hit is the C source; a miss (absent, or unreadable, corrupt, not UTF-8) translates with
 ///    [`translate`] and stores the source with its key-input record;
 /// 3. build cache: `<cache_dir>/build-v1/<`[`build_key`]`>.so`; when absent, the compiler
@@ -137,7 +137,8 @@ pub fn compile(
         }
     }
     let started = Instant::now();
-    let inputs = key_inputs(program, options, provider);
+    let inputs = key_inputs(program, options, provider)?;
+    let options = &inputs.options;
     let tiers = Tiers::new(vec![Box::new(TranslationCache::open(&config.cache_dir)?.with_fault(config.fault.clone()))]);
     let accept = |payload: &[u8]| {
         std::str::from_utf8(payload).map(|_| ()).map_err(|e| format!("entry is not UTF-8 C source: {e}"))

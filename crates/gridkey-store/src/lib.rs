@@ -168,6 +168,8 @@ pub struct TableStore {
     dir: PathBuf,
     verify: bool,
     fault: Option<Fault>,
+    /// Files replaced because they did not hold the table their name says, shared by clones.
+    repaired: std::sync::Arc<std::sync::Mutex<Vec<PathBuf>>>,
 }
 
 impl TableStore {
@@ -178,7 +180,7 @@ impl TableStore {
     pub fn open(cache_dir: &Path) -> Result<Self, StoreError> {
         let dir = cache_dir.join(TABLES_DIR);
         fs::create_dir_all(&dir).map_err(|source| StoreError::Directory { path: dir.clone(), source })?;
-        Ok(Self { cache_dir: cache_dir.to_path_buf(), dir, verify: false, fault: None })
+        Ok(Self { cache_dir: cache_dir.to_path_buf(), dir, verify: false, fault: None, repaired: Default::default() })
     }
 
     /// This store with `fault` (the fault matrix's hook, parsed by the caller at its edge;
@@ -191,6 +193,28 @@ impl TableStore {
     /// The fault hook every write of this store gets.
     pub fn fault(&self) -> Option<&Fault> {
         self.fault.as_ref()
+    }
+
+    /// The table files that puts through this store (or a clone of it) found under a table's
+    /// name without that table's bytes (truncated, tampered, modified in place) and replaced
+    /// with the table, in the order replaced. A caller that prints reports them: a repaired
+    /// table means something wrote into the cache (ADR 0012).
+    pub fn repaired(&self) -> Vec<PathBuf> {
+        self.repaired.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    fn note_repaired(&self, path: &Path) {
+        self.repaired.lock().unwrap_or_else(|p| p.into_inner()).push(path.to_path_buf());
+    }
+
+    /// Whether a file is under `spec`'s name that is not that table: an open that fails for
+    /// any reason other than the file being absent, or `differs` on the mapped bytes.
+    fn holds_other(&self, spec: &TableSpec, differs: impl FnOnce(&MappedTable) -> bool) -> bool {
+        match self.open_table(spec) {
+            Ok(existing) => differs(&existing),
+            Err(StoreError::Missing { .. }) => false,
+            Err(_) => fs::symlink_metadata(self.path_of(&spec.digest)).is_ok(),
+        }
     }
 
     /// This store with every [`Self::open_table`] (and so every check of an existing file by
@@ -237,11 +261,14 @@ impl TableStore {
         // The name is trusted only once the bytes under it are the bytes being stored: a file
         // planted or damaged under the right name and size is replaced, never mapped as this
         // table (it would poison every translation made from it). Costs one comparison read.
-        if let Ok(existing) = self.open_table(spec) {
+        let mut same_bytes = false;
+        let replacing = self.holds_other(spec, |existing| {
             let mut same = SameBytes::new(existing.data_bytes());
-            if write_data(&mut same).is_ok() && same.all_equal() {
-                return Ok(path);
-            }
+            same_bytes = write_data(&mut same).is_ok() && same.all_equal();
+            !same_bytes
+        });
+        if same_bytes {
+            return Ok(path);
         }
         let write_err = |source| StoreError::Write { path: path.clone(), digest: spec.digest, source };
         let header = npy_header(spec).map_err(write_err)?;
@@ -251,7 +278,12 @@ impl TableStore {
             write_data(out)
         });
         match written {
-            Ok(len) if len == expected_len => Ok(path),
+            Ok(len) if len == expected_len => {
+                if replacing {
+                    self.note_repaired(&path);
+                }
+                Ok(path)
+            }
             Ok(len) => {
                 // The writer broke its contract; the file is named by content it does not hold.
                 let _ = fs::remove_file(&path);
@@ -336,7 +368,12 @@ impl TableStore {
         });
         let spec = spec_of(digest);
         let path = self.path_of(&digest);
-        if self.open_table(&spec).is_ok_and(|existing| existing.data_bytes() == data) {
+        let mut same_bytes = false;
+        let replacing = self.holds_other(&spec, |existing| {
+            same_bytes = existing.data_bytes() == data;
+            !same_bytes
+        });
+        if same_bytes {
             // Stored before (or by a concurrent writer), with these very bytes.
             return Ok((spec, path));
         }
@@ -349,7 +386,12 @@ impl TableStore {
             other => other.map_err(write_err)?,
         };
         match temp.commit(&path, self.fault()) {
-            Ok(_) => Ok((spec, path)),
+            Ok(_) => {
+                if replacing {
+                    self.note_repaired(&path);
+                }
+                Ok((spec, path))
+            }
             Err(_) if self.open_table(&spec).is_ok() => Ok((spec, path)),
             Err(source) => Err(write_err(source)),
         }
@@ -499,15 +541,24 @@ impl MappedTable {
         // by `open_verified`, not by memory unsafety in Rust code that only reads integers.
         let mmap = unsafe { Mmap::map(&file) }.map_err(|source| StoreError::Read { path: path.clone(), source })?;
         let table = Self { spec: *spec, path, mmap, _lock: file };
-        let found = match spec.dtype {
-            Dtype::I32 => ArrayView2::<i32>::view_npy(&table.mmap).map(|v| v.raw_dim()),
-            Dtype::I64 => ArrayView2::<i64>::view_npy(&table.mmap).map(|v| v.raw_dim()),
+        // `view_npy` also takes a Fortran-order file (as a Fortran-order view): a stored table is
+        // C order, so such a file is refused here rather than read as C order later.
+        let (found, c_order) = match spec.dtype {
+            Dtype::I32 => ArrayView2::<i32>::view_npy(&table.mmap).map(|v| (v.raw_dim(), v.is_standard_layout())),
+            Dtype::I64 => ArrayView2::<i64>::view_npy(&table.mmap).map(|v| (v.raw_dim(), v.is_standard_layout())),
         }
         .map_err(|e| StoreError::Format {
             path: table.path.clone(),
             dtype: spec.dtype,
             reason: e.to_string(),
         })?;
+        if !c_order {
+            return Err(StoreError::Format {
+                path: table.path,
+                dtype: spec.dtype,
+                reason: "its header says fortran_order: True".into(),
+            });
+        }
         let found = [found[0], found[1]];
         if found != spec.shape {
             return Err(StoreError::Shape { path: table.path, expected: spec.shape, found });

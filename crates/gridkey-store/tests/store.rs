@@ -125,6 +125,19 @@ fn every_kind_of_bad_file_is_a_typed_error() {
     overwrite(&store, &spec, &fs::read(other.path_of(&sd)).unwrap());
     check_bad(&store, &spec, |e| matches!(e, StoreError::Shape { found: [10, 3], .. }), "other shape");
 
+    // The same dtype and shape in Fortran order: refused, never read as C order.
+    let (needle, replacement) = (b"'fortran_order': False", b"'fortran_order': True ");
+    let at = good.windows(needle.len()).position(|w| w == needle).expect("a C-order header");
+    let mut fortran = good.clone();
+    fortran[at..at + needle.len()].copy_from_slice(replacement);
+    overwrite(&store, &spec, &fortran);
+    check_bad(
+        &store,
+        &spec,
+        |e| matches!(e, StoreError::Format { reason, .. } if reason.contains("fortran_order")),
+        "Fortran order",
+    );
+
     // A directory, then a symlink, where the file should be.
     let path = store.path_of(&spec.digest);
     fs::remove_file(&path).unwrap();
@@ -382,16 +395,37 @@ fn a_file_under_the_name_with_other_bytes_is_replaced_by_every_put() {
     let impostor = TableStore::open(&dir.path().join("impostor")).unwrap();
     let ispec = stored(&impostor, &other);
     let planted = fs::read(impostor.path_of(&ispec.digest)).unwrap();
-    for put in ["put_table", "put_slice"] {
+    let put = |how: &str| match how {
+        "put_table" => drop(store.put_table(spec.digest, t.view()).unwrap()),
+        _ => drop(store.put_slice(Dtype::I32, [1000, 3], &le_bytes(&t), || digest_table(t.view())).unwrap()),
+    };
+    let path = store.path_of(&spec.digest);
+    for (n, how) in ["put_table", "put_slice"].into_iter().enumerate() {
         overwrite(&store, &spec, &planted);
         assert!(store.open_table(&spec).is_ok(), "the planted file passes a checked open");
-        match put {
-            "put_table" => drop(store.put_table(spec.digest, t.view()).unwrap()),
-            _ => drop(store.put_slice(Dtype::I32, [1000, 3], &le_bytes(&t), || digest_table(t.view())).unwrap()),
-        }
-        store.open_verified(&spec).unwrap_or_else(|e| panic!("{put}: {e}"));
-        assert!(files_under(store.dir()).iter().all(|f| !f.starts_with(".tmp-")), "{put}");
+        put(how);
+        store.open_verified(&spec).unwrap_or_else(|e| panic!("{how}: {e}"));
+        assert!(files_under(store.dir()).iter().all(|f| !f.starts_with(".tmp-")), "{how}");
+        // Not without a word: the store says which file it replaced, once per replacement.
+        assert_eq!(store.repaired(), vec![path.clone(); n + 1], "{how}");
+        // The good file is kept as it is, and that is no repair.
+        put(how);
+        assert_eq!(store.repaired().len(), n + 1, "{how}: a put of a stored table repairs nothing");
     }
+}
+
+#[test]
+fn a_truncated_file_under_the_name_is_a_repair_and_a_first_store_is_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = TableStore::open(dir.path()).unwrap();
+    let t = table(100, 3);
+    let spec = stored(&store, &t);
+    assert!(store.repaired().is_empty(), "storing a new table repairs nothing");
+    let good = fs::read(store.path_of(&spec.digest)).unwrap();
+    overwrite(&store, &spec, &good[..100]);
+    let clone = store.clone();
+    clone.put_slice(Dtype::I32, [100, 3], &le_bytes(&t), || digest_table(t.view())).unwrap();
+    assert_eq!(store.repaired(), [store.path_of(&spec.digest)], "clones share what they repaired");
 }
 
 #[test]

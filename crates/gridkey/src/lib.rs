@@ -126,6 +126,25 @@ pub enum AppError {
         /// The I/O error.
         source: std::io::Error,
     },
+    /// Translation options the frontend does not accept.
+    #[error(transparent)]
+    Options(Box<gridkey_stencil::StencilError>),
+    /// `gridkey cache stats` or `gridkey cache gc` on a path that is not a cache directory.
+    #[error("cache directory {path} {problem}; give the cache directory of a run (--cache-dir or GRIDKEY_CACHE_DIR)")]
+    NoCacheDir {
+        /// The path given.
+        path: PathBuf,
+        /// `does not exist` or `is a file, not a directory`.
+        problem: &'static str,
+    },
+    /// A file is where a store directory (`tables-v1`, ...) or one of its shard directories belongs.
+    #[error(
+        "cache path {path} is a file where a store directory belongs; remove it, and gridkey makes the directory again"
+    )]
+    StoreNotADirectory {
+        /// The path.
+        path: PathBuf,
+    },
     /// The cache directory could not be made absolute.
     #[error("cannot resolve cache directory {path}: {source}; pass an existing, writable --cache-dir")]
     CacheDir {
@@ -134,6 +153,13 @@ pub enum AppError {
         /// The I/O error.
         source: std::io::Error,
     },
+}
+
+impl From<gridkey_stencil::StencilError> for AppError {
+    /// Boxed, as [`AppError::Grid`].
+    fn from(e: gridkey_stencil::StencilError) -> Self {
+        AppError::Options(Box::new(e))
+    }
 }
 
 impl From<GridError> for AppError {
@@ -325,7 +351,7 @@ pub fn run_with_progress(
 ) -> Result<RunReport, AppError> {
     let (programs, skipped) = supported::split(programs, grid);
     let programs = programs.as_slice();
-    let warnings = cache::check_cache_dir(&config.settings.cache_dir)?;
+    let mut warnings = cache::check_cache_dir(&config.settings.cache_dir)?;
     let settings = task_settings(&config.settings)?;
     let temps_removed =
         cache::gc(&settings.cache_dir, &cache::GcConfig { max_size: None, temp_min_age: cache::STALE_TEMP_AGE })?
@@ -336,14 +362,17 @@ pub fn run_with_progress(
     let t = Instant::now();
     let ct = Arc::new(compile_time_offset_provider(grid.provider(), &store)?);
     let convert_seconds = t.elapsed().as_secs_f64();
+    warnings.extend(store.repaired().into_iter().map(cache::CacheWarning::repaired_table));
 
     let tasks = tasks_for(programs, &ct, &config.options, &settings);
     // The parent knows each key too (the same compile-time view), and whether the translation
     // cache had it before the batch: so a task that fails after translating (a compiler that
     // fails, a full disk) is still counted as the hit or miss and translation it was.
     let cache = TranslationCache::open(&cache_dir)?;
-    let keys: Vec<TranslationKey> =
-        programs.iter().map(|p| gridkey_stencil::key_inputs(p, &config.options, &ct).key()).collect();
+    let keys: Vec<TranslationKey> = programs
+        .iter()
+        .map(|p| gridkey_stencil::key_inputs(p, &config.options, &ct).map(|inputs| inputs.key()))
+        .collect::<Result<_, _>>()?;
     let cached_before: Vec<bool> = keys.iter().map(|k| cache.get(k).is_ok()).collect();
     let t = Instant::now();
     let outcomes = runner.run_all_with(&tasks, progress);

@@ -119,7 +119,7 @@ fn sigkill_in_the_middle_of_a_write_leaves_only_a_temp_file_that_gc_removes() {
 #[test]
 fn an_abandoned_temp_file_is_removed_by_the_next_run() {
     let cache = tempfile::tempdir().unwrap();
-    let dir = cache.path().join("translation-v1/ab");
+    let dir = cache.path().join("translation-v2/ab");
     fs::create_dir_all(&dir).unwrap();
     let old = dir.join(".tmp-crashed");
     let young = dir.join(".tmp-in-flight");
@@ -136,7 +136,7 @@ fn an_abandoned_temp_file_is_removed_by_the_next_run() {
 
 #[test]
 fn a_full_disk_is_a_clear_error_and_leaves_nothing_behind() {
-    for (part, code) in [("tables-v1", 2), ("translation-v1", 1), ("build-v1", 1)] {
+    for (part, code) in [("tables-v1", 2), ("translation-v2", 1), ("build-v1", 1)] {
         let cache = tempfile::tempdir().unwrap();
         let spec = format!("enospc:100:{part}");
         let out = run(cache.path(), &[], &[("GRIDKEY_FAULT", &spec)]);
@@ -164,7 +164,7 @@ fn bad_cache_directories_are_errors_or_warnings() {
     let out = run(&open, &[], &[]);
     assert!(verified_all(&out), "{}", text(&out));
     assert!(
-        text(&out).contains("warning: cache directory") && text(&out).contains("writable by everyone"),
+        text(&out).contains("warning: ") && text(&out).contains(": cache directory writable by everyone"),
         "{}",
         text(&out)
     );
@@ -174,7 +174,7 @@ fn bad_cache_directories_are_errors_or_warnings() {
     if std::os::unix::fs::chown(&other, Some(4242), None).is_ok() {
         let out = run(&other, &[], &[]);
         assert!(verified_all(&out), "{}", text(&out));
-        assert!(text(&out).contains("is owned by user 4242"), "{}", text(&out));
+        assert!(text(&out).contains("cache directory owned by user 4242"), "{}", text(&out));
     } else {
         eprintln!("skipped the other-owner case: chown needs root here (cargo xtask faults runs it as root)");
     }
@@ -219,9 +219,20 @@ fn run_verify_rebuilds_a_table_modified_in_place() {
     std::io::Write::write_all(&mut f, &0i32.to_le_bytes()).unwrap();
     drop(f);
     assert!(store.open_verified(&spec).is_err(), "modified in place");
-    let plain = run(cache.path(), &[], &[]);
+    let plain = run(cache.path(), &["--json"], &[]);
     assert!(plain.status.success());
     store.open_verified(&spec).expect("conversion compares the stored bytes with the runtime table and rewrote it");
+    // Not without a word: the repair is a warning naming the file, on stderr and in the report.
+    let stderr = String::from_utf8_lossy(&plain.stderr);
+    let warning = format!("gridkey: warning: {}: table file did not hold the table its name says", path.display());
+    assert!(stderr.contains(&warning), "{stderr}");
+    let report: serde_json::Value = serde_json::from_slice(&plain.stdout).unwrap();
+    let warnings = report["warnings"].as_array().unwrap();
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert_eq!(warnings[0]["path"], path.to_str().unwrap());
+    // A clean run says nothing.
+    let clean = run(cache.path(), &[], &[]);
+    assert!(verified_all(&clean) && !String::from_utf8_lossy(&clean.stderr).contains("warning"), "{}", text(&clean));
     // Again in place, and a verifying run.
     fs::set_permissions(&path, fs::Permissions::from_mode(0o644)).unwrap();
     let mut f = fs::OpenOptions::new().write(true).open(&path).unwrap();
@@ -244,7 +255,7 @@ fn cache_stats_count_every_entry_and_gc_removes_least_recently_used_but_never_a_
         files(&cache.path().join(dir)).iter().filter(|p| p.extension().is_some_and(|e| e == ext)).count() as u64
     };
     let bytes = |dir: &str| files(&cache.path().join(dir)).iter().map(|p| fs::metadata(p).unwrap().len()).sum::<u64>();
-    for (i, (dir, ext)) in [("tables-v1", "npy"), ("translation-v1", "bin"), ("build-v1", "so")].iter().enumerate() {
+    for (i, (dir, ext)) in [("tables-v1", "npy"), ("translation-v2", "bin"), ("build-v1", "so")].iter().enumerate() {
         assert_eq!(stats[i]["store"], *dir);
         assert_eq!(stats[i]["entries"], count(dir, ext), "{dir}");
         assert_eq!(stats[i]["bytes"], bytes(dir), "{dir}");
@@ -259,13 +270,13 @@ fn cache_stats_count_every_entry_and_gc_removes_least_recently_used_but_never_a_
     for p in files(&cache.path().join("build-v1")) {
         fs::File::open(&p).unwrap().set_times(old).unwrap();
     }
-    let total = bytes("tables-v1") + bytes("translation-v1") + bytes("build-v1");
+    let total = bytes("tables-v1") + bytes("translation-v2") + bytes("build-v1");
     let budget = total - bytes("build-v1");
     let gc = json(&["cache", "gc", "--cache-dir", c, "--max-size", &budget.to_string(), "--json"]);
     assert_eq!(gc["entries_removed"], 8, "{gc}");
     assert_eq!(gc["bytes_left"], budget, "{gc}");
     assert_eq!(count("build-v1", "so"), 0);
-    assert_eq!(count("translation-v1", "bin"), 8);
+    assert_eq!(count("translation-v2", "bin"), 8);
 
     // A table mapped by this process is kept, whatever the budget; unmapped, it goes.
     let store = TableStore::open(cache.path()).unwrap();
@@ -291,11 +302,14 @@ fn the_fault_hook_travels_with_the_tasks_to_every_mode() {
         let grid = grid();
         let args =
             ["run", "--grid", grid.to_str().unwrap(), "--cache-dir", cache.path().to_str().unwrap(), "--mode", mode];
-        let out = cmd(&args, &[("GRIDKEY_FAULT", "enospc:100:translation-v1")]).output().unwrap();
+        let out = cmd(&args, &[("GRIDKEY_FAULT", "enospc:100:translation-v2")]).output().unwrap();
         let t = text(&out);
         assert_eq!(out.status.code(), Some(1), "{mode}: {t}");
         assert!(t.contains("No space left on device") && !t.contains("panicked"), "{mode}: {t}");
-        assert!(files(&cache.path().join("translation-v1")).is_empty(), "{mode}: nothing under a final name");
+        assert!(
+            files(&cache.path().join(gridkey_fingerprint::TRANSLATION_DIR)).is_empty(),
+            "{mode}: nothing under a final name"
+        );
     }
 }
 
