@@ -124,13 +124,16 @@ pub fn host_table<'py>(obj: &Bound<'py, PyAny>) -> PyResult<HostTable<'py>> {
                 return Err(error(
                     Kind::Type,
                     format!(
-                        "a {} is not a table: pass a 2-D int32 or int64 array (a NumPy array, a buffer or an object with __array__)",
+                        "an object of type {} is not a table: pass a 2-D int32 or int64 array (a NumPy array, a buffer or an object with __array__)",
                         type_name(obj)
                     ),
                 ));
             };
             let converted = converted.map_err(|e| {
-                let err = error(Kind::Type, format!("a {} is not a table: NumPy cannot read it ({e})", type_name(obj)));
+                let err = error(
+                    Kind::Type,
+                    format!("an object of type {} is not a table: NumPy cannot read it ({e})", type_name(obj)),
+                );
                 err.set_cause(py, Some(e));
                 err
             })?;

@@ -1,7 +1,7 @@
 //! Device tables: a Python object whose memory is not on the host (`__dlpack__` on a device,
 //! `__cuda_array_interface__`), read through one copy to the host per conversion.
 //!
-//! [`PyDeviceTable`] is the table-source of such an object: its dtype and shape are metadata
+//! [`PyDeviceTable`] is the [`TableSource`] of such an object: its dtype and shape are metadata
 //! (free), its elements come from `copy_to_host`, which calls the object's own host copy
 //! (`gridkey._device.host_copy`: DLPack to the CPU, else CuPy's `get()` or Numba's
 //! `copy_to_host()`) with the GIL held and checks what comes back.
@@ -9,7 +9,7 @@
 use std::sync::Arc;
 
 use gridkey_digest::Dtype;
-use gridkey_offsets::IndexTable;
+use gridkey_offsets::{CopyError, IndexTable, OffsetsError, TableSource};
 use ndarray::Array2;
 use pyo3::prelude::*;
 
@@ -34,15 +34,29 @@ impl std::fmt::Display for HostCopyError {
 
 impl std::error::Error for HostCopyError {}
 
-impl HostCopyError {
-    /// As a `DeviceCopyError`, with the library's exception as its cause.
-    pub fn into_pyerr(self) -> PyErr {
-        let err = error(Kind::DeviceCopy, self.message);
-        if let Some(cause) = self.cause {
-            Python::attach(|py| err.set_cause(py, Some(cause)));
-        }
-        err
+/// A `DeviceCopyError` with `message`, and as its cause the library's exception when `source`
+/// is a [`HostCopyError`] that has one.
+fn device_copy_error(message: String, source: Option<&CopyError>) -> PyErr {
+    let err = error(Kind::DeviceCopy, message);
+    let cause = source.and_then(|s| s.downcast_ref::<HostCopyError>()).and_then(|h| h.cause.as_ref());
+    if let Some(cause) = cause {
+        Python::attach(|py| err.set_cause(py, Some(cause.clone_ref(py))));
     }
+    err
+}
+
+/// The Python exception of a failed host copy in a conversion (the message names the offset).
+pub fn offsets_copy_error(e: OffsetsError) -> PyErr {
+    match &e {
+        OffsetsError::HostCopy { source, .. } => device_copy_error(e.to_string(), Some(source)),
+        OffsetsError::HostCopyShape { .. } => device_copy_error(e.to_string(), None),
+        _ => crate::errors::offsets_error(e),
+    }
+}
+
+/// The Python exception of a failed host copy outside a conversion.
+pub fn copy_error(e: CopyError) -> PyErr {
+    device_copy_error(e.to_string(), Some(&e))
 }
 
 /// A table held by a Python object on a device.
@@ -60,21 +74,39 @@ impl PyDeviceTable {
         let type_name = object.get_type().fully_qualified_name().map(|n| n.to_string()).unwrap_or_default();
         Arc::new(Self { object: object.clone().unbind(), type_name, dtype, shape })
     }
+}
 
-    /// One copy of the table to the host, in C order: the object's own host copy, checked to
-    /// hold the dtype and shape its metadata announced, then read into an [`IndexTable`].
+impl TableSource for PyDeviceTable {
+    fn dtype(&self) -> Dtype {
+        self.dtype
+    }
+
+    fn shape(&self) -> [usize; 2] {
+        self.shape
+    }
+
+    /// One copy of the table to the host, in C order: the object's own host copy (with the GIL
+    /// taken), checked to hold the dtype and shape its metadata announced, then read into an
+    /// [`IndexTable`].
     ///
-    /// Errors: the copy failed (the library's exception is the cause) or returned another
-    /// dtype or shape.
-    pub fn copy_to_host(&self) -> Result<IndexTable, HostCopyError> {
+    /// Errors: a [`HostCopyError`]: the copy failed (the library's exception is its cause) or
+    /// returned something that is not a table of that dtype and shape.
+    fn copy_to_host(&self) -> Result<IndexTable, CopyError> {
+        self.copy().map_err(|e| Box::new(e) as CopyError)
+    }
+}
+
+impl PyDeviceTable {
+    fn copy(&self) -> Result<IndexTable, HostCopyError> {
         Python::attach(|py| {
             let fail = |message: String, cause: Option<PyErr>| HostCopyError { message, cause };
             let copied = py
                 .import("gridkey._device")
                 .and_then(|m| m.call_method1("host_copy", (self.object.bind(py),)))
-                .map_err(|e| fail(format!("copying the {} table to the host failed", self.type_name), Some(e)))?;
-            let host = host_table(&copied)
-                .map_err(|e| fail(format!("the host copy of the {} table is not a table", self.type_name), Some(e)))?;
+                .map_err(|e| fail(format!("the {} table's host copy raised {e}", self.type_name), Some(e)))?;
+            let host = host_table(&copied).map_err(|e| {
+                fail(format!("the host copy of the {} table is not a table: {e}", self.type_name), Some(e))
+            })?;
             if host.dtype() != self.dtype || host.shape() != self.shape {
                 return Err(fail(
                     format!(

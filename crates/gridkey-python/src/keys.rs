@@ -47,7 +47,7 @@ fn compile_time_provider(provider: &Bound<'_, PyAny>) -> PyResult<CompileTimeOff
             return Err(error(
                 Kind::Type,
                 format!(
-                    "offset {name}: a {} is neither a compile-time connectivity nor a dimension",
+                    "offset {name}: an object of type {} is neither a compile-time connectivity nor a dimension",
                     entry.get_type().fully_qualified_name()?
                 ),
             ));

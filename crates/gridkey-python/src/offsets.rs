@@ -16,15 +16,16 @@ use std::sync::{Arc, Mutex};
 
 use gridkey_digest::{Dtype, TableDigest, TableHasher};
 use gridkey_offsets::{DimensionKind, OffsetsError};
-use gridkey_store::TableSpec;
+use gridkey_store::{StoreError, TableSpec};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyMapping, PyWeakrefMethods, PyWeakrefReference};
 
 use crate::array::{table as as_table, Table};
-use crate::device::PyDeviceTable;
+use crate::device::{offsets_copy_error, PyDeviceTable};
 use crate::errors::{error, guard, offsets_error, store_error, Kind};
 use crate::raw::{Narrow, RawTable};
-use crate::store::{put_device, store_raw, MappedTable, Mapping, TableStore};
+use crate::store::{put_host_copy, store_raw, MappedTable, Mapping, TableStore};
+use gridkey_offsets::TableSource;
 
 /// A named dimension: `Dimension("Cell")`, `Dimension("K", "vertical")`,
 /// `Dimension("C2EDim", "local")`. Immutable and hashable; equal when name and kind are.
@@ -110,7 +111,9 @@ pub struct Connectivity {
     skip_value: Option<i64>,
     dtype: Dtype,
     shape: [usize; 2],
-    device: Option<Arc<PyDeviceTable>>,
+    /// For a device table: the Rust connectivity over its [`PyDeviceTable`] source, which
+    /// conversion asks for the host copy (`Connectivity::host_table`).
+    device: Option<Arc<gridkey_offsets::Connectivity>>,
 }
 
 #[pymethods]
@@ -130,7 +133,13 @@ impl Connectivity {
             check_dimensions(&domain, &local, &codomain)?;
             let (dtype, shape, device) = match as_table(table)? {
                 Table::Host(host) => (host.dtype(), host.shape(), None),
-                Table::Device { dtype, shape } => (dtype, shape, Some(PyDeviceTable::new(table, dtype, shape))),
+                Table::Device { dtype, shape } => {
+                    let source: Arc<dyn TableSource> = PyDeviceTable::new(table, dtype, shape);
+                    let [d, l, c] = [&domain, &local, &codomain].map(|d| d.inner.clone());
+                    let rust =
+                        gridkey_offsets::Connectivity::new(d, l, c, skip_value, source).map_err(offsets_error)?;
+                    (dtype, shape, Some(Arc::new(rust)))
+                }
             };
             Ok(Self { table: table.clone().unbind(), domain, local, codomain, skip_value, dtype, shape, device })
         })
@@ -305,9 +314,7 @@ impl CompileTimeConnectivity {
     /// The `.npy` file of the table.
     #[getter]
     fn path(&self) -> PathBuf {
-        gridkey_store::TableStore::open(&self.cache_dir)
-            .map(|s| s.path_of(&self.inner.digest()))
-            .unwrap_or_else(|_| self.cache_dir.join(gridkey_store::TABLES_DIR))
+        self.inner.table_path().to_path_buf()
     }
 
     /// The cache directory of the store it was mapped from.
@@ -360,7 +367,7 @@ pub fn rehydrate(
     verify: bool,
     digest: &str,
     dtype: &Bound<'_, PyAny>,
-    shape: (usize, usize),
+    shape: &Bound<'_, PyAny>,
     domain: Dimension,
     local: Dimension,
     codomain: Dimension,
@@ -556,7 +563,7 @@ pub fn conversion_stats(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     Ok(d)
 }
 
-/// `err` with `offset X: ` before its message (a `DeviceCopyError`, whose cause is kept).
+/// `err` with `offset X: ` before its message (its class and cause kept).
 fn with_offset(py: Python<'_>, offset: &str, err: PyErr) -> PyErr {
     let value = err.value(py);
     let message = value.str().map(|s| s.to_string()).unwrap_or_default();
@@ -580,6 +587,52 @@ fn compile_time_digest(raw: &RawTable<'_>, narrow: Narrow) -> TableDigest {
     hasher.finish().expect("every element was fed")
 }
 
+/// The memoised view of `conn` in `store`, if there is one that still holds (on a verifying
+/// store a host table's digest is recomputed: it may have changed in place).
+fn memo_hit(
+    py: Python<'_>,
+    conn: &Bound<'_, Connectivity>,
+    store: &gridkey_store::TableStore,
+    table_dtype: TableDtype,
+) -> PyResult<Option<Py<CompileTimeConnectivity>>> {
+    let key = (store.dir().to_path_buf(), table_dtype);
+    let Some(hit) = locked(conversions()).get(conn.as_any(), key).map(|h| h.clone_ref(py)) else {
+        return Ok(None);
+    };
+    let c = conn.get();
+    if c.device.is_none() && store.verifies() {
+        let host = crate::array::host_table(c.table.bind(py))?;
+        let raw = host.raw()?;
+        let digest = py.detach(|| compile_time_digest(&raw, table_dtype.narrow()));
+        if digest != hit.get().inner.digest() {
+            return Ok(None);
+        }
+    }
+    MEMO_HITS.fetch_add(1, Ordering::SeqCst);
+    Ok(Some(hit))
+}
+
+/// The view of `conn` over its table stored as `spec`, memoised.
+fn finish(
+    py: Python<'_>,
+    offset: &str,
+    conn: &Bound<'_, Connectivity>,
+    store: &gridkey_store::TableStore,
+    table_dtype: TableDtype,
+    spec: &TableSpec,
+) -> PyResult<Py<CompileTimeConnectivity>> {
+    let c = conn.get();
+    CONVERTED.fetch_add(1, Ordering::SeqCst);
+    let ct = CompileTimeConnectivity::open(py, offset, store, spec, [&c.domain, &c.local, &c.codomain], c.skip_value)?;
+    let ct = Py::new(py, ct)?;
+    locked(conversions()).insert(conn.as_any(), (store.dir().to_path_buf(), table_dtype), ct.clone_ref(py));
+    Ok(ct)
+}
+
+fn store_error_of(offset: &str, e: StoreError) -> PyErr {
+    offsets_error(OffsetsError::Store { offset: offset.to_owned(), source: e })
+}
+
 fn convert(
     py: Python<'_>,
     offset: &str,
@@ -587,43 +640,47 @@ fn convert(
     store: &gridkey_store::TableStore,
     table_dtype: TableDtype,
 ) -> PyResult<Py<CompileTimeConnectivity>> {
-    let key = (store.dir().to_path_buf(), table_dtype);
-    let c = conn.get();
-    let hit = locked(conversions()).get(conn.as_any(), key.clone()).map(|h| h.clone_ref(py));
-    if let Some(hit) = hit {
-        let still = match (&c.device, store.verifies()) {
-            (None, true) => {
-                // A verifying store trusts no memo: the table may have changed in place.
-                let host = crate::array::host_table(c.table.bind(py))?;
-                let raw = host.raw()?;
-                let digest = py.detach(|| compile_time_digest(&raw, table_dtype.narrow()));
-                digest == hit.get().inner.digest()
-            }
-            _ => true,
-        };
-        if still {
-            MEMO_HITS.fetch_add(1, Ordering::SeqCst);
-            return Ok(hit.clone_ref(py));
-        }
+    if let Some(hit) = memo_hit(py, conn, store, table_dtype)? {
+        return Ok(hit);
     }
+    let c = conn.get();
     let spec = match &c.device {
         None => {
             let host = crate::array::host_table(c.table.bind(py))?;
             let raw = host.raw()?;
             let narrow = table_dtype.narrow();
-            py.detach(|| store_raw(store, &raw, narrow))
-                .map_err(|e| offsets_error(OffsetsError::Store { offset: offset.to_owned(), source: e }))?
+            py.detach(|| store_raw(store, &raw, narrow)).map_err(|e| store_error_of(offset, e))?
         }
-        Some(source) => {
+        Some(rust) => {
             HOST_COPIES.fetch_add(1, Ordering::SeqCst);
-            put_device(py, store, source, table_dtype.narrow()).map_err(|e| with_offset(py, offset, e))?
+            let host = py.detach(|| rust.host_table(offset)).map_err(offsets_copy_error)?;
+            put_host_copy(py, store, &host, table_dtype.narrow()).map_err(|e| with_offset(py, offset, e))?
         }
     };
-    CONVERTED.fetch_add(1, Ordering::SeqCst);
-    let ct = CompileTimeConnectivity::open(py, offset, store, &spec, [&c.domain, &c.local, &c.codomain], c.skip_value)?;
-    let ct = Py::new(py, ct)?;
-    locked(conversions()).insert(conn.as_any(), key, ct.clone_ref(py));
-    Ok(ct)
+    finish(py, offset, conn, store, table_dtype, &spec)
+}
+
+/// How many tables of one provider are stored at once: their writes and syncs overlap (each
+/// table is synced on its own, ADR 0002), which a provider of several tables needs to cost
+/// about one synced write of all its bytes.
+const PARALLEL_PUTS: usize = 8;
+
+/// Stores `raws` with up to [`PARALLEL_PUTS`] at once; the results in the same order.
+fn store_all(
+    store: &gridkey_store::TableStore,
+    raws: &[RawTable<'_>],
+    narrow: Narrow,
+) -> Vec<Result<TableSpec, StoreError>> {
+    let mut out = Vec::with_capacity(raws.len());
+    for batch in raws.chunks(PARALLEL_PUTS) {
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = batch.iter().map(|raw| scope.spawn(move || store_raw(store, raw, narrow))).collect();
+            for h in handles {
+                out.push(h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)));
+            }
+        });
+    }
+    out
 }
 
 /// The compile-time view of one runtime connectivity, converted once per connectivity, store
@@ -650,7 +707,8 @@ pub fn compile_time_connectivity(
 /// by identity and weak reference): its table is hashed once, stored once and mapped; a device
 /// table is copied to the host once. `table_dtype="canonical"` stores int64 tables whose indices
 /// fit as int32 (gridkey's canonical tables, ADR 0006); `"runtime"` keeps the runtime dtype. The
-/// GIL is released while tables are hashed and written.
+/// GIL is released while tables are hashed and written; the tables of one provider are stored
+/// several at once, so that their writes and syncs overlap.
 ///
 /// Errors: `TableTypeError` for an entry that is neither; the store's errors (`GridkeyOSError`,
 /// `TableFileError`), naming the offset; `DeviceCopyError`.
@@ -667,22 +725,56 @@ pub fn compile_time_offset_provider<'py>(
         let provider = provider.cast::<PyMapping>().map_err(|_| {
             error(Kind::Type, "an offset provider is a mapping of offset names to connectivities and dimensions")
         })?;
-        let out = PyDict::new(py);
+        let store = store.get().inner();
+        // Memo hits and device tables first, in order; host tables that need storing are then
+        // stored together (their syncs overlap), without the GIL.
+        let mut slots: Vec<(String, Option<Bound<'py, PyAny>>)> = Vec::new();
+        let mut pending: Vec<(usize, Bound<'py, Connectivity>, crate::array::HostTable<'py>)> = Vec::new();
+        // A connectivity under two names is stored once: (slot, its first slot).
+        let mut aliases: Vec<(usize, usize)> = Vec::new();
         for item in provider.items()?.iter() {
             let (name, entry): (String, Bound<'py, PyAny>) = item.extract()?;
             if let Ok(conn) = entry.cast::<Connectivity>() {
-                out.set_item(&name, convert(py, &name, conn, store.get().inner(), table_dtype)?)?;
+                if let Some((first, _, _)) = pending.iter().find(|(_, c, _)| c.is(conn)) {
+                    aliases.push((slots.len(), *first));
+                    slots.push((name, None));
+                } else if let Some(hit) = memo_hit(py, conn, store, table_dtype)? {
+                    slots.push((name, Some(hit.into_bound(py).into_any())));
+                } else if conn.get().device.is_none() {
+                    let host = crate::array::host_table(conn.get().table.bind(py))?;
+                    pending.push((slots.len(), conn.clone(), host));
+                    slots.push((name, None));
+                } else {
+                    let ct = convert(py, &name, conn, store, table_dtype)?;
+                    slots.push((name, Some(ct.into_bound(py).into_any())));
+                }
             } else if entry.cast::<Dimension>().is_ok() || entry.cast::<CompileTimeConnectivity>().is_ok() {
-                out.set_item(&name, entry)?;
+                slots.push((name, Some(entry)));
             } else {
                 return Err(error(
                     Kind::Type,
                     format!(
-                        "offset {name}: a {} is neither a gridkey.Connectivity nor a gridkey.Dimension",
+                        "offset {name}: an object of type {} is neither a gridkey.Connectivity nor a gridkey.Dimension",
                         entry.get_type().fully_qualified_name()?
                     ),
                 ));
             }
+        }
+        let raws = pending.iter().map(|(_, _, host)| host.raw()).collect::<PyResult<Vec<_>>>()?;
+        let narrow = table_dtype.narrow();
+        let specs = py.detach(|| store_all(store, &raws, narrow));
+        for ((slot, conn, _), spec) in pending.iter().zip(specs) {
+            let name = slots[*slot].0.clone();
+            let spec = spec.map_err(|e| store_error_of(&name, e))?;
+            let ct = finish(py, &name, conn, store, table_dtype, &spec)?;
+            slots[*slot].1 = Some(ct.into_bound(py).into_any());
+        }
+        for (slot, first) in aliases {
+            slots[slot].1 = slots[first].1.clone();
+        }
+        let out = PyDict::new(py);
+        for (name, value) in slots {
+            out.set_item(name, value.expect("every slot was filled"))?;
         }
         Ok(out)
     })

@@ -11,10 +11,11 @@ use gridkey_store::{StoreError, TableSpec};
 use pyo3::prelude::*;
 
 use crate::array::{dtype_arg, readonly_array, table, Table};
-use crate::device::PyDeviceTable;
+use crate::device::{copy_error, PyDeviceTable};
 use crate::errors::{error, guard, store_error, Kind};
 use crate::raw::{Narrow, RawTable};
 use crate::settings::Settings;
+use gridkey_offsets::TableSource;
 
 /// Stores `raw` (as its own dtype, or with [`Narrow::ToI32`] an int64 table whose elements all
 /// fit as int32, ADR 0006) and returns its spec. A C-contiguous little-endian table is hashed on another
@@ -57,11 +58,11 @@ pub fn store_raw(
 ///
 /// Errors: `TableValueError` for a digest that is not 32 hex digits or a shape whose byte size
 /// overflows; `TableTypeError` for a dtype that is not int32 or int64 little-endian.
-pub fn spec_arg(digest: &str, dtype: &Bound<'_, PyAny>, shape: (usize, usize)) -> PyResult<TableSpec> {
+pub fn spec_arg(digest: &str, dtype: &Bound<'_, PyAny>, shape: &Bound<'_, PyAny>) -> PyResult<TableSpec> {
     let digest: TableDigest =
         digest.parse().map_err(|e: gridkey_digest::DigestError| error(Kind::Value, e.to_string()))?;
     let dtype = dtype_arg(dtype)?;
-    let shape = [shape.0, shape.1];
+    let shape = shape_arg(shape)?;
     let fits = shape[0]
         .checked_mul(shape[1])
         .and_then(|n| n.checked_mul(dtype.itemsize()))
@@ -73,6 +74,37 @@ pub fn spec_arg(digest: &str, dtype: &Bound<'_, PyAny>, shape: (usize, usize)) -
         ));
     }
     Ok(TableSpec { digest, dtype, shape })
+}
+
+/// A shape argument: two non-negative integers.
+///
+/// Errors: `TableValueError` for anything else.
+fn shape_arg(shape: &Bound<'_, PyAny>) -> PyResult<[usize; 2]> {
+    let bad = || {
+        error(
+            Kind::Value,
+            format!("shape {shape} is not a table shape: pass (rows, max_neighbours), two integers from 0"),
+        )
+    };
+    let items: Vec<Bound<'_, PyAny>> = match shape.try_iter() {
+        Ok(iter) if !shape.is_instance_of::<pyo3::types::PyString>() => {
+            iter.collect::<PyResult<_>>().map_err(|_| bad())?
+        }
+        _ => return Err(bad()),
+    };
+    let [n, k] = items.as_slice() else { return Err(bad()) };
+    let extent = |x: &Bound<'_, PyAny>| -> PyResult<usize> {
+        let index = x.call_method0("__index__").map_err(|_| bad())?;
+        index.extract::<usize>().map_err(|_| {
+            error(
+                Kind::Value,
+                format!(
+                    "shape {shape} is larger than any table in memory can be, or negative: pass the table's own shape"
+                ),
+            )
+        })
+    };
+    Ok([extent(n)?, extent(k)?])
 }
 
 /// What a mapped array keeps alive: the mapping (and its shared lock, ADR 0009).
@@ -235,7 +267,7 @@ impl TableStore {
         py: Python<'py>,
         digest: &str,
         dtype: &Bound<'py, PyAny>,
-        shape: (usize, usize),
+        shape: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
         guard(|| {
             let spec = spec_arg(digest, dtype, shape)?;
@@ -272,23 +304,33 @@ pub fn put_table(
             py.detach(|| store_raw(store, &raw, narrow)).map_err(store_error)
         }
         Table::Device { dtype, shape } => {
-            let source = PyDeviceTable::new(obj, dtype, shape);
-            put_device(py, store, &source, narrow)
+            let host = copy_device(py, obj, dtype, shape)?;
+            put_host_copy(py, store, &host, narrow)
         }
     }
 }
 
-/// Copies a device table to the host once and stores it, with the GIL released (the copy
-/// takes it back to call the array library).
-pub fn put_device(
+/// Stores a host copy of a device table, with the GIL released.
+pub fn put_host_copy(
     py: Python<'_>,
     store: &gridkey_store::TableStore,
-    source: &PyDeviceTable,
+    host: &gridkey_offsets::IndexTable,
     narrow: Narrow,
 ) -> PyResult<TableSpec> {
-    let host = py.detach(|| source.copy_to_host()).map_err(|e| e.into_pyerr())?;
-    let raw = crate::raw::of_index_table(&host).map_err(|e| error(Kind::Internal, e.0))?;
+    let raw = crate::raw::of_index_table(host).map_err(|e| error(Kind::Internal, e.0))?;
     py.detach(|| store_raw(store, &raw, narrow)).map_err(store_error)
+}
+
+/// One host copy of the device table `obj` (dtype and shape from its metadata), through its
+/// [`TableSource`].
+fn copy_device(
+    py: Python<'_>,
+    obj: &Bound<'_, PyAny>,
+    dtype: Dtype,
+    shape: [usize; 2],
+) -> PyResult<gridkey_offsets::IndexTable> {
+    let source = PyDeviceTable::new(obj, dtype, shape);
+    py.detach(|| source.copy_to_host()).map_err(copy_error)
 }
 
 /// `gridkey.table_digest`: see the Python documentation in `lib.rs`.
@@ -299,8 +341,7 @@ pub fn digest_object(py: Python<'_>, obj: &Bound<'_, PyAny>) -> PyResult<TableDi
             Ok(py.detach(|| raw.digest()))
         }
         Table::Device { dtype, shape } => {
-            let source = PyDeviceTable::new(obj, dtype, shape);
-            let host = py.detach(|| source.copy_to_host()).map_err(|e| e.into_pyerr())?;
+            let host = copy_device(py, obj, dtype, shape)?;
             let raw = crate::raw::of_index_table(&host).map_err(|e| error(Kind::Internal, e.0))?;
             Ok(py.detach(|| raw.digest()))
         }

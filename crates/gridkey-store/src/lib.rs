@@ -587,15 +587,24 @@ impl MappedTable {
         // by `open_verified`, not by memory unsafety in Rust code that only reads integers.
         let mmap = unsafe { Mmap::map(&file) }.map_err(|source| StoreError::Read { path: path.clone(), source })?;
         let table = Self { spec: *spec, path, mmap, _lock: file };
-        let found = match spec.dtype {
-            Dtype::I32 => ArrayView2::<i32>::view_npy(&table.mmap).map(|v| v.raw_dim()),
-            Dtype::I64 => ArrayView2::<i64>::view_npy(&table.mmap).map(|v| v.raw_dim()),
+        // `view_npy` also takes a Fortran-order file (as a Fortran-order view): a stored table is
+        // C order, so such a file is refused here rather than read as C order later.
+        let (found, c_order) = match spec.dtype {
+            Dtype::I32 => ArrayView2::<i32>::view_npy(&table.mmap).map(|v| (v.raw_dim(), v.is_standard_layout())),
+            Dtype::I64 => ArrayView2::<i64>::view_npy(&table.mmap).map(|v| (v.raw_dim(), v.is_standard_layout())),
         }
         .map_err(|e| StoreError::Format {
             path: table.path.clone(),
             dtype: spec.dtype,
             reason: e.to_string(),
         })?;
+        if !c_order {
+            return Err(StoreError::Format {
+                path: table.path,
+                dtype: spec.dtype,
+                reason: "its header says fortran_order: True".into(),
+            });
+        }
         let found = [found[0], found[1]];
         if found != spec.shape {
             return Err(StoreError::Shape { path: table.path, expected: spec.shape, found });
