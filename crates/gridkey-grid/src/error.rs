@@ -238,7 +238,7 @@ pub enum GridError {
         codomain: String,
         /// The number of codomain elements (from the grid's dimension).
         codomain_size: usize,
-        /// The values accepted, e.g. `1..=30720 (an Edge index, 1-based) or 0 for no neighbour`.
+        /// The values accepted, e.g. `1..=30720 (an index into Edge, 1-based) or 0 for no neighbour`.
         expected: String,
     },
 

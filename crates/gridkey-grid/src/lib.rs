@@ -464,7 +464,7 @@ fn read_model_grid(nc: &NcReader, model: Model) -> Result<Grid, GridError> {
                 codomain: spec.codomain.name().to_owned(),
                 codomain_size,
                 expected: format!(
-                    "1..={codomain_size} (a {} index, 1-based) or 0 for no neighbour",
+                    "1..={codomain_size} (an index into {}, 1-based) or 0 for no neighbour",
                     spec.codomain.name()
                 ),
             })?;

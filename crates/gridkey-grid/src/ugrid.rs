@@ -314,7 +314,7 @@ impl<'a> Topology<'a> {
                         codomain: role.codomain().name().to_owned(),
                         codomain_size,
                         expected: format!(
-                            "{start}..={} (a {} index, start_index {start}){fill}",
+                            "{start}..={} (an index into {}, start_index {start}){fill}",
                             start + size - 1,
                             role.codomain().name()
                         ),

@@ -326,7 +326,7 @@ fn an_index_past_the_nodes_names_the_range_the_start_index_gives() {
         "{err:?}"
     );
     let msg = err.to_string();
-    assert!(msg.contains("expected 1..=9 (a Vertex index, start_index 1) or the _FillValue -999"), "{msg}");
+    assert!(msg.contains("expected 1..=9 (an index into Vertex, start_index 1) or the _FillValue -999"), "{msg}");
 
     // Without a _FillValue every entry must be an index.
     let mut f = ugrid_mixed();
