@@ -1,4 +1,4 @@
-//! Computes the frontend fingerprint (ADR 0017): the digest of the translation path's source
+//! Computes the frontend fingerprint (ADR 0020): the digest of the translation path's source
 //! files, exposed to the crate as the environment variable `GRIDKEY_STENCIL_FINGERPRINT`.
 
 #[allow(dead_code)]

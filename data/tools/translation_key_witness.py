@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Independent witness for gridkey's translation key format v2 (ADR 0003, ADR 0017).
+"""Independent witness for gridkey's translation key format v2 (ADR 0003, ADR 0020).
 
 Encodes key inputs by the rules of the format and prints their keys: integers little-endian,
 strings as u64 length + UTF-8 bytes, tags as one byte, hashed with xxh3_128 (seed 0), printed as

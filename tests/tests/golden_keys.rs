@@ -2,7 +2,7 @@
 //! the independent Python key witness computed from their key-input records
 //! (`data/tools/translation_key_witness.py records --fingerprint golden-keys`,
 //! `data/golden/icon-program-keys-v2.json`). The frontend fingerprint is the one input replaced by
-//! a fixed value: it changes with every edit of the translation code (ADR 0017), while the golden
+//! a fixed value: it changes with every edit of the translation code (ADR 0020), while the golden
 //! pins the encoding of the programs, the options and the tables.
 
 use gridkey_fingerprint::TranslationOptions;

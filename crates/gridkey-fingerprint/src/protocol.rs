@@ -64,7 +64,7 @@ impl fmt::Debug for Tiers {
 }
 
 impl Tiers {
-    /// The given tiers, looked up in this order.
+    /// The given tiers, looked up in this order (put the local cache first).
     pub fn new(tiers: Vec<Box<dyn Tier>>) -> Self {
         Self { tiers }
     }
@@ -76,7 +76,7 @@ impl Tiers {
         Ok(Self::new(vec![Box::new(TranslationCache::open(cache_dir)?)]))
     }
 
-    /// Adds `tier` after the others.
+    /// Adds `tier` after the others: it is looked up last.
     pub fn push(&mut self, tier: Box<dyn Tier>) {
         self.tiers.push(tier);
     }
@@ -103,10 +103,10 @@ pub struct Request<'a> {
     pub accept: &'a dyn Fn(&[u8]) -> Result<(), String>,
 }
 
-/// What [`translate_cached`] did.
+/// What [`translate_cached`] did: the key, the payload, and where it came from.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Cached {
-    /// The key of the request's inputs.
+    /// The key of the request's inputs ([`KeyInputs::key`]).
     pub key: TranslationKey,
     /// The translation: from a tier on a hit, fresh on a miss.
     pub payload: Vec<u8>,
@@ -120,7 +120,7 @@ pub struct Cached {
 }
 
 impl Cached {
-    /// Whether this was a miss that translated.
+    /// Whether this was a miss that translated (`hit` is `None`).
     pub fn translated(&self) -> bool {
         self.hit.is_none()
     }

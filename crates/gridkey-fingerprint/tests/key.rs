@@ -1,4 +1,4 @@
-//! Translation key format v2 (ADR 0003, ADR 0017): every included input changes the key, every excluded
+//! Translation key format v2 (ADR 0003, ADR 0020): every included input changes the key, every excluded
 //! input does not, and the translation cache turns any bad entry into a miss.
 
 use std::sync::Arc;
@@ -76,7 +76,7 @@ fn every_included_input_changes_the_key() {
     check_differs("digest format version", |k| k.digest_format_version += 1);
     check_differs("frontend name", |k| k.frontend.name.push('x'));
     check_differs("frontend version", |k| k.frontend.version = "1.0.1".into());
-    // The same version rebuilt with other translation code (ADR 0017).
+    // The same version rebuilt with other translation code (ADR 0020).
     check_differs("frontend fingerprint", |k| k.frontend.fingerprint = "0".repeat(32));
     check_differs("program name", |k| k.program = "grad_n".into());
     check_differs("program encoding", |k| k.program_encoding.push_str("00"));

@@ -104,7 +104,7 @@ mod key_hex {
 
 /// Compiles `program` against the compile-time offset provider:
 ///
-/// 1. key inputs = [`key_inputs`]`(program, options, provider)` (options normalised, ADR 0018);
+/// 1. key inputs = [`key_inputs`]`(program, options, provider)` (options normalised, ADR 0021);
 /// 2. the cache protocol, [`translate_cached`], over the local tier `<cache_dir>/translation-v2`:
 ///    a hit is the C source; a miss (absent, or unreadable, corrupt, not UTF-8) translates with
 ///    [`translate`] and stores the source with its key-input record;

@@ -49,7 +49,7 @@ pub struct OptionSpec {
     pub accepted: &'static [&'static str],
 }
 
-/// Every translation option of this frontend, sorted by name (ADR 0018).
+/// Every translation option of this frontend, sorted by name (ADR 0021).
 pub const OPTIONS: &[OptionSpec] = &[OptionSpec { name: OPT_LEVEL, default: "2", accepted: &["0", "1", "2", "3"] }];
 
 /// The translation options this frontend understands, parsed.
@@ -68,7 +68,7 @@ impl StencilOptions {
 
 /// The options as they enter a translation key: every option of [`OPTIONS`] with the value
 /// given, or its default where it was left out, so that a default spelled out
-/// (`opt_level=2`) and left out are one key (ADR 0018).
+/// (`opt_level=2`) and left out are one key (ADR 0021).
 ///
 /// Errors: [`StencilError::UnknownOption`] naming an option not in [`OPTIONS`];
 /// [`StencilError::OptionValue`] for a value the option does not accept.
@@ -103,7 +103,7 @@ pub fn check_options(options: &TranslationOptions) -> Result<StencilOptions, Ste
 
 /// Translates `program` against the compile-time offset provider: [`infer_domains`], then
 /// [`emit_c`]. The only way from a program to C source that reads tables, and it accepts only
-/// the compile-time view (DESIGN 7).
+/// the compile-time view (docs/design.md "Contracts").
 ///
 /// Errors: those of [`check_options`] and [`infer_domains`].
 pub fn translate(

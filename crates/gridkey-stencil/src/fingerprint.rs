@@ -1,5 +1,5 @@
 //! The frontend fingerprint: a digest of the source files that shape what this frontend
-//! translates to (ADR 0017).
+//! translates to (ADR 0020).
 //!
 //! The crate version alone is the same on every commit, so a frontend rebuilt with another
 //! translation would be served the translations of the old one. The build script

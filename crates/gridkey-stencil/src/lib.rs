@@ -48,17 +48,17 @@ pub use icon::icon_programs;
 pub use infer::{infer_domains, infer_domains_runtime, DomainFacts, TableFacts};
 pub use ir::{FieldDecl, FieldRole, FieldShape, Program, Reduce, Stage, IR_FORMAT_VERSION};
 
-/// The frontend's name, hashed into every translation key (DESIGN 4.4).
+/// The frontend's name, hashed into every translation key (ADR 0003).
 pub const FRONTEND_NAME: &str = "gridkey-stencil";
 
 /// The fingerprint of this frontend's translation code: [`fingerprint::fingerprint_of`] the
-/// files [`fingerprint::TRANSLATION_SOURCES`], computed by the build script (ADR 0017); 32
+/// files [`fingerprint::TRANSLATION_SOURCES`], computed by the build script (ADR 0020); 32
 /// lowercase hex digits.
 pub const FRONTEND_FINGERPRINT: &str = env!("GRIDKEY_STENCIL_FINGERPRINT");
 
 /// This frontend as a translation-key input: [`FRONTEND_NAME`], the crate version and
 /// [`FRONTEND_FINGERPRINT`], so that a new release, and any rebuild whose translation code
-/// changed under the same version, changes every key (ADR 0017). Frontends call [`key_inputs`],
+/// changed under the same version, changes every key (ADR 0020). Frontends call [`key_inputs`],
 /// not this.
 pub fn frontend() -> gridkey_fingerprint::Frontend {
     gridkey_fingerprint::Frontend {
@@ -71,7 +71,7 @@ pub fn frontend() -> gridkey_fingerprint::Frontend {
 /// The key inputs of translating `program` with `options` against the compile-time `provider`
 /// by this frontend, the one place the reference frontend builds them: [`frontend`], the
 /// program's name and [`Program::encode`], the options [`normalise_options`]d (so a default
-/// spelled out and left out are one key, ADR 0018) and the provider's entries. The compile step,
+/// spelled out and left out are one key, ADR 0021) and the provider's entries. The compile step,
 /// `gridkey run`'s parent, `explain --miss` and `cargo xtask modes` all key through here.
 ///
 /// Errors: those of [`normalise_options`].

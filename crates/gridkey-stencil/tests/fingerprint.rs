@@ -1,4 +1,4 @@
-//! The frontend fingerprint (ADR 0017): a digest of the translation sources, not of the binary,
+//! The frontend fingerprint (ADR 0020): a digest of the translation sources, not of the binary,
 //! so a changed translation changes every key and the same code keys alike anywhere.
 
 use std::path::Path;

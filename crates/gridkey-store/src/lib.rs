@@ -1,4 +1,4 @@
-//! Content-addressed store of neighbour tables as `.npy` files (DESIGN 4.2, ADR 0002).
+//! Content-addressed store of neighbour tables as `.npy` files (ADR 0002; docs/design.md "Formats").
 //!
 //! A table with digest `d` lives at `<cache>/tables-v1/<d[0..2]>/<d>.npy`: NumPy `.npy` format
 //! 1.0, little-endian `descr`, `fortran_order: False`, header padded so that the data starts at
@@ -18,6 +18,38 @@
 //! at any point leaves at most a temp file, which [`gridkey_fs::remove_stale_temps`] removes
 //! once no process holds its lock; a mapped table is locked shared
 //! ([`gridkey_fs::lock::open_shared`]) so that `gridkey cache gc` never removes it (ADR 0009).
+//!
+//! # Example
+//!
+//! Frontends usually reach the store through `gridkey_offsets::compile_time_offset_provider`,
+//! which digests, stores and maps every table of a provider once. By hand, a table goes in
+//! under its digest and comes back as a checked, read-only memory map:
+//!
+//! ```
+//! use gridkey_store::ndarray::Array2;
+//! use gridkey_store::{digest_table, Dtype, TableSpec, TableStore, TableView};
+//!
+//! let dir = tempfile::tempdir()?;
+//! let store = TableStore::open(dir.path())?;
+//!
+//! let c2e = Array2::from_shape_vec((2, 3), vec![0i32, 1, 2, 2, 3, 4])?;
+//! let digest = digest_table(c2e.view());
+//! let path = store.put_table(digest, c2e.view())?;
+//! // <cache>/tables-v1/<hex[0..2]>/<hex>.npy, a plain .npy file numpy.load can map.
+//! assert_eq!(path, dir.path().join("tables-v1").join(&digest.to_hex()[..2]).join(format!("{digest}.npy")));
+//!
+//! // Opening checks the file against what the caller expects; a verifying store also
+//! // recomputes the digest.
+//! let spec = TableSpec { digest, dtype: Dtype::I32, shape: [2, 3] };
+//! let mapped = store.clone().verifying(true).open_table(&spec)?;
+//! let TableView::I32(view) = mapped.view() else { unreachable!("opened as int32") };
+//! assert_eq!(view, c2e);
+//!
+//! // Another shape under the same name is a typed error naming the file, never a wrong table.
+//! let wrong = TableSpec { shape: [3, 2], ..spec };
+//! assert!(matches!(store.open_table(&wrong), Err(gridkey_store::StoreError::Shape { .. })));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
 #![warn(missing_docs)]
 
@@ -25,18 +57,24 @@ use std::fs::{self, File};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
-use gridkey_digest::{digest_table, Dtype, TableDigest, TableElement};
+use gridkey_digest::TableElement;
 use memmap2::Mmap;
 use ndarray::ArrayView2;
 use ndarray_npy::npy::header::{Header, Layout};
 use ndarray_npy::{ViewNpyExt, WritableElement};
 
+/// The digest, its dtype and the function that computes it, which a caller needs to name a
+/// [`TableSpec`] and to put a table ([`TableStore::put_table`] takes the table's digest).
+pub use gridkey_digest::{digest_table, Dtype, TableDigest};
 pub use gridkey_fs::Fault;
+/// The `ndarray` whose views [`TableStore::put_table`] takes and [`TableView`] holds.
+pub use ndarray;
 
 /// Name of the store directory under the cache directory; carries the digest format version.
 pub const TABLES_DIR: &str = "tables-v1";
 
-/// Errors of the table store. Every variant names the file and what to do.
+/// Errors of the table store (ADR 0005, ADR 0012). Every variant names the file and what to do;
+/// a bad file under a table's name is an error at open and is rewritten by a put.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     /// The store directory could not be created or written.
@@ -116,13 +154,14 @@ pub enum StoreError {
 pub struct TableSpec {
     /// The digest (format v1) of the table; names the file.
     pub digest: TableDigest,
-    /// The element type.
+    /// The element type (int32 or int64, stored little-endian).
     pub dtype: Dtype,
     /// The shape `(rows, max_neighbours)` in elements.
     pub shape: [usize; 2],
 }
 
-/// A handle on the table store inside a cache directory.
+/// A handle on the table store inside a cache directory, `<cache_dir>/tables-v1` (ADR 0002).
+/// Cheap to clone; holds no open file.
 #[derive(Clone, Debug)]
 pub struct TableStore {
     cache_dir: PathBuf,
@@ -186,7 +225,7 @@ impl TableStore {
         self
     }
 
-    /// Whether every open recomputes the digest.
+    /// Whether every open recomputes the digest (see [`Self::verifying`]).
     pub fn verifies(&self) -> bool {
         self.verify
     }
@@ -433,8 +472,11 @@ fn npy_header(spec: &TableSpec) -> io::Result<Vec<u8>> {
     header.to_bytes().map_err(io::Error::other)
 }
 
-/// Writes `table` in C order, little-endian, through a bounded buffer (in place when it is
-/// C-contiguous on a little-endian host).
+/// Writes `table` in C order, little-endian, through a buffer of
+/// [`gridkey_digest::BUFFER_BYTES`] (in place when it is C-contiguous on a little-endian
+/// host): `rows * cols * itemsize` bytes, the element data of a stored table.
+///
+/// Errors: the I/O error of `out`.
 pub fn write_c_order<T: TableElement>(table: ArrayView2<'_, T>, out: &mut dyn Write) -> io::Result<()> {
     if let (Some(slice), true) = (table.as_slice(), cfg!(target_endian = "little")) {
         return out.write_all(bytemuck::cast_slice(slice));
@@ -452,7 +494,7 @@ pub fn write_c_order<T: TableElement>(table: ArrayView2<'_, T>, out: &mut dyn Wr
     out.write_all(&buf[..used])
 }
 
-/// A read-only view of a mapped table.
+/// A read-only view of a mapped table, `(n, k)` in C order, borrowed from the mapping.
 #[derive(Clone, Copy, Debug)]
 pub enum TableView<'a> {
     /// An int32 table `(n, k)`, C order.
@@ -461,7 +503,9 @@ pub enum TableView<'a> {
     I64(ArrayView2<'a, i64>),
 }
 
-/// A stored table, memory-mapped read-only; checked against its [`TableSpec`] when opened.
+/// A stored table, memory-mapped read-only; checked against its [`TableSpec`] when opened. It
+/// holds a shared `flock` on its file while it lives, so `gridkey cache gc` never removes it
+/// (ADR 0009).
 #[derive(Debug)]
 pub struct MappedTable {
     spec: TableSpec,
@@ -493,19 +537,28 @@ impl MappedTable {
         }
         // SAFETY: the file is opened read-only and store files are never written in place
         // (they are created under a temp name, made read-only and renamed); a file modified
-        // in place by someone else breaks the contract of DESIGN 7 and ADR 0012 and is caught
+        // in place by someone else breaks the contract of docs/design.md "Contracts" and ADR 0012 and is caught
         // by `open_verified`, not by memory unsafety in Rust code that only reads integers.
         let mmap = unsafe { Mmap::map(&file) }.map_err(|source| StoreError::Read { path: path.clone(), source })?;
         let table = Self { spec: *spec, path, mmap, _lock: file };
-        let found = match spec.dtype {
-            Dtype::I32 => ArrayView2::<i32>::view_npy(&table.mmap).map(|v| v.raw_dim()),
-            Dtype::I64 => ArrayView2::<i64>::view_npy(&table.mmap).map(|v| v.raw_dim()),
+        // `view_npy` also takes a Fortran-order file (as a Fortran-order view): a stored table is
+        // C order, so such a file is refused here rather than read as C order later.
+        let (found, c_order) = match spec.dtype {
+            Dtype::I32 => ArrayView2::<i32>::view_npy(&table.mmap).map(|v| (v.raw_dim(), v.is_standard_layout())),
+            Dtype::I64 => ArrayView2::<i64>::view_npy(&table.mmap).map(|v| (v.raw_dim(), v.is_standard_layout())),
         }
         .map_err(|e| StoreError::Format {
             path: table.path.clone(),
             dtype: spec.dtype,
             reason: e.to_string(),
         })?;
+        if !c_order {
+            return Err(StoreError::Format {
+                path: table.path,
+                dtype: spec.dtype,
+                reason: "its header says fortran_order: True".into(),
+            });
+        }
         let found = [found[0], found[1]];
         if found != spec.shape {
             return Err(StoreError::Shape { path: table.path, expected: spec.shape, found });
@@ -523,12 +576,12 @@ impl MappedTable {
         })
     }
 
-    /// What this table was opened as.
+    /// What this table was opened as: digest, dtype, shape.
     pub fn spec(&self) -> &TableSpec {
         &self.spec
     }
 
-    /// The file it is mapped from.
+    /// The file it is mapped from, `<cache>/tables-v1/<hex[0..2]>/<hex>.npy`.
     pub fn path(&self) -> &Path {
         &self.path
     }

@@ -125,6 +125,19 @@ fn every_kind_of_bad_file_is_a_typed_error() {
     overwrite(&store, &spec, &fs::read(other.path_of(&sd)).unwrap());
     check_bad(&store, &spec, |e| matches!(e, StoreError::Shape { found: [10, 3], .. }), "other shape");
 
+    // The same dtype and shape in Fortran order: refused, never read as C order.
+    let (needle, replacement) = (b"'fortran_order': False", b"'fortran_order': True ");
+    let at = good.windows(needle.len()).position(|w| w == needle).expect("a C-order header");
+    let mut fortran = good.clone();
+    fortran[at..at + needle.len()].copy_from_slice(replacement);
+    overwrite(&store, &spec, &fortran);
+    check_bad(
+        &store,
+        &spec,
+        |e| matches!(e, StoreError::Format { reason, .. } if reason.contains("fortran_order")),
+        "Fortran order",
+    );
+
     // A directory, then a symlink, where the file should be.
     let path = store.path_of(&spec.digest);
     fs::remove_file(&path).unwrap();

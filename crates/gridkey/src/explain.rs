@@ -1,4 +1,4 @@
-//! Explaining cache misses: which input of a translation key changed (DESIGN 4.5).
+//! Explaining cache misses: which input of a translation key changed (ADR 0003; docs/design.md "Formats", translation cache entry).
 //!
 //! Every translation-cache entry keeps the record of its key inputs
 //! ([`gridkey_fingerprint::KeyInputs`], JSON beside the entry). Two keys are explained by

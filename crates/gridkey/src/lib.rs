@@ -1,7 +1,7 @@
 //! The gridkey application: the main job (`gridkey run`) and the grid table listing
 //! (`gridkey tables`) as library functions, shared by the `gridkey` binary and `cargo xtask`.
 //!
-//! The main job follows the pipeline of DESIGN 2: read the grid into a runtime offset provider,
+//! The main job follows the pipeline of docs/design.md "The pipeline": read the grid into a runtime offset provider,
 //! convert it once to its compile-time view in the cache directory, build a
 //! [`CompilationTask`] per program, run them with the chosen [`Runner`] (the frontend's compile
 //! step is [`StencilHandler`]), then load each artifact and run it on the **runtime** provider,
@@ -35,6 +35,7 @@ use serde::{Deserialize, Serialize};
 pub mod cache;
 pub mod keys;
 pub mod layouts;
+pub mod supported;
 
 /// The ICON grid shipped in the repository, relative to the repository root.
 pub const SHIPPED_GRID: &str = "data/grids/icon_grid_0013_R02B04_R.nc";
@@ -186,7 +187,7 @@ impl TaskHandler for StencilHandler {
 /// What the main job needs.
 #[derive(Clone, Debug)]
 pub struct RunConfig {
-    /// The grid file (ICON or MPAS netCDF-3).
+    /// The grid file (ICON, MPAS or UGRID; netCDF-3 or netCDF-4).
     pub grid: PathBuf,
     /// Everything the entry point parsed: build jobs, cache directory, verification switches,
     /// the compiler.
@@ -249,6 +250,9 @@ pub struct RunReport {
     /// Abandoned temp files removed from the cache before the run ([`cache::STALE_TEMP_AGE`]).
     #[serde(default)]
     pub temps_removed: u64,
+    /// The programs the grid does not support, with the reason ([`supported::split`]).
+    #[serde(default)]
+    pub skipped: Vec<supported::SkippedProgram>,
 }
 
 impl RunReport {
@@ -333,7 +337,8 @@ pub fn run_with(
     run_with_progress(grid, programs, runner, config, read_seconds, &NoProgress)
 }
 
-/// [`run_with`], telling `progress` when each program's compilation starts and ends.
+/// [`run_with`], telling `progress` when each program's compilation starts and ends. Programs
+/// that need an offset the grid lacks are not run: they are listed in [`RunReport::skipped`].
 ///
 /// Errors: as [`run`].
 pub fn run_with_progress(
@@ -344,6 +349,8 @@ pub fn run_with_progress(
     read_seconds: f64,
     progress: &dyn Progress,
 ) -> Result<RunReport, AppError> {
+    let (programs, skipped) = supported::split(programs, grid);
+    let programs = programs.as_slice();
     let mut warnings = cache::check_cache_dir(&config.settings.cache_dir)?;
     let settings = task_settings(&config.settings)?;
     let temps_removed =
@@ -407,6 +414,7 @@ pub fn run_with_progress(
         programs: reports,
         warnings,
         temps_removed,
+        skipped,
     })
 }
 

@@ -30,7 +30,7 @@ enum Command {
     /// The main job: convert, key, translate (or hit the cache), build, run and verify every
     /// program on a grid.
     Run {
-        /// ICON or MPAS netCDF-3 grid file (default: the ICON R02B04 grid shipped in data/grids).
+        /// ICON, MPAS or UGRID grid file, netCDF-3 or netCDF-4 (default: the ICON R02B04 grid in data/grids).
         #[arg(long)]
         grid: Option<PathBuf>,
         /// Build-jobs mode (default: GRIDKEY_BUILD_JOBS_MODE, else process).
@@ -62,7 +62,7 @@ enum Command {
     /// Convert a grid into a cache and print table digests and program keys as JSON (test use).
     #[command(hide = true)]
     Keys {
-        /// ICON or MPAS netCDF-3 grid file.
+        /// ICON, MPAS or UGRID grid file, netCDF-3 or netCDF-4.
         #[arg(long)]
         grid: PathBuf,
         /// Cache directory (default: GRIDKEY_CACHE_DIR, else .gridkey_cache).
@@ -92,7 +92,7 @@ enum Command {
     },
     /// List a grid's connectivities: offset, domain, codomain, shape, dtype, skip values, digest.
     Tables {
-        /// ICON or MPAS netCDF-3 grid file.
+        /// ICON, MPAS or UGRID grid file, netCDF-3 or netCDF-4.
         #[arg(long)]
         grid: PathBuf,
         /// Print a JSON array of objects with exactly the fields offset, domain, codomain,
@@ -406,5 +406,8 @@ fn print_report(report: &RunReport) {
     );
     for hint in report.programs.iter().filter_map(|p| p.miss_hint.as_deref()) {
         println!("hint: {hint}");
+    }
+    for s in &report.skipped {
+        println!("skipped {}: {}", s.program, s.reason);
     }
 }

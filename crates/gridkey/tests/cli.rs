@@ -80,7 +80,7 @@ fn bad_input_is_a_clear_error() {
         &["/nonexistent/grid.nc", "--grid"],
     );
     let readme = data("grids/README.md");
-    check_fails(&["tables", "--grid", readme.to_str().unwrap()], &[], 2, &["README.md", "netCDF-3"]);
+    check_fails(&["tables", "--grid", readme.to_str().unwrap()], &[], 2, &["README.md", "is not a netCDF file"]);
     check_fails(
         &["run", "--cache-dir", c],
         &[("GRIDKEY_BUILD_JOBS_MODE", "fast")],
