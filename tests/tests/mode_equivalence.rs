@@ -72,7 +72,7 @@ fn keys_are_identical_across_modes_and_layouts_and_every_mode_serves_every_other
         let cache = tempfile::tempdir().unwrap();
         let ct = compile_time_offset_provider(&provider, &TableStore::open(cache.path()).unwrap()).unwrap();
         for program in gridkey_stencil::icon_programs() {
-            let key = gridkey_stencil::key_inputs(&program, &options, &ct).key().to_hex();
+            let key = gridkey_stencil::key_inputs(&program, &options, &ct).unwrap().key().to_hex();
             keys.entry(program.name().to_owned()).or_default().insert(format!("tables {layout}"), key);
         }
     }

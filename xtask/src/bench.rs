@@ -1,5 +1,6 @@
 //! `cargo xtask bench [--quick]`: digest, compile-time views, keys, payload and build jobs,
-//! each measured against its limit in the same run (README "Performance", ADR 0008).
+//! each measured against its limit in the same run (README "Performance"; ADR 0008 for the
+//! digest, ADR 0011 for the view build).
 //!
 //! Every case reports the median of its repetitions in seconds and a `ratio` against the limit
 //! named in the case (a plain read, a one-shot xxh3, a plain write, serial mode), because

@@ -16,13 +16,18 @@
 //! `cargo xtask memory` (worker start time and per-worker memory with mapped tables) and
 //! `cargo xtask kill-demo` (a worker killed in the middle of `gridkey run`): see their modules.
 //! `cargo xtask faults` is the fault matrix of ADR 0012 (see `faults.rs`).
+//! `cargo xtask py-test` and `cargo xtask py-bench` test and measure the Python package (see
+//! `py.rs`).
 //! `cargo xtask bench [--quick]` measures digest, compile-time views, keys, payload and build
 //! jobs against their limits and writes `target/gridkey-bench.json` (see `bench.rs`).
+//! `cargo xtask gt4py [--reduced]` is the proof on GT4Py 1.2.3 with `gridkey.gt4py` (see `gt4py.rs`).
 
 mod bench;
 mod faults;
+mod gt4py;
 mod kill_demo;
 mod memory;
+mod py;
 mod test;
 
 use std::collections::BTreeMap;
@@ -49,6 +54,9 @@ fn main() -> ExitCode {
         Some("test") if args.len() == 1 => test::test(&root(), &target_dir()),
         Some("modes") => modes(&args[1..]),
         Some("bench") => bench::bench(&args[1..]),
+        Some("py-test") => py::py_test_command(&args[1..]),
+        Some("py-bench") => py::py_bench(&args[1..]),
+        Some("gt4py") => gt4py::gt4py(&args[1..]),
         Some("memory") => build_gridkey().and_then(|bin| memory::memory(&args[1..], &bin)),
         Some("kill-demo") => build_gridkey().and_then(|bin| kill_demo::kill_demo(&args[1..], &bin)),
         Some("faults") => match &args[1..] {
@@ -59,7 +67,7 @@ fn main() -> ExitCode {
         },
         _ => {
             eprintln!(
-                "usage: cargo xtask test\n       cargo xtask modes [--grid FILE]\n       cargo xtask bench [--quick]\n       cargo xtask faults [--bin GRIDKEY]\n       cargo xtask memory [--scale N] [--workers W] [--starts S]\n       cargo xtask kill-demo [--grid FILE]"
+                "usage: cargo xtask test\n       cargo xtask modes [--grid FILE]\n       cargo xtask bench [--quick]\n       cargo xtask faults [--bin GRIDKEY]\n       cargo xtask memory [--scale N] [--workers W] [--starts S]\n       cargo xtask kill-demo [--grid FILE]\n       cargo xtask py-test [--python PYTHON] [--fresh]\n       cargo xtask py-bench [--python PYTHON] [--quick]\n       cargo xtask gt4py [--reduced] [--python PYTHON]"
             );
             return ExitCode::from(2);
         }
@@ -97,7 +105,7 @@ fn build_gridkey() -> Result<PathBuf> {
 }
 
 /// The cargo target directory: `CARGO_TARGET_DIR`, or `target/` in the workspace root.
-fn target_dir() -> PathBuf {
+pub(crate) fn target_dir() -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root().join("target"), PathBuf::from)
 }
 
@@ -147,7 +155,7 @@ fn modes(args: &[String]) -> Result<bool> {
             }
         }
         for program in &programs {
-            let key = gridkey_stencil::key_inputs(program, &options, &ct).key();
+            let key = gridkey_stencil::key_inputs(program, &options, &ct)?.key();
             keys.entry(program.name().to_owned()).or_default().insert(format!("tables {variant}"), key.to_hex());
             let compiled = gridkey_stencil::translate(program, &ct, &options)?;
             let direct = gridkey_stencil::emit_c(

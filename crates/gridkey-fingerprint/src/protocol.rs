@@ -1,9 +1,9 @@
 //! The cache protocol: look up, translate on a miss under the key's lock, verify a hit when
-//! asked, put with the key-input record, over an ordered list of tiers (ADR 0013, ADR 0017).
+//! asked, put with the key-input record, over an ordered list of tiers (ADR 0013, ADR 0025).
 
 use std::fmt;
 
-use gridkey_store::lock::KeyLocks;
+use gridkey_fs::lock::KeyLocks;
 
 use crate::{FingerprintError, KeyInputs, Miss, TranslationCache, TranslationKey};
 
@@ -28,7 +28,7 @@ pub trait Tier: Send + Sync {
     }
 
     /// Told when this tier served a hit for `inputs`: the local tier rewrites a key-input record
-    /// that was deleted, so that `gridkey explain` finds the entry again.
+    /// that was deleted or cannot be read, so that `gridkey explain` finds the entry again.
     fn served(&self, _inputs: &KeyInputs, _key: &TranslationKey) {}
 }
 
@@ -46,7 +46,7 @@ impl Tier for TranslationCache {
     }
 
     fn served(&self, inputs: &KeyInputs, key: &TranslationKey) {
-        if !self.record_path(key).is_file() {
+        if self.record(key).is_none() {
             // Best effort: a record that cannot be written leaves the entry as it was.
             let _ = self.write_record(inputs, key);
         }
@@ -76,12 +76,12 @@ impl Tiers {
     /// One local tier, the [`TranslationCache`] of `cache_dir`, with the per-key locks of
     /// `cache_dir` ([`KeyLocks`]).
     ///
-    /// Errors: [`FingerprintError::Directory`] when `<cache_dir>/translation-v1` cannot be created.
+    /// Errors: [`FingerprintError::Directory`] when `<cache_dir>/translation-v2` cannot be created.
     pub fn local(cache_dir: &std::path::Path) -> Result<Self, FingerprintError> {
         Ok(Self::new(vec![Box::new(TranslationCache::open(cache_dir)?)]).with_locks(KeyLocks::new(cache_dir)))
     }
 
-    /// These tiers with a miss translated under the key's lock in `locks` (ADR 0017): of the
+    /// These tiers with a miss translated under the key's lock in `locks` (ADR 0025): of the
     /// processes that miss one key at once, one translates while the others wait, look up
     /// again and hit.
     pub fn with_locks(mut self, locks: KeyLocks) -> Self {
@@ -94,7 +94,7 @@ impl Tiers {
         self.locks.as_ref()
     }
 
-    /// Adds `tier` after the others.
+    /// Adds `tier` after the others: it is looked up last.
     pub fn push(&mut self, tier: Box<dyn Tier>) {
         self.tiers.push(tier);
     }
@@ -121,10 +121,10 @@ pub struct Request<'a> {
     pub accept: &'a dyn Fn(&[u8]) -> Result<(), String>,
 }
 
-/// What [`translate_cached`] did.
+/// What [`translate_cached`] did: the key, the payload, and where it came from.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Cached {
-    /// The key of the request's inputs.
+    /// The key of the request's inputs ([`KeyInputs::key`]).
     pub key: TranslationKey,
     /// The translation: from a tier on a hit, fresh on a miss.
     pub payload: Vec<u8>,
@@ -141,7 +141,7 @@ pub struct Cached {
 }
 
 impl Cached {
-    /// Whether this was a miss that translated.
+    /// Whether this was a miss that translated (`hit` is `None`).
     pub fn translated(&self) -> bool {
         self.hit.is_none()
     }
@@ -168,7 +168,7 @@ pub enum CacheProtocolError<E: std::error::Error + 'static> {
     },
 }
 
-/// The cache protocol (ADR 0013, ADR 0017): looks `request.inputs`' key up in each tier in
+/// The cache protocol (ADR 0013, ADR 0025): looks `request.inputs`' key up in each tier in
 /// order; a hit that the frontend accepts is written back to the earlier writable tiers and
 /// returned (after a byte-for-byte comparison with a fresh translation when `verify_hits`). On
 /// a miss, takes the key's lock (when the tiers have [`KeyLocks`]), looks up again (a process

@@ -45,7 +45,7 @@ impl Tier for Memory {
 struct Failed;
 
 fn inputs(program: &str) -> KeyInputs {
-    let frontend = Frontend { name: "test".into(), version: "1".into() };
+    let frontend = Frontend { name: "test".into(), version: "1".into(), fingerprint: "f".repeat(32) };
     KeyInputs::new(&frontend, program, b"encoding", &BTreeMap::new(), &CompileTimeOffsetProvider::new())
 }
 
@@ -191,6 +191,6 @@ fn a_miss_waits_for_the_key_lock_and_hits_what_its_holder_put() {
     assert!(first.translated() && !first.waited);
     assert_eq!((second.hit.as_deref(), second.waited), (Some("local"), true), "{second:?}");
     assert_eq!(second.payload, b"source");
-    let locks = dir.path().join(gridkey_store::lock::LOCKS_DIR);
+    let locks = dir.path().join(gridkey_fs::lock::LOCKS_DIR);
     assert_eq!(std::fs::read_dir(&locks).unwrap().count(), 0, "no lock file left");
 }

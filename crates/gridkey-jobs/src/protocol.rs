@@ -33,7 +33,7 @@ pub const PROTOCOL_VERSION: u32 = 3;
 /// Largest frame accepted, in bytes; anything longer is a protocol error, not an allocation.
 pub const MAX_FRAME_BYTES: u64 = 64 << 20;
 
-/// A dimension on the wire.
+/// A dimension on the wire: its name and kind as one byte.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WireDimension {
     /// Its name.
@@ -118,18 +118,19 @@ mod fixed_shape {
 pub struct WireTask {
     /// Program name.
     pub program: String,
-    /// Program encoding.
+    /// The program's stable encoding (the frontend's format).
     pub encoding: Vec<u8>,
-    /// Translation options.
+    /// Translation options, by name.
     pub options: BTreeMap<String, String>,
-    /// The compile-time provider's entries, in order.
+    /// The compile-time provider's entries, in order; gathers by reference to their table.
     pub offsets: Vec<WireOffset>,
     /// The parent's settings (the cache directory, where the worker finds the tables, is valid
     /// UTF-8).
     pub settings: Settings,
 }
 
-/// Why a task failed, on the wire.
+/// Why a task failed inside a live worker, on the wire (a dead worker sends nothing: the pool
+/// reports it as [`crate::TaskFailure::WorkerDied`]).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum WireFailure {
     /// The handler's error text.
@@ -140,7 +141,7 @@ pub enum WireFailure {
     Rehydrate(String),
 }
 
-/// Parent to worker.
+/// Parent to worker: one frame per task, one task at a time per worker.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ToWorker {
     /// Run this task and answer with [`FromWorker::Done`] carrying the same id.
@@ -154,7 +155,7 @@ pub enum ToWorker {
     Shutdown,
 }
 
-/// Worker to parent.
+/// Worker to parent: [`FromWorker::Hello`] first, then one [`FromWorker::Done`] per task.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum FromWorker {
     /// The first frame a worker sends.
@@ -258,7 +259,10 @@ impl WireTask {
     }
 }
 
-/// Writes one frame and flushes.
+/// Writes one frame (postcard, COBS-framed, `0`-terminated) and flushes.
+///
+/// Errors: the I/O error of writing or flushing (the other end is gone), or an encoding error
+/// as [`io::ErrorKind::Other`].
 pub fn write_frame<T: Serialize>(out: &mut impl Write, message: &T) -> io::Result<()> {
     let bytes = postcard::to_stdvec_cobs(message).map_err(io::Error::other)?;
     out.write_all(&bytes)?;
@@ -283,6 +287,8 @@ pub fn read_frame<T: for<'de> Deserialize<'de>, R: BufRead>(input: &mut R) -> io
 }
 
 /// Decodes one COBS frame (with its `0` terminator) in place.
+///
+/// Errors: [`io::ErrorKind::InvalidData`] naming what postcard could not decode.
 pub fn decode_frame<T: for<'de> Deserialize<'de>>(frame: &mut [u8]) -> io::Result<T> {
     postcard::from_bytes_cobs(frame).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("bad frame: {e}")))
 }

@@ -44,15 +44,15 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-/// Variable choosing the build-jobs mode.
+/// Variable choosing the build-jobs mode: `serial`, `thread` or `process`.
 pub const ENV_MODE: &str = "GRIDKEY_BUILD_JOBS_MODE";
-/// Variable giving the worker count.
+/// Variable giving the worker count (an integer; 0 or less means serial).
 pub const ENV_JOBS: &str = "GRIDKEY_BUILD_JOBS";
-/// Variable giving the cache directory.
+/// Variable giving the cache directory (a path, relative to the current directory or absolute).
 pub const ENV_CACHE_DIR: &str = "GRIDKEY_CACHE_DIR";
 /// Variable giving the per-task timeout of process mode, in seconds.
 pub const ENV_TIMEOUT: &str = "GRIDKEY_BUILD_TIMEOUT";
-/// Variable giving the C compiler command.
+/// Variable giving the C compiler command, split on whitespace (`ccache gcc`).
 pub const ENV_CC: &str = "CC";
 /// Switch: recompute the digest of every stored table on every open.
 pub const ENV_VERIFY_TABLES: &str = "GRIDKEY_VERIFY_TABLES";
@@ -106,7 +106,7 @@ pub const VARIABLES: &[Variable] = &[
     },
     Variable {
         name: ENV_CACHE_DIR,
-        meaning: "cache directory (`tables-v1/`, `translation-v1/`, `build-v2/`)",
+        meaning: "cache directory (`tables-v1/`, `translation-v2/`, `build-v2/`)",
         default: "`.gridkey_cache`",
     },
     Variable {
@@ -132,7 +132,8 @@ pub const VARIABLES: &[Variable] = &[
     },
 ];
 
-/// Errors of parsing settings.
+/// Errors of parsing settings (ADR 0005); each names the variable, the value and what is
+/// accepted.
 #[derive(Debug, thiserror::Error)]
 pub enum SettingsError {
     /// A variable (or the flag that replaces it) has a value outside those accepted.
@@ -157,7 +158,7 @@ pub enum SettingsError {
     },
 }
 
-/// How build jobs run.
+/// How build jobs run (docs/design.md "Build jobs").
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum BuildJobsMode {
     /// In the calling thread, one after the other.
@@ -338,7 +339,7 @@ pub struct TestHooks {
 pub struct Settings {
     /// Runner mode, worker count, timeout ([`ENV_MODE`], [`ENV_JOBS`], [`ENV_TIMEOUT`]).
     pub build_jobs: BuildJobs,
-    /// The cache directory ([`ENV_CACHE_DIR`]); holds `tables-v1/`, `translation-v1/`, `build-v2/`.
+    /// The cache directory ([`ENV_CACHE_DIR`]); holds `tables-v1/`, `translation-v2/`, `build-v2/`.
     pub cache_dir: PathBuf,
     /// Recompute the digest of every stored table on every open ([`ENV_VERIFY_TABLES`]).
     pub verify_tables: bool,

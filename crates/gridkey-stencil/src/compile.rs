@@ -5,10 +5,13 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
-use gridkey_fingerprint::{translate_cached, CacheProtocolError, Request, Tiers, TranslationKey, TranslationOptions};
+use gridkey_fingerprint::{
+    translate_cached, CacheProtocolError, Request, Tiers, TranslationCache, TranslationKey, TranslationOptions,
+};
+use gridkey_fs::lock::KeyLocks;
+use gridkey_fs::Fault;
 use gridkey_offsets::CompileTimeOffsetProvider;
 use gridkey_settings::{CompilerSettings, Settings};
-use gridkey_store::lock::KeyLocks;
 use serde::{Deserialize, Serialize};
 use xxhash_rust::xxh3::Xxh3;
 
@@ -30,7 +33,7 @@ const STDERR_TAIL: usize = 2000;
 /// How [`compile`] runs: what it takes from the typed settings.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CompileConfig {
-    /// The cache directory: translation cache in `translation-v1/`, shared libraries in
+    /// The cache directory: translation cache in `translation-v2/`, shared libraries in
     /// [`BUILD_DIR`].
     pub cache_dir: PathBuf,
     /// The C compiler: its command words, the environment it runs with (nothing else reaches
@@ -42,17 +45,24 @@ pub struct CompileConfig {
     /// Debug switch: recompute the digest of every compile-time table before translating, in
     /// every mode; a changed table is [`StencilError::TableChanged`].
     pub verify_tables: bool,
+    /// The fault matrix's hook (ADR 0012), passed to every write of the translation cache and
+    /// the build cache; `None` in normal use.
+    pub fault: Option<Fault>,
 }
 
 impl CompileConfig {
-    /// The cache directory, compiler and hit verification of `settings`.
-    pub fn from_settings(settings: &Settings) -> Self {
-        Self {
+    /// The cache directory, compiler, both verification switches and the fault hook of
+    /// `settings`.
+    ///
+    /// Errors: [`StencilError::FaultHook`] when `settings.test_hooks.fault` does not parse.
+    pub fn from_settings(settings: &Settings) -> Result<Self, StencilError> {
+        Ok(Self {
             cache_dir: settings.cache_dir.clone(),
             compiler: settings.compiler.clone(),
             verify_hits: settings.verify_cache_hits,
             verify_tables: settings.verify_tables,
-        }
+            fault: Fault::parse_setting(settings.test_hooks.fault.as_deref())?,
+        })
     }
 }
 
@@ -95,14 +105,14 @@ mod key_hex {
 
 /// Compiles `program` against the compile-time offset provider:
 ///
-/// 1. key inputs = [`key_inputs`]`(program, options, provider)`;
-/// 2. the cache protocol, [`translate_cached`], over the local tier `<cache_dir>/translation-v1`:
+/// 1. key inputs = [`key_inputs`]`(program, options, provider)` (options normalised, ADR 0021);
+/// 2. the cache protocol, [`translate_cached`], over the local tier `<cache_dir>/translation-v2`:
 ///    a hit is the C source; a miss (absent, or unreadable, corrupt, not UTF-8) translates with
 ///    [`translate`] and stores the source with its key-input record;
 /// 3. build cache: `<cache_dir>/build-v2/<`[`build_key`]`>.so`, used when its checksum
 ///    trailer matches its bytes and it loads as this program's kernel; otherwise the compiler
 ///    `cc -O<level> -shared -fPIC -o kernel.so kernel.c` runs in a temporary directory of
-///    `build-v2`, and the library with its checksum trailer (ADR 0015) is written atomically
+///    `build-v2`, and the library with its checksum trailer (ADR 0023) is written atomically
 ///    (temp file, sync, rename), so no partial library is ever visible under a final name.
 ///
 /// Errors: [`check_options`] and [`translate`] errors; [`StencilError::Cache`] when the
@@ -128,8 +138,10 @@ pub fn compile(
         }
     }
     let started = Instant::now();
-    let inputs = key_inputs(program, options, provider);
-    let tiers = Tiers::local(&config.cache_dir)?;
+    let inputs = key_inputs(program, options, provider)?;
+    let options = &inputs.options;
+    let tiers = Tiers::new(vec![Box::new(TranslationCache::open(&config.cache_dir)?.with_fault(config.fault.clone()))])
+        .with_locks(KeyLocks::new(&config.cache_dir));
     let accept = |payload: &[u8]| {
         std::str::from_utf8(payload).map(|_| ()).map_err(|e| format!("entry is not UTF-8 C source: {e}"))
     };
@@ -164,14 +176,14 @@ pub fn compile(
     let built = if library_usable(&artifact, program) {
         false
     } else {
-        // One build per key across processes (ADR 0017): a concurrent build of this key is
+        // One build per key across processes (ADR 0025): a concurrent build of this key is
         // waited for and its library used. Without locks (a file system that has none) every
         // process builds, as before.
         let held = KeyLocks::new(&config.cache_dir).lock(&format!("build-{library_key}")).ok();
         if held.is_some() && library_usable(&artifact, program) {
             false
         } else {
-            build(program.name(), &config.compiler, &flags, &source, &dir, &artifact, &library_key)?;
+            build(program.name(), &config.compiler, &flags, &source, &artifact, &library_key, config.fault.as_ref())?;
             true
         }
     };
@@ -188,7 +200,7 @@ pub fn compile(
 }
 
 /// Recomputes the digest of every compile-time table `program` reads and compares it with the
-/// digest the key was computed from (ADR 0016).
+/// digest the key was computed from (ADR 0024).
 ///
 /// Errors: [`StencilError::TableChanged`] naming the program, the offset and the file.
 fn check_tables_read(program: &Program, provider: &CompileTimeOffsetProvider) -> Result<(), StencilError> {
@@ -206,7 +218,7 @@ fn check_tables_read(program: &Program, provider: &CompileTimeOffsetProvider) ->
 
 /// The build-cache key of a library: xxh3_128 (32 hex digits) over [`BUILD_FORMAT_VERSION`],
 /// the C source, the compiler's identity ([`crate::compiler_identity`]: its command words,
-/// executable, version and target) and the flags, each length-prefixed (u64 LE) (ADR 0014).
+/// executable, version and target) and the flags, each length-prefixed (u64 LE) (ADR 0022).
 ///
 /// Left out on purpose: every path (the compiler's, the cache directory's): identical compilers
 /// at different paths share builds.
@@ -229,7 +241,7 @@ pub fn build_key(source: &str, compiler_identity: &str, flags: &[String]) -> Str
 
 /// Name of the lock file in a build's private directory: locked exclusively while the compiler
 /// runs, so that `gridkey cache gc` leaves the directory alone (ADR 0009).
-const BUILD_DIR_LOCK: &str = gridkey_store::TEMP_DIR_LOCK;
+const BUILD_DIR_LOCK: &str = gridkey_fs::TEMP_DIR_LOCK;
 
 /// Runs the compiler in a private temp directory of the build cache (fixed file names
 /// `kernel.c` and `kernel.so`, so the library's bytes depend only on the source, the compiler
@@ -239,10 +251,11 @@ fn build(
     compiler: &CompilerSettings,
     flags: &[String],
     source: &str,
-    dir: &Path,
     artifact: &Path,
     key: &str,
+    fault: Option<&Fault>,
 ) -> Result<(), StencilError> {
+    let dir = artifact.parent().unwrap_or(Path::new("."));
     let io_err = |action, path: &Path| {
         let program = program.to_owned();
         let path = path.to_path_buf();
@@ -265,12 +278,12 @@ fn build(
     // that a build killed in the middle (Ctrl-C, a timeout) leaves nothing outside the cache
     // and `gridkey cache gc` removes it once its lock is free and it is old enough.
     let work = tempfile::Builder::new()
-        .prefix(gridkey_store::TEMP_PREFIX)
+        .prefix(gridkey_fs::TEMP_PREFIX)
         .tempdir_in(dir)
         .map_err(io_err("create a temp directory in", dir))?;
     let lock_path = work.path().join(BUILD_DIR_LOCK);
     let lock = fs::File::create(&lock_path).map_err(io_err("create", &lock_path))?;
-    gridkey_store::lock::lock_exclusive(&lock).map_err(io_err("lock", &lock_path))?;
+    gridkey_fs::lock::lock_exclusive(&lock).map_err(io_err("lock", &lock_path))?;
     let src = work.path().join("kernel.c");
     fs::write(&src, source).map_err(io_err("write", &src))?;
     let out = work.path().join("kernel.so");
@@ -303,7 +316,7 @@ fn build(
     let trailer = crate::library::trailer(key, &elf);
     // Temp file, sync, rename: no partial library is ever visible under the final name. A
     // concurrent build of the same key renames the same bytes over it: harmless.
-    gridkey_store::write_atomic(artifact, |w| {
+    gridkey_fs::write_atomic(artifact, fault, |w| {
         w.write_all(&elf)?;
         w.write_all(&trailer)
     })
@@ -312,7 +325,7 @@ fn build(
 }
 
 /// Whether the library in the build cache at `artifact` can be reused for `program`: a regular
-/// file whose checksum trailer matches its bytes (ADR 0015), that loads and says it was built
+/// file whose checksum trailer matches its bytes (ADR 0023), that loads and says it was built
 /// for this program. Anything else under the name (an altered, truncated or foreign library, a
 /// symlink) is removed so that it is built again; a directory is left for the rename to report.
 fn library_usable(artifact: &Path, program: &Program) -> bool {
@@ -321,7 +334,7 @@ fn library_usable(artifact: &Path, program: &Program) -> bool {
             if crate::Kernel::load(artifact, program).is_ok() {
                 return true;
             }
-            let _ = gridkey_store::remove_if_unlocked(artifact);
+            let _ = gridkey_fs::remove_if_unlocked(artifact);
             false
         }
         Ok(meta) if !meta.is_dir() => {

@@ -1,4 +1,4 @@
-//! The C compiler's identity: what the compiler is, not where it is (ADR 0014).
+//! The C compiler's identity: what the compiler is, not where it is (ADR 0022).
 //!
 //! The build key holds [`compiler_identity`], never the compiler's path: another compiler behind
 //! the same command words (a new `PATH`, a `module load`, a compiler fixed in place) gets other
@@ -78,7 +78,7 @@ pub fn compiler_identity(compiler: &CompilerSettings, cwd: &Path) -> String {
 
 /// Resolves `compiler` (when not resolved) and fills [`ResolvedCompiler::identity`] with
 /// [`compiler_identity`]: what the parent of a run does once, so that every task and worker
-/// carries the same identity (ADR 0013, ADR 0014).
+/// carries the same identity (ADR 0013, ADR 0022).
 ///
 /// Errors: [`SettingsError::CompilerNotFound`].
 pub fn identify_compiler(compiler: &mut CompilerSettings, cwd: &Path) -> Result<(), SettingsError> {

@@ -2,8 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::ffi::{c_char, c_void, CStr};
-use std::io::Read as _;
-use std::os::unix::fs::OpenOptionsExt;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use gridkey_fingerprint::content_digest;
@@ -136,7 +135,7 @@ impl std::fmt::Debug for Kernel {
 impl Kernel {
     /// Loads the shared library `artifact` of the build cache (from [`crate::compile`]) for
     /// `program`: takes a shared lock on the file (ADR 0009), checks its checksum trailer
-    /// against its bytes and its name (ADR 0015) and that it is a complete ELF file, loads a
+    /// against its bytes and its name (ADR 0023) and that it is a complete ELF file, loads a
     /// private copy of the checked bytes, and checks that it has kernel ABI [`ABI_VERSION`] and
     /// was generated from this very program (the library reports the digest of
     /// [`Program::encode`]).
@@ -151,22 +150,15 @@ impl Kernel {
             reason,
         };
         let key = artifact.file_stem().and_then(|s| s.to_str()).unwrap_or_default();
-        let lock = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(artifact)
-            .map_err(|e| err(e.to_string()))?;
-        gridkey_store::lock::lock_shared(&lock).map_err(|e| err(e.to_string()))?;
-        // The collector removes a library while holding an exclusive lock: once the shared lock
-        // is ours, the path must still name the file we hold.
-        if !gridkey_store::names_file(artifact, &lock) {
-            return Err(err("it was removed or replaced while being loaded".to_owned()));
-        }
-        // Marks the library as used now, for the collector's live-run rule (ADR 0018).
-        gridkey_store::touch(&lock);
+        // The shared lock keeps `gridkey cache gc` away while the kernel is loaded, as for a
+        // mapped table (ADR 0009); no symlink is followed, and the path still names the file
+        // held once the lock is ours.
+        let lock = gridkey_fs::lock::open_shared(artifact).map_err(|e| err(e.to_string()))?;
+        // Marks the library as used now, for the collector's live-run rule (ADR 0026).
+        gridkey_fs::touch(&lock);
         let mut bytes = Vec::new();
         (&lock).read_to_end(&mut bytes).map_err(|e| err(e.to_string()))?;
-        // The bytes must be the ones written when it was built (ADR 0015), and a complete ELF
+        // The bytes must be the ones written when it was built (ADR 0023), and a complete ELF
         // file: dlopen maps segments without checking that the file holds them.
         let elf = crate::library::checked_elf(key, &bytes).map_err(err)?;
         check_complete_elf(elf).map_err(err)?;
@@ -206,14 +198,14 @@ impl Kernel {
 
     /// Unloads the kernel and removes its library from the build cache, if the library's path
     /// still names the file it was loaded from: what a caller does with a kernel whose results
-    /// failed verification, so that it is never served again (ADR 0015). Returns whether the
+    /// failed verification, so that it is never served again (ADR 0023). Returns whether the
     /// file was removed (`false`: already gone or replaced by another build).
     ///
     /// Errors: the I/O error of removing the file other than `NotFound`.
     pub fn discard(self) -> std::io::Result<bool> {
         let Kernel { artifact, _library, _lock, .. } = self;
         drop(_library);
-        if !gridkey_store::names_file(&artifact, &_lock) {
+        if !gridkey_fs::names_file(&artifact, &_lock) {
             return Ok(false);
         }
         match std::fs::remove_file(&artifact) {
@@ -454,7 +446,7 @@ pub fn max_relative_error(got: &Fields, want: &Fields) -> f64 {
 fn load_private_copy(artifact: &Path, elf: &[u8]) -> Result<libloading::Library, String> {
     let dir = artifact.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let copy = tempfile::Builder::new()
-        .prefix(&format!("{}load-", gridkey_store::TEMP_PREFIX))
+        .prefix(&format!("{}load-", gridkey_fs::TEMP_PREFIX))
         .suffix(".so")
         .rand_bytes(16)
         .tempfile_in(dir)

@@ -1,5 +1,5 @@
 //! The build cache's library format: the linker's shared object followed by a trailer that
-//! names its build key and checksums its bytes (ADR 0015).
+//! names its build key and checksums its bytes (ADR 0023).
 //!
 //! `build-v2/<key>.so` = the ELF bytes, then [`TRAILER_BYTES`] bytes: [`TRAILER_MAGIC`] (8), the
 //! 16 bytes of the build key, the ELF length as u64 LE, and xxh3_128 of the ELF bytes as u128 LE.

@@ -2,7 +2,7 @@
 //! `gridkey cache gc` (ADR 0009, ADR 0012). No printing: the binary reports.
 //!
 //! A cache directory holds three stores, each named with its format version:
-//! `tables-v1/` (`<hex[0..2]>/<hex>.npy`, gridkey-store), `translation-v1/`
+//! `tables-v1/` (`<hex[0..2]>/<hex>.npy`, gridkey-store), `translation-v2/`
 //! (`<hex[0..2]>/<hex>.bin` with its record `<hex>.json`, gridkey-fingerprint) and `build-v2/`
 //! (`<hex>.so`, gridkey-stencil). Files named `.tmp-*` are unfinished writes.
 
@@ -12,7 +12,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
-use gridkey_store::{remove_if_unlocked, remove_if_unused, remove_stale_temps, Removal, TEMP_PREFIX};
+use gridkey_fs::{remove_if_unlocked, remove_if_unused, remove_stale_temps, Removal, TEMP_PREFIX};
 use serde::{Deserialize, Serialize};
 
 use crate::AppError;
@@ -29,14 +29,28 @@ pub const STORES: [(&str, &str); 3] = [
 /// its temp file and locking it, and than a C compiler writing a library (ADR 0009).
 pub const STALE_TEMP_AGE: Duration = Duration::from_secs(60);
 
-/// A reason to distrust a cache directory that does not stop its use, as pip and ccache warn
-/// about shared caches.
+/// A reason to distrust a cache directory, or a file in it, that does not stop its use, as pip
+/// and ccache warn about shared caches. Printed as `gridkey: warning: <path>: <message>`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CacheWarning {
-    /// The directory.
+    /// The directory or file.
     pub path: PathBuf,
-    /// What is wrong and what to do, one sentence without a final period.
+    /// What is wrong and what to do, one sentence without a final period, naming what the path
+    /// is (`cache directory ...`, `table file ...`).
     pub message: String,
+}
+
+impl CacheWarning {
+    /// The warning for a stored table file that did not hold the table its name says and was
+    /// replaced during conversion ([`gridkey_store::TableStore::repaired`]).
+    pub fn repaired_table(path: PathBuf) -> Self {
+        Self {
+            path,
+            message: "table file did not hold the table its name says (damaged, or modified after it was stored) and \
+                      was rewritten from the runtime table; if this repeats, find what writes into the cache directory"
+                .to_owned(),
+        }
+    }
 }
 
 /// Checks `cache_dir` before use, creating it if needed: it must be a directory (not a file),
@@ -78,7 +92,7 @@ pub fn check_cache_dir(cache_dir: &Path) -> Result<Vec<CacheWarning>, AppError> 
             warnings.push(CacheWarning {
                 path: dir.clone(),
                 message: format!(
-                    "is owned by user {}, not by you (user {me}): that user can replace the tables and kernel libraries this run loads; use a cache directory of your own",
+                    "cache directory owned by user {}, not by you (user {me}): that user can replace the tables and kernel libraries this run loads; use a cache directory of your own",
                     meta.uid()
                 ),
             });
@@ -86,25 +100,25 @@ pub fn check_cache_dir(cache_dir: &Path) -> Result<Vec<CacheWarning>, AppError> 
         if meta.mode() & 0o002 != 0 {
             warnings.push(CacheWarning {
                 path: dir.clone(),
-                message: "is writable by everyone: any user can plant tables and kernel libraries that this run loads; chmod o-w it or use a cache directory of your own".to_owned(),
+                message: "cache directory writable by everyone: any user can plant tables and kernel libraries that this run loads; chmod o-w it or use a cache directory of your own".to_owned(),
             });
         }
     }
     Ok(warnings)
 }
 
-/// Directory of the live-run registrations under the cache directory (ADR 0018).
+/// Directory of the live-run registrations under the cache directory (ADR 0026).
 pub const RUNS_DIR: &str = "runs";
 
 /// How much earlier than the oldest live run's start an entry must have been last used for
 /// `gridkey cache gc` to remove it while runs are live: covers time stamps of coarse
-/// granularity and clocks of a file server and its clients that differ a little (ADR 0018).
+/// granularity and clocks of a file server and its clients that differ a little (ADR 0026).
 pub const LIVE_RUN_MARGIN: Duration = Duration::from_secs(2);
 
-/// A run registered as live in a cache directory for as long as this value lives (ADR 0018):
+/// A run registered as live in a cache directory for as long as this value lives (ADR 0026):
 /// a file `<cache>/runs/<pid>-<random>.run` whose modification time is the run's start, locked
 /// exclusively by the run. `gridkey cache gc` removes, while a run is live, only entries last
-/// used before the oldest live run started; a run marks what it uses ([`gridkey_store::touch`])
+/// used before the oldest live run started; a run marks what it uses ([`gridkey_fs::touch`])
 /// and what it writes is newer than its start, so nothing a live run has produced or is about
 /// to use is removed. A killed run's lock dies with it; the collector then removes its file.
 #[derive(Debug)]
@@ -123,7 +137,7 @@ impl LiveRun {
         // Locked before it is visible under its final name, so that the collector never sees
         // it unlocked while the run lives.
         let temp = tempfile::Builder::new().prefix(TEMP_PREFIX).tempfile_in(&dir)?;
-        gridkey_store::lock::lock_exclusive(temp.as_file())?;
+        gridkey_fs::lock::lock_exclusive(temp.as_file())?;
         let name = format!(
             "{}-{}.run",
             std::process::id(),
@@ -166,7 +180,7 @@ pub fn live_runs(cache_dir: &Path) -> io::Result<(u64, Option<SystemTime>)> {
             continue;
         }
         // A registration nobody holds is a dead run's: removed on the way.
-        if gridkey_store::remove_if_unused(&path, || Ok(None))? == gridkey_store::Removal::Locked {
+        if gridkey_fs::remove_if_unused(&path, || Ok(None))? == gridkey_fs::Removal::Locked {
             live += 1;
             if let Ok(start) = fs::symlink_metadata(&path).and_then(|m| m.modified()) {
                 oldest = Some(oldest.map_or(start, |o| o.min(start)));
@@ -179,7 +193,7 @@ pub fn live_runs(cache_dir: &Path) -> io::Result<(u64, Option<SystemTime>)> {
 /// Entries and bytes of one store.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StoreStats {
-    /// Store directory name (`tables-v1`, `translation-v1`, `build-v2`).
+    /// Store directory name (`tables-v1`, `translation-v2`, `build-v2`).
     pub store: String,
     /// Number of entries (tables, translation entries, libraries).
     pub entries: u64,
@@ -193,8 +207,11 @@ pub struct StoreStats {
 
 /// `gridkey cache stats`: one [`StoreStats`] per store of [`STORES`], in that order.
 ///
-/// Errors: [`AppError::CacheScan`] when a store directory cannot be listed.
+/// Errors: [`AppError::NoCacheDir`] when `cache_dir` does not exist or is not a directory (a
+/// mistyped path is not an empty cache); [`AppError::StoreNotADirectory`] and
+/// [`AppError::CacheScan`] when a store directory cannot be listed.
 pub fn stats(cache_dir: &Path) -> Result<Vec<StoreStats>, AppError> {
+    existing_cache_dir(cache_dir)?;
     let mut out = Vec::new();
     for (store, ext) in STORES {
         let mut s = StoreStats { store: store.to_owned(), ..Default::default() };
@@ -237,7 +254,7 @@ pub struct GcReport {
     /// tables, loaded kernels).
     pub kept_in_use: u64,
     /// Entries over the budget that were kept because they were used since the oldest live run
-    /// started (ADR 0018).
+    /// started (ADR 0026).
     #[serde(default)]
     pub kept_for_live_runs: u64,
     /// Runs that were live in the cache directory when the collector looked last.
@@ -256,13 +273,16 @@ pub struct GcReport {
 /// live ([`LiveRun`]), only entries last used before the oldest live run started (less
 /// [`LIVE_RUN_MARGIN`]), checked under that lock, so that nothing a live run has produced or is
 /// about to use is removed; the others are counted in [`GcReport::kept_for_live_runs`]
-/// (ADR 0018). Files that are not entries of a known store are left alone.
+/// (ADR 0026). Files that are not entries of a known store are left alone.
 ///
-/// Errors: [`AppError::CacheScan`] when a store cannot be listed or a file cannot be removed.
+/// Errors: [`AppError::NoCacheDir`], [`AppError::StoreNotADirectory`] and
+/// [`AppError::CacheScan`] as [`stats`], and [`AppError::CacheScan`] when a file cannot be
+/// removed.
 pub fn gc(cache_dir: &Path, config: &GcConfig) -> Result<GcReport, AppError> {
+    existing_cache_dir(cache_dir)?;
     let scan_err = |path: &Path| {
         let path = path.to_path_buf();
-        move |source| AppError::CacheScan { path, source }
+        move |source| scan_error(path, source)
     };
     let mut report = GcReport::default();
     for dir in STORES.iter().map(|(store, _)| cache_dir.join(store)).chain([cache_dir.join(RUNS_DIR)]) {
@@ -270,7 +290,7 @@ pub fn gc(cache_dir: &Path, config: &GcConfig) -> Result<GcReport, AppError> {
         report.temps_removed += sweep.removed.len() as u64;
         report.temp_bytes += sweep.bytes;
     }
-    remove_dead_locks(&cache_dir.join(gridkey_store::lock::LOCKS_DIR)).map_err(scan_err(cache_dir))?;
+    remove_dead_locks(&cache_dir.join(gridkey_fs::lock::LOCKS_DIR)).map_err(scan_err(cache_dir))?;
     let runs_dir = cache_dir.join(RUNS_DIR);
     report.live_runs = live_runs(cache_dir).map_err(scan_err(&runs_dir))?.0;
     let mut entries = Vec::new();
@@ -290,7 +310,7 @@ pub fn gc(cache_dir: &Path, config: &GcConfig) -> Result<GcReport, AppError> {
                 break;
             }
             // The live runs are looked up again under the entry's lock: a run that registered
-            // before it marked this entry as used is seen (ADR 0018).
+            // before it marked this entry as used is seen (ADR 0026).
             let used_before = || {
                 let (live, oldest) = live_runs(cache_dir)?;
                 report.live_runs = live;
@@ -316,7 +336,7 @@ pub fn gc(cache_dir: &Path, config: &GcConfig) -> Result<GcReport, AppError> {
 }
 
 /// Removes the per-key lock files that no process holds (left by a holder that was killed); a
-/// held one is kept, and a waiter on a removed one takes a new one ([`gridkey_store::lock::KeyLocks`]).
+/// held one is kept, and a waiter on a removed one takes a new one ([`gridkey_fs::lock::KeyLocks`]).
 fn remove_dead_locks(dir: &Path) -> io::Result<()> {
     let entries = match fs::read_dir(dir) {
         Ok(entries) => entries,
@@ -330,6 +350,29 @@ fn remove_dead_locks(dir: &Path) -> io::Result<()> {
         }
     }
     Ok(())
+}
+
+/// `Ok` when `cache_dir` is a directory.
+fn existing_cache_dir(cache_dir: &Path) -> Result<(), AppError> {
+    match fs::metadata(cache_dir) {
+        Ok(meta) if meta.is_dir() => Ok(()),
+        Ok(_) => Err(AppError::NoCacheDir { path: cache_dir.to_path_buf(), problem: "is a file, not a directory" }),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            Err(AppError::NoCacheDir { path: cache_dir.to_path_buf(), problem: "does not exist" })
+        }
+        Err(source) => Err(AppError::CacheScan { path: cache_dir.to_path_buf(), source }),
+    }
+}
+
+/// The error of listing or cleaning `path`: [`AppError::StoreNotADirectory`] when it is a file
+/// where a store directory belongs (permissions are not the problem then), else
+/// [`AppError::CacheScan`].
+fn scan_error(path: PathBuf, source: io::Error) -> AppError {
+    // Listing a file as a directory: the store itself, or a shard directory inside it.
+    if source.raw_os_error() == Some(libc::ENOTDIR) {
+        return AppError::StoreNotADirectory { path };
+    }
+    AppError::CacheScan { path, source }
 }
 
 /// A regular file found under a store.
@@ -348,7 +391,7 @@ fn scan(dir: &Path) -> Result<Vec<Found>, AppError> {
     let entries = match fs::read_dir(dir) {
         Ok(e) => e,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(out),
-        Err(source) => return Err(AppError::CacheScan { path: dir.to_path_buf(), source }),
+        Err(source) => return Err(scan_error(dir.to_path_buf(), source)),
     };
     for entry in entries {
         let entry = entry.map_err(|source| AppError::CacheScan { path: dir.to_path_buf(), source })?;

@@ -1,7 +1,7 @@
 //! The gridkey application: the main job (`gridkey run`) and the grid table listing
 //! (`gridkey tables`) as library functions, shared by the `gridkey` binary and `cargo xtask`.
 //!
-//! The main job follows the pipeline of DESIGN 2: read the grid into a runtime offset provider,
+//! The main job follows the pipeline of docs/design.md "The pipeline": read the grid into a runtime offset provider,
 //! convert it once to its compile-time view in the cache directory, build a
 //! [`CompilationTask`] per program, run them with the chosen [`Runner`] (the frontend's compile
 //! step is [`StencilHandler`]), then load each artifact and run it on the **runtime** provider,
@@ -22,6 +22,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use gridkey_fingerprint::{FingerprintError, TranslationCache, TranslationKey, TranslationOptions};
+use gridkey_fs::Fault;
 use gridkey_grid::{read_grid, Grid, GridError};
 use gridkey_jobs::{CompilationTask, NoProgress, Progress, Runner, TaskHandler, WorkerCommand};
 use gridkey_offsets::{compile_time_offset_provider, CompileTimeOffsetProvider, Entry, OffsetsError};
@@ -34,6 +35,7 @@ use serde::{Deserialize, Serialize};
 pub mod cache;
 pub mod keys;
 pub mod layouts;
+pub mod supported;
 
 /// The ICON grid shipped in the repository, relative to the repository root.
 pub const SHIPPED_GRID: &str = "data/grids/icon_grid_0013_R02B04_R.nc";
@@ -60,6 +62,9 @@ pub enum AppError {
     /// A setting is not valid (the compiler is not found).
     #[error(transparent)]
     Settings(#[from] SettingsError),
+    /// The fault matrix's test hook (`GRIDKEY_FAULT`, `test_hooks.fault`) does not parse.
+    #[error("GRIDKEY_FAULT: {0}")]
+    FaultHook(#[from] gridkey_fs::FsError),
     /// The cache directory is unusable.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -121,6 +126,25 @@ pub enum AppError {
         /// The I/O error.
         source: std::io::Error,
     },
+    /// Translation options the frontend does not accept.
+    #[error(transparent)]
+    Options(Box<gridkey_stencil::StencilError>),
+    /// `gridkey cache stats` or `gridkey cache gc` on a path that is not a cache directory.
+    #[error("cache directory {path} {problem}; give the cache directory of a run (--cache-dir or GRIDKEY_CACHE_DIR)")]
+    NoCacheDir {
+        /// The path given.
+        path: PathBuf,
+        /// `does not exist` or `is a file, not a directory`.
+        problem: &'static str,
+    },
+    /// A file is where a store directory (`tables-v1`, ...) or one of its shard directories belongs.
+    #[error(
+        "cache path {path} is a file where a store directory belongs; remove it, and gridkey makes the directory again"
+    )]
+    StoreNotADirectory {
+        /// The path.
+        path: PathBuf,
+    },
     /// The cache directory could not be made absolute.
     #[error("cannot resolve cache directory {path}: {source}; pass an existing, writable --cache-dir")]
     CacheDir {
@@ -129,6 +153,13 @@ pub enum AppError {
         /// The I/O error.
         source: std::io::Error,
     },
+}
+
+impl From<gridkey_stencil::StencilError> for AppError {
+    /// Boxed, as [`AppError::Grid`].
+    fn from(e: gridkey_stencil::StencilError) -> Self {
+        AppError::Options(Box::new(e))
+    }
 }
 
 impl From<GridError> for AppError {
@@ -148,7 +179,7 @@ impl TaskHandler for StencilHandler {
 
     fn handle(&self, task: &CompilationTask) -> Result<CompileOutcome, String> {
         let program = Program::decode(&task.encoding).map_err(|e| e.to_string())?;
-        let config = CompileConfig::from_settings(&task.settings);
+        let config = CompileConfig::from_settings(&task.settings).map_err(|e| e.to_string())?;
         gridkey_stencil::compile(&program, &task.provider, &task.options, &config).map_err(|e| e.to_string())
     }
 }
@@ -156,7 +187,7 @@ impl TaskHandler for StencilHandler {
 /// What the main job needs.
 #[derive(Clone, Debug)]
 pub struct RunConfig {
-    /// The grid file (ICON or MPAS netCDF-3).
+    /// The grid file (ICON, MPAS or UGRID; netCDF-3 or netCDF-4).
     pub grid: PathBuf,
     /// Everything the entry point parsed: build jobs, cache directory, verification switches,
     /// the compiler.
@@ -219,6 +250,9 @@ pub struct RunReport {
     /// Abandoned temp files removed from the cache before the run ([`cache::STALE_TEMP_AGE`]).
     #[serde(default)]
     pub temps_removed: u64,
+    /// The programs the grid does not support, with the reason ([`supported::split`]).
+    #[serde(default)]
+    pub skipped: Vec<supported::SkippedProgram>,
 }
 
 impl RunReport {
@@ -303,7 +337,8 @@ pub fn run_with(
     run_with_progress(grid, programs, runner, config, read_seconds, &NoProgress)
 }
 
-/// [`run_with`], telling `progress` when each program's compilation starts and ends.
+/// [`run_with`], telling `progress` when each program's compilation starts and ends. Programs
+/// that need an offset the grid lacks are not run: they are listed in [`RunReport::skipped`].
 ///
 /// Errors: as [`run`].
 pub fn run_with_progress(
@@ -314,10 +349,12 @@ pub fn run_with_progress(
     read_seconds: f64,
     progress: &dyn Progress,
 ) -> Result<RunReport, AppError> {
+    let (programs, skipped) = supported::split(programs, grid);
+    let programs = programs.as_slice();
     let mut warnings = cache::check_cache_dir(&config.settings.cache_dir)?;
     let settings = task_settings(&config.settings)?;
     // Registered for the whole run, so that `gridkey cache gc` beside it removes nothing it has
-    // produced or is about to use (ADR 0018).
+    // produced or is about to use (ADR 0026).
     let _live = match cache::LiveRun::register(&settings.cache_dir) {
         Ok(live) => Some(live),
         Err(e) => {
@@ -333,24 +370,28 @@ pub fn run_with_progress(
     let temps_removed =
         cache::gc(&settings.cache_dir, &cache::GcConfig { max_size: None, temp_min_age: cache::STALE_TEMP_AGE })?
             .temps_removed;
-    let store = TableStore::open(&settings.cache_dir)?.verifying(settings.verify_tables);
+    let fault = Fault::parse_setting(settings.test_hooks.fault.as_deref())?;
+    let store = TableStore::open(&settings.cache_dir)?.verifying(settings.verify_tables).with_fault(fault);
     let cache_dir = settings.cache_dir.clone();
     let t = Instant::now();
     let mut ct = Arc::new(compile_time_offset_provider(grid.provider(), &store)?);
     let convert_seconds = t.elapsed().as_secs_f64();
+    warnings.extend(store.repaired().into_iter().map(cache::CacheWarning::repaired_table));
 
     let tasks = tasks_for(programs, &ct, &config.options, &settings);
     // The parent knows each key too (the same compile-time view), and whether the translation
     // cache had it before the batch: so a task that fails after translating (a compiler that
     // fails, a full disk) is still counted as the hit or miss and translation it was.
     let cache = TranslationCache::open(&cache_dir)?;
-    let keys: Vec<TranslationKey> =
-        programs.iter().map(|p| gridkey_stencil::key_inputs(p, &config.options, &ct).key()).collect();
+    let keys: Vec<TranslationKey> = programs
+        .iter()
+        .map(|p| gridkey_stencil::key_inputs(p, &config.options, &ct).map(|inputs| inputs.key()))
+        .collect::<Result<_, _>>()?;
     let cached_before: Vec<bool> = keys.iter().map(|k| cache.get(k).is_ok()).collect();
     let t = Instant::now();
     let mut outcomes = runner.run_all_with(&tasks, progress);
     // A stored table changed in place while this run held it fails the tasks that translated
-    // from it, and nothing is cached from it (ADR 0016): rewrite it from the runtime table and
+    // from it, and nothing is cached from it (ADR 0024): rewrite it from the runtime table and
     // compile those programs once more.
     let failed: Vec<usize> = (0..outcomes.len()).filter(|&i| outcomes[i].is_err()).collect();
     if !failed.is_empty() {
@@ -368,7 +409,7 @@ pub fn run_with_progress(
     let compile_seconds = t.elapsed().as_secs_f64();
 
     let t = Instant::now();
-    let compile_config = CompileConfig::from_settings(&settings);
+    let compile_config = CompileConfig::from_settings(&settings)?;
     let reports = programs
         .iter()
         .zip(outcomes)
@@ -405,11 +446,12 @@ pub fn run_with_progress(
         programs: reports,
         warnings,
         temps_removed,
+        skipped,
     })
 }
 
 /// The compile-time view `ct` with every table whose mapped content no longer matches its
-/// digest converted again from the grid's runtime table (the stored file rewritten, ADR 0016),
+/// digest converted again from the grid's runtime table (the stored file rewritten, ADR 0024),
 /// and a warning for each. Reads every table once; called only after a task failed.
 fn repair_tables(
     grid: &Grid,
@@ -449,7 +491,7 @@ fn repair_tables(
 /// The settings as they travel with the tasks of one run: the cache directory made absolute
 /// (workers may run elsewhere) and the compiler resolved and identified once, here, so that
 /// every mode and every worker runs the same program whatever its own `PATH` and keys its
-/// builds by the same identity (ADR 0013, ADR 0014).
+/// builds by the same identity (ADR 0013, ADR 0022).
 ///
 /// Errors: [`AppError::CacheDir`] when the cache directory does not exist or cannot be made
 /// absolute, [`AppError::Settings`] when the compiler is not found.
@@ -466,7 +508,7 @@ pub fn task_settings(settings: &Settings) -> Result<Arc<Settings>, AppError> {
 
 /// Loads the artifact, runs it on the runtime provider and compares with the Rust evaluation.
 /// A kernel whose results do not match is removed from the build cache, and its translation
-/// from the translation cache, so that neither is served again (ADR 0015).
+/// from the translation cache, so that neither is served again (ADR 0023).
 fn verify(
     program: &Program,
     grid: &Grid,
@@ -475,7 +517,7 @@ fn verify(
     rebuild: &dyn Fn() -> Result<CompileOutcome, gridkey_stencil::StencilError>,
 ) -> ProgramReport {
     let mut outcome = outcome;
-    // A library that cannot be loaded (removed or altered since it was built, ADR 0015) is
+    // A library that cannot be loaded (removed or altered since it was built, ADR 0023) is
     // built again here, once.
     let kernel = match gridkey_stencil::Kernel::load(&outcome.artifact, program) {
         Err(gridkey_stencil::StencilError::Load { .. }) => rebuild().and_then(|again| {

@@ -1,4 +1,4 @@
-//! Checked artifacts (ADR 0015): a library whose kernel fails verification against the Rust
+//! Checked artifacts (ADR 0023): a library whose kernel fails verification against the Rust
 //! reference is removed from the build cache, with its translation, and never served again.
 
 mod common;

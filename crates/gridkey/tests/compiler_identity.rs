@@ -1,4 +1,4 @@
-//! The build key holds what the compiler is, not where it is (ADR 0014): another compiler behind
+//! The build key holds what the compiler is, not where it is (ADR 0022): another compiler behind
 //! the same command words gets other build keys and really runs; the same compiler at two paths
 //! shares its builds.
 

@@ -1,4 +1,4 @@
-//! Many processes, one cache (ADR 0017, ADR 0018): concurrent runs on one empty cache translate
+//! Many processes, one cache (ADR 0025, ADR 0026): concurrent runs on one empty cache translate
 //! and build each program once in all, and `gridkey cache gc --max-size 0` in a loop beside a run
 //! harms none of its programs.
 

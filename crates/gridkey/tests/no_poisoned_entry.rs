@@ -1,4 +1,4 @@
-//! No poisoned entry (ADR 0016): a stored table changed in place while a run holds it fails the
+//! No poisoned entry (ADR 0024): a stored table changed in place while a run holds it fails the
 //! tasks that translated from it, nothing is cached from it, and the run rewrites the table from
 //! the runtime table and compiles those programs again, in every mode.
 
@@ -64,7 +64,7 @@ fn check_mode(mode: BuildJobsMode) {
     let good = compile_time_offset_provider(grid.provider(), &TableStore::open(other.path()).unwrap()).unwrap();
     let entries = TranslationCache::open(cache.path()).unwrap();
     for program in &programs {
-        let key = gridkey_stencil::key_inputs(program, &options, &good).key();
+        let key = gridkey_stencil::key_inputs(program, &options, &good).unwrap().key();
         let fresh = gridkey_stencil::translate(program, &good, &options).unwrap();
         assert_eq!(entries.get(&key).as_deref(), Ok(fresh.as_bytes()), "{mode}: {}", program.name());
     }

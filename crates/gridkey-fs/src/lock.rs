@@ -1,21 +1,24 @@
 //! Advisory file locks (`flock(2)`) that protect cache files in use from `gridkey cache gc`
 //! (ADR 0009).
 //!
-//! A process holds a **shared** lock on every table file it has mapped ([`crate::MappedTable`])
-//! and on every kernel library it has loaded, for as long as the mapping lives; a writer holds an
-//! **exclusive** lock on its temp file while it writes. The collector removes a file only while
-//! it holds an exclusive lock taken without waiting ([`try_lock_exclusive`]), so it never removes
-//! a file that a live process has mapped or is writing. The kernel drops `flock` locks when the
-//! process dies, so a killed process never leaves a file locked.
+//! A process holds a **shared** lock on every file it uses in place (a mapped table, a loaded
+//! kernel library: [`open_shared`]) for as long as it uses it; a writer holds an **exclusive**
+//! lock on its temp file while it writes ([`crate::write_atomic`]). The collector removes a file
+//! only while it holds an exclusive lock taken without waiting ([`try_lock_exclusive`],
+//! [`crate::remove_if_unlocked`]), so it never removes a file that a live process uses or is
+//! writing. The kernel drops `flock` locks when the process dies, so a killed process never
+//! leaves a file locked.
 //!
 //! [`KeyLocks`] are the per-key locks under which one process produces a translation or a build
-//! while the others wait for it (ADR 0017).
+//! while the others wait for it (ADR 0025).
 
 use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
+
+use crate::same_file;
 
 fn flock(file: &File, op: libc::c_int) -> io::Result<()> {
     loop {
@@ -58,9 +61,35 @@ pub fn try_lock_exclusive(file: &File) -> io::Result<bool> {
     }
 }
 
+/// Opens the cache file `path` read-only for use in place and takes a shared lock on it, held
+/// until the returned file is closed: how a table is mapped and a kernel library loaded.
+///
+/// The open does not follow a symlink (`O_NOFOLLOW`) and does not block on a FIFO
+/// (`O_NONBLOCK`). The collector removes a file while holding an exclusive lock, and concurrent
+/// writers of one entry rename identical content over it: once the shared lock is held, `path`
+/// must still name the file held, else it is opened again (replaced) or is `ENOENT` (removed).
+/// After 16 replacements in a row the last file held is returned: it was renamed into place
+/// whole and holds the same content.
+///
+/// Errors: the `open(2)` error (`ELOOP` for a symlink, `ENOENT` when the file is missing or was
+/// removed while being opened), the `flock(2)` error.
+pub fn open_shared(path: &Path) -> io::Result<File> {
+    let mut last = None;
+    for _ in 0..16 {
+        let file = OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK).open(path)?;
+        lock_shared(&file)?;
+        match fs::symlink_metadata(path) {
+            Ok(m) if same_file(&m, &file) => return Ok(file),
+            Ok(_) => last = Some(file),
+            Err(_) => return Err(io::Error::from_raw_os_error(libc::ENOENT)),
+        }
+    }
+    last.ok_or_else(|| io::Error::from_raw_os_error(libc::ENOENT))
+}
+
 /// Per-key locks of a cache directory: one lock file per key under `<cache>/locks/`, locked
 /// exclusively by whoever produces the key's artifact (a translation, a build), so that processes
-/// sharing a cache produce each artifact once while the others wait and then hit (ADR 0017).
+/// sharing a cache produce each artifact once while the others wait and then hit (ADR 0025).
 ///
 /// A lock is released when its holder drops it or dies (`flock` locks die with their process), so
 /// a killed holder never blocks the others. The holder removes its lock file while still holding
