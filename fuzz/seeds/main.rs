@@ -94,6 +94,10 @@ fn main() {
         translate_seconds: 0.01,
         built: true,
         build_seconds: 0.2,
+        key_seconds: 0.001,
+        lookup_seconds: 0.001,
+        lock_seconds: 0.0001,
+        library_check_seconds: 0.002,
         artifact: cache.join("build-v2/0123.so"),
         miss_reason: Some("local: no translation entry".into()),
     };

@@ -135,6 +135,9 @@ pub struct Cached {
     /// Whether the lookup waited for the key's lock (another process or thread was translating
     /// the same key); a hit after waiting is that translation.
     pub waited: bool,
+    /// Time spent taking the key's lock (waiting included); zero on a hit found without it
+    /// (a hit takes no lock, ADR 0025). `cargo xtask bench` reports it (case `warm_run`).
+    pub lock_time: std::time::Duration,
     /// Tiers that could not be written (a write-back after a later tier's hit, or a put after
     /// a miss beyond the first writable tier), `tier: error`; the result is still good.
     pub warnings: Vec<String>,
@@ -192,6 +195,7 @@ pub fn translate_cached<E: std::error::Error + 'static>(
         return Ok(cached);
     }
     let mut waited = false;
+    let locking = std::time::Instant::now();
     let _held = match &tiers.locks {
         None => None,
         Some(locks) => match locks.lock(&format!("translation-{key}")) {
@@ -205,10 +209,11 @@ pub fn translate_cached<E: std::error::Error + 'static>(
             }
         },
     };
+    let lock_time = if tiers.locks.is_some() { locking.elapsed() } else { std::time::Duration::ZERO };
     if _held.is_some() {
         let mut again = Vec::new();
         if let Some(cached) = look_up(tiers, request, &key, &mut translate, &mut again, &mut warnings)? {
-            return Ok(Cached { waited, ..cached });
+            return Ok(Cached { waited, lock_time, ..cached });
         }
     }
     let payload = translate().map_err(CacheProtocolError::Translate)?;
@@ -227,7 +232,7 @@ pub fn translate_cached<E: std::error::Error + 'static>(
         None => {}
     }
     let miss_reason = Some(if misses.is_empty() { "no cache tier".to_owned() } else { misses.join("; ") });
-    Ok(Cached { key, payload, hit: None, miss_reason, waited, warnings })
+    Ok(Cached { key, payload, hit: None, miss_reason, waited, lock_time, warnings })
 }
 
 /// One lookup in every tier, in order: the hit (verified, written back), or `None` with the
@@ -276,6 +281,7 @@ fn look_up<E: std::error::Error + 'static>(
             hit: Some(tier.name().to_owned()),
             miss_reason: None,
             waited: false,
+            lock_time: std::time::Duration::ZERO,
             warnings: std::mem::take(warnings),
         }));
     }

@@ -83,6 +83,19 @@ pub struct CompileOutcome {
     pub built: bool,
     /// Seconds spent on the build-cache lookup and building.
     pub build_seconds: f64,
+    /// Of `translate_seconds`: seconds spent computing the key inputs (options normalised,
+    /// program fingerprint, the digests and facts of the tables).
+    pub key_seconds: f64,
+    /// Of `translate_seconds`: seconds spent in the cache protocol other than translating and
+    /// locking: hashing the key inputs into the key, and looking the key up in the translation
+    /// cache (both lookups on a miss: before and under the key's lock).
+    pub lookup_seconds: f64,
+    /// Seconds spent taking the per-key locks (translation and build, waiting included, ADR
+    /// 0025); zero on a warm compile, which takes none.
+    pub lock_seconds: f64,
+    /// Of `build_seconds`: seconds spent checking the stored library (checksum trailer and load
+    /// as this program's kernel, ADR 0023), both checks on a miss.
+    pub library_check_seconds: f64,
     /// The shared library, `<cache_dir>/build-v2/<hex>.so`.
     pub artifact: PathBuf,
     /// On a translation-cache miss, why the entry was not usable.
@@ -139,6 +152,7 @@ pub fn compile(
     }
     let started = Instant::now();
     let inputs = key_inputs(program, options, provider)?;
+    let key_seconds = started.elapsed().as_secs_f64();
     let options = &inputs.options;
     let tiers = Tiers::new(vec![Box::new(TranslationCache::open(&config.cache_dir)?.with_fault(config.fault.clone()))])
         .with_locks(KeyLocks::new(&config.cache_dir));
@@ -149,11 +163,15 @@ pub fn compile(
     // Every table the translation read must still hold what its digest (the key) names once the
     // translation is done: a table changed in place in the window fails this task and is never
     // cached under the original key. One digest per table, on a miss only.
+    let translating = std::cell::Cell::new(0.0);
     let translate_checked = || {
-        let source = translate(program, provider, options)?;
-        check_tables_read(program, provider)?;
-        Ok::<_, StencilError>(source.into_bytes())
+        let t = Instant::now();
+        let source = translate(program, provider, options);
+        let checked = source.and_then(|source| check_tables_read(program, provider).map(|()| source));
+        translating.set(translating.get() + t.elapsed().as_secs_f64());
+        Ok::<_, StencilError>(checked?.into_bytes())
     };
+    let looking = Instant::now();
     let cached = translate_cached(&tiers, &request, translate_checked).map_err(|e| match e {
         CacheProtocolError::Translate(e) => e,
         CacheProtocolError::Put(e) => StencilError::Cache(e),
@@ -161,12 +179,21 @@ pub fn compile(
             StencilError::VerifyMismatch { program: program.name().to_owned(), key, first_difference }
         }
     })?;
+    let mut lock_seconds = cached.lock_time.as_secs_f64();
+    let lookup_seconds = (looking.elapsed().as_secs_f64() - translating.get() - lock_seconds).max(0.0);
     let key = cached.key;
     let miss_reason = cached.miss_reason;
     let source = String::from_utf8(cached.payload).expect("accepted as UTF-8");
     let translate_seconds = started.elapsed().as_secs_f64();
 
     let started = Instant::now();
+    let mut library_check_seconds = 0.0;
+    let mut library_usable = |artifact: &Path, program: &Program| {
+        let t = Instant::now();
+        let usable = library_usable(artifact, program);
+        library_check_seconds += t.elapsed().as_secs_f64();
+        usable
+    };
     let identity = identity_for_build(&config.compiler);
     let mut flags = opts.cflags();
     flags.extend(SHARED_FLAGS.iter().map(|f| (*f).to_owned()));
@@ -179,7 +206,9 @@ pub fn compile(
         // One build per key across processes (ADR 0025): a concurrent build of this key is
         // waited for and its library used. Without locks (a file system that has none) every
         // process builds, as before.
+        let locking = Instant::now();
         let held = KeyLocks::new(&config.cache_dir).lock(&format!("build-{library_key}")).ok();
+        lock_seconds += locking.elapsed().as_secs_f64();
         if held.is_some() && library_usable(&artifact, program) {
             false
         } else {
@@ -194,6 +223,10 @@ pub fn compile(
         translate_seconds,
         built,
         build_seconds: started.elapsed().as_secs_f64(),
+        key_seconds,
+        lookup_seconds,
+        lock_seconds,
+        library_check_seconds,
         artifact,
         miss_reason,
     })

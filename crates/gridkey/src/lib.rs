@@ -215,6 +215,25 @@ pub struct ProgramReport {
     pub translate_seconds: f64,
     /// Seconds spent building.
     pub build_seconds: f64,
+    /// Of `translate_seconds`: seconds computing the key inputs ([`CompileOutcome::key_seconds`]).
+    #[serde(default)]
+    pub key_seconds: f64,
+    /// Of `translate_seconds`: seconds hashing the key and looking it up in the translation
+    /// cache ([`CompileOutcome::lookup_seconds`]).
+    #[serde(default)]
+    pub lookup_seconds: f64,
+    /// Seconds taking the per-key locks, translation and build (ADR 0025); zero when every
+    /// lookup hit ([`CompileOutcome::lock_seconds`]).
+    #[serde(default)]
+    pub lock_seconds: f64,
+    /// Of `build_seconds`: seconds checking the stored library before using it (checksum
+    /// trailer, load as this program's kernel, ADR 0023; [`CompileOutcome::library_check_seconds`]).
+    #[serde(default)]
+    pub library_check_seconds: f64,
+    /// Seconds loading the library for the run that verifies it (checksum trailer checked, a
+    /// private copy loaded, ADR 0023), in the parent.
+    #[serde(default)]
+    pub load_seconds: f64,
     /// Largest relative error of the kernel against the Rust evaluation.
     pub max_rel_error: Option<f64>,
     /// Whether the program compiled, ran and matched within [`TOLERANCE`].
@@ -238,6 +257,10 @@ pub struct RunReport {
     pub read_seconds: f64,
     /// Seconds to convert the offset provider to its compile-time view.
     pub convert_seconds: f64,
+    /// Seconds the parent spent computing every program's key and looking it up in the
+    /// translation cache before the batch (to count hits and misses of tasks that fail).
+    #[serde(default)]
+    pub keys_seconds: f64,
     /// Seconds to compile all programs (the runner's batch).
     pub compile_seconds: f64,
     /// Seconds to run and verify all programs.
@@ -383,11 +406,13 @@ pub fn run_with_progress(
     // cache had it before the batch: so a task that fails after translating (a compiler that
     // fails, a full disk) is still counted as the hit or miss and translation it was.
     let cache = TranslationCache::open(&cache_dir)?;
+    let t = Instant::now();
     let keys: Vec<TranslationKey> = programs
         .iter()
         .map(|p| gridkey_stencil::key_inputs(p, &config.options, &ct).map(|inputs| inputs.key()))
         .collect::<Result<_, _>>()?;
     let cached_before: Vec<bool> = keys.iter().map(|k| cache.get(k).is_ok()).collect();
+    let keys_seconds = t.elapsed().as_secs_f64();
     let t = Instant::now();
     let mut outcomes = runner.run_all_with(&tasks, progress);
     // A stored table changed in place while this run held it fails the tasks that translated
@@ -428,6 +453,11 @@ pub fn run_with_progress(
                 built: false,
                 translate_seconds: 0.0,
                 build_seconds: 0.0,
+                key_seconds: 0.0,
+                lookup_seconds: 0.0,
+                lock_seconds: 0.0,
+                library_check_seconds: 0.0,
+                load_seconds: 0.0,
                 max_rel_error: None,
                 verified: false,
                 error: Some(e.to_string()),
@@ -441,6 +471,7 @@ pub fn run_with_progress(
         jobs: config.settings.build_jobs.jobs,
         read_seconds,
         convert_seconds,
+        keys_seconds,
         compile_seconds,
         verify_seconds: t.elapsed().as_secs_f64(),
         programs: reports,
@@ -519,7 +550,10 @@ fn verify(
     let mut outcome = outcome;
     // A library that cannot be loaded (removed or altered since it was built, ADR 0023) is
     // built again here, once.
-    let kernel = match gridkey_stencil::Kernel::load(&outcome.artifact, program) {
+    let loading = Instant::now();
+    let loaded = gridkey_stencil::Kernel::load(&outcome.artifact, program);
+    let load_seconds = loading.elapsed().as_secs_f64();
+    let kernel = match loaded {
         Err(gridkey_stencil::StencilError::Load { .. }) => rebuild().and_then(|again| {
             outcome.built |= again.built;
             outcome.build_seconds += again.build_seconds;
@@ -535,6 +569,11 @@ fn verify(
         built: outcome.built,
         translate_seconds: outcome.translate_seconds,
         build_seconds: outcome.build_seconds,
+        key_seconds: outcome.key_seconds,
+        lookup_seconds: outcome.lookup_seconds,
+        lock_seconds: outcome.lock_seconds,
+        library_check_seconds: outcome.library_check_seconds,
+        load_seconds,
         max_rel_error: None,
         verified: false,
         error: None,
