@@ -317,14 +317,104 @@ impl TableStore {
     /// temp file in the store directory while the digest runs, and the file is renamed to its
     /// final name once both are done, so the view costs about one write instead of a read and
     /// a write (`cargo xtask bench`, case `view_build`; ADR 0011). As soon as the digest is known
-    /// and a valid file of it is already stored, the write stops and the temp file is removed,
-    /// so a table stored before costs about its digest. `data` must hold
-    /// `shape[0] * shape[1] * dtype.itemsize()` bytes and `digest` must return the digest of the
-    /// table they hold; a length that does not match is a [`StoreError::Write`].
+    /// and a valid file of it is already stored, the write stops and the temp file is removed.
+    /// A file found under the table's name is used only once its element bytes are compared
+    /// with `data`, all of them (ADR 0012).
+    ///
+    /// A table of less than [`CANDIDATE_MIN_BYTES`] is hashed first, then compared with a file
+    /// under its name or written ([`Self::put_with`]): its digest takes milliseconds at most,
+    /// less than a temp file that a table stored before would not need.
+    ///
+    /// A table of at least [`CANDIDATE_MIN_BYTES`] looks for a stored file of its size whose
+    /// first bytes are its own first (a listing of the store, a read of one page per file of that
+    /// size) before anything is written. When there is one, the table was most likely stored
+    /// before: instead of the temp file, this thread compares every byte of that file with
+    /// `data` while the digest runs, and the file is used when all bytes are equal and its name
+    /// is the digest; anything else goes the general way, with the digest known (ADR 0027). So a
+    /// table stored before costs about its digest, in a fresh process too (case
+    /// `convert_stored`). `data` must hold `shape[0] * shape[1] * dtype.itemsize()` bytes and
+    /// `digest` must return the digest of the table they hold; a length that does not match is
+    /// a [`StoreError::Write`].
     ///
     /// Errors: [`StoreError::Directory`], [`StoreError::Write`] (naming the final path once the
     /// digest is known); on error no file is left behind.
     pub fn put_slice(
+        &self,
+        dtype: Dtype,
+        shape: [usize; 2],
+        data: &[u8],
+        digest: impl FnOnce() -> TableDigest + Send,
+    ) -> Result<(TableSpec, PathBuf), StoreError> {
+        let expected_len = shape[0] * shape[1] * dtype.itemsize();
+        if data.len() < CANDIDATE_MIN_BYTES && data.len() == expected_len {
+            // Hashed first (milliseconds at most): a table stored before is then compared and
+            // kept without a temp file, a new one written as by `put_table`.
+            let spec = TableSpec { digest: digest(), dtype, shape };
+            return self.put_with(&spec, |out| out.write_all(data)).map(|path| (spec, path));
+        }
+        // A verifying store would hash every candidate it opens: it takes the general way.
+        if self.verify || data.len() != expected_len {
+            return self.put_slice_writing(dtype, shape, data, digest);
+        }
+        let Some(candidate) = self.candidate(dtype, shape, data) else {
+            return self.put_slice_writing(dtype, shape, data, digest);
+        };
+        // One pass: each chunk is hashed, then compared while it is still in the cache, so the
+        // runtime table is read from memory once and the stored file once.
+        let mut hasher = gridkey_digest::TableHasher::new(dtype, &shape);
+        let mut same_bytes = true;
+        for (ours, theirs) in data.chunks(COMPARE_CHUNK_BYTES).zip(candidate.data_bytes().chunks(COMPARE_CHUNK_BYTES)) {
+            hasher.update(ours);
+            same_bytes = same_bytes && ours == theirs;
+        }
+        let digest = hasher.finish().expect("data holds shape[0] * shape[1] elements");
+        // The candidate was mapped by its name, so equal bytes under the digest's name are the
+        // table itself: the one case in which nothing is written.
+        if same_bytes && candidate.spec().digest == digest {
+            return Ok((TableSpec { digest, dtype, shape }, self.path_of(&digest)));
+        }
+        drop(candidate);
+        self.put_slice_writing(dtype, shape, data, move || digest)
+    }
+
+    /// A stored file that `data` (of `dtype` and `shape`, `data.len()` bytes) probably is: one
+    /// under a table name in the store, a regular file of the length such a table has, whose
+    /// first [`CANDIDATE_PROBE_BYTES`] of element data are those of `data`, mapped by its name
+    /// with the checked open. A guess only: the caller compares every byte and the name.
+    fn candidate(&self, dtype: Dtype, shape: [usize; 2], data: &[u8]) -> Option<MappedTable> {
+        use std::io::Read as _;
+        let header_len = npy_header(&TableSpec { digest: TableDigest::from_bytes([0; 16]), dtype, shape }).ok()?.len();
+        let file_len = (header_len + data.len()) as u64;
+        let probe = &data[..data.len().min(CANDIDATE_PROBE_BYTES)];
+        let mut head = vec![0u8; header_len + probe.len()];
+        for shard in fs::read_dir(&self.dir).ok()?.flatten() {
+            let Ok(files) = fs::read_dir(shard.path()) else { continue };
+            for entry in files.flatten() {
+                let name = entry.file_name();
+                let Some(digest) = name.to_str().and_then(|n| n.strip_suffix(".npy")).and_then(|h| h.parse().ok())
+                else {
+                    continue;
+                };
+                // The entry's own metadata (no symlink followed): a regular file of the size.
+                if !entry.metadata().is_ok_and(|m| m.is_file() && m.len() == file_len) {
+                    continue;
+                }
+                let path = self.path_of(&digest);
+                let read = fs::File::open(&path).and_then(|mut f| f.read_exact(&mut head));
+                if read.is_err() || &head[header_len..] != probe {
+                    continue;
+                }
+                if let Ok(table) = MappedTable::map(path, &TableSpec { digest, dtype, shape }) {
+                    return Some(table);
+                }
+            }
+        }
+        None
+    }
+
+    /// [`Self::put_slice`] without looking for a candidate: the bytes written to a temp file
+    /// while `digest` runs.
+    fn put_slice_writing(
         &self,
         dtype: Dtype,
         shape: [usize; 2],
@@ -425,6 +515,19 @@ impl TableStore {
 
 /// Bytes written per step by [`TableStore::put_slice`] between two looks at the digest.
 const PUT_CHUNK_BYTES: usize = 8 << 20;
+
+/// Tables of at least this many bytes of element data look for a stored file of their own
+/// before they are written ([`TableStore::put_slice`], ADR 0027): 16 MiB, whose digest takes
+/// milliseconds, against microseconds for listing a store of hundreds of tables.
+pub const CANDIDATE_MIN_BYTES: usize = 16 << 20;
+
+/// Bytes hashed and then compared with a candidate per step of [`TableStore::put_slice`]: small
+/// enough to stay in the core's cache between the two.
+const COMPARE_CHUNK_BYTES: usize = 128 << 10;
+
+/// Bytes of element data of a stored file read and compared to choose it as a candidate
+/// ([`TableStore::put_slice`]): 64 KiB.
+pub const CANDIDATE_PROBE_BYTES: usize = 64 << 10;
 
 /// A writer that compares what is written with `expected` instead of storing it.
 struct SameBytes<'a> {

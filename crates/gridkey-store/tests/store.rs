@@ -340,14 +340,18 @@ fn le_bytes(t: &Array2<i32>) -> Vec<u8> {
     t.iter().flat_map(|x| x.to_le_bytes()).collect()
 }
 
+/// Rows of a 4-column int32 table just over [`gridkey_store::CANDIDATE_MIN_BYTES`] (and over
+/// one 8 MiB write chunk): `put_slice` looks for a stored file of it before writing.
+const LARGE_ROWS: usize = gridkey_store::CANDIDATE_MIN_BYTES / 16 + 4096;
+
 #[test]
 fn put_slice_writes_while_hashing_and_the_file_equals_put_table() {
     // Larger than one write chunk (8 MiB), so the digest is known in the middle of the write.
-    let t = table(600_000, 4);
+    let t = table(LARGE_ROWS, 4);
     let dir = tempfile::tempdir().unwrap();
     let store = TableStore::open(dir.path()).unwrap();
-    let (spec, path) = store.put_slice(Dtype::I32, [600_000, 4], &le_bytes(&t), || digest_table(t.view())).unwrap();
-    assert_eq!(spec, TableSpec { digest: digest_table(t.view()), dtype: Dtype::I32, shape: [600_000, 4] });
+    let (spec, path) = store.put_slice(Dtype::I32, [LARGE_ROWS, 4], &le_bytes(&t), || digest_table(t.view())).unwrap();
+    assert_eq!(spec, TableSpec { digest: digest_table(t.view()), dtype: Dtype::I32, shape: [LARGE_ROWS, 4] });
     assert_eq!(path, store.path_of(&spec.digest));
     store.open_verified(&spec).expect("the stored bytes have the digest in the name");
     // The same file as the sequential writer, byte for byte.
@@ -371,6 +375,72 @@ fn put_slice_of_a_stored_table_keeps_the_file_and_leaves_no_temp_file() {
     assert_eq!((again, again_path), (spec, path.clone()));
     assert_eq!(fs::metadata(&path).unwrap().modified().unwrap(), modified, "the stored file was not rewritten");
     assert_eq!(files_under(store.dir()).len(), 1, "no temp file is left: {:?}", files_under(store.dir()));
+}
+
+#[test]
+fn a_stored_large_table_is_hashed_and_compared_in_one_pass_and_kept_without_a_temp_file() {
+    let t = table(LARGE_ROWS, 4);
+    let dir = tempfile::tempdir().unwrap();
+    let store = TableStore::open(dir.path()).unwrap();
+    let spec = stored(&store, &t);
+    // Another table of the same size in the store, whose first bytes differ: not a candidate.
+    stored(&store, &t.mapv(|x| x + 1));
+    let path = store.path_of(&spec.digest);
+    let modified = fs::metadata(&path).unwrap().modified().unwrap();
+    let (again, again_path) = store
+        .put_slice(Dtype::I32, [LARGE_ROWS, 4], &le_bytes(&t), || unreachable!("the one pass computes the digest"))
+        .unwrap();
+    assert_eq!((again, again_path), (spec, path.clone()), "the digest of the one pass is digest_table's");
+    assert_eq!(fs::metadata(&path).unwrap().modified().unwrap(), modified, "the stored file was not rewritten");
+    assert_eq!(files_under(store.dir()).len(), 2, "no temp file: {:?}", files_under(store.dir()));
+    assert!(store.repaired().is_empty());
+}
+
+#[test]
+fn a_large_stored_table_changed_after_its_first_bytes_is_detected_and_replaced() {
+    // Same name, size, header and first page as the table: a candidate, compared to the end.
+    let t = table(LARGE_ROWS, 4);
+    let dir = tempfile::tempdir().unwrap();
+    let store = TableStore::open(dir.path()).unwrap();
+    let spec = stored(&store, &t);
+    let path = store.path_of(&spec.digest);
+    let good = fs::read(&path).unwrap();
+    for at in [good.len() - 1, good.len() / 2] {
+        let mut tampered = good.clone();
+        tampered[at] ^= 0x40;
+        overwrite(&store, &spec, &tampered);
+        assert!(store.open_table(&spec).is_ok(), "the tampered file passes a checked open");
+        let before = store.repaired().len();
+        let (again, again_path) =
+            store.put_slice(Dtype::I32, [LARGE_ROWS, 4], &le_bytes(&t), || digest_table(t.view())).unwrap();
+        assert_eq!((again, &again_path), (spec, &path));
+        assert_eq!(fs::read(&path).unwrap(), good, "byte {at}: the file holds the table again");
+        store.open_verified(&spec).unwrap();
+        assert_eq!(store.repaired()[before..], *std::slice::from_ref(&path), "byte {at}: the replacement is reported");
+        assert!(files_under(store.dir()).iter().all(|f| !f.starts_with(".tmp-")));
+    }
+}
+
+#[test]
+fn a_file_with_the_tables_bytes_under_another_name_is_never_taken_for_the_table() {
+    // The bytes of `t` planted under the name of `other`: every byte of it equals `t`, but its
+    // name is not the digest of `t`, so it is not `t`'s file; `t` is stored under its own name.
+    let (t, other) = (table(LARGE_ROWS, 4), table(LARGE_ROWS, 4).mapv(|x| x + 1));
+    let dir = tempfile::tempdir().unwrap();
+    let store = TableStore::open(dir.path()).unwrap();
+    let other_spec = stored(&store, &other);
+    let scratch = tempfile::tempdir().unwrap();
+    let source = TableStore::open(scratch.path()).unwrap();
+    let t_spec = stored(&source, &t);
+    overwrite(&store, &other_spec, &fs::read(source.path_of(&t_spec.digest)).unwrap());
+    let (spec, path) = store.put_slice(Dtype::I32, [LARGE_ROWS, 4], &le_bytes(&t), || digest_table(t.view())).unwrap();
+    assert_eq!(spec, t_spec);
+    assert_eq!(path, store.path_of(&t_spec.digest));
+    store.open_verified(&spec).expect("t is under its own name, with its own bytes");
+    // And `other`, whose name holds `t`'s bytes, gets its own bytes back.
+    store.put_slice(Dtype::I32, [LARGE_ROWS, 4], &le_bytes(&other), || digest_table(other.view())).unwrap();
+    store.open_verified(&other_spec).expect("the planted file was replaced");
+    assert_eq!(store.repaired(), [store.path_of(&other_spec.digest)]);
 }
 
 #[test]
