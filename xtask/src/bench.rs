@@ -2,6 +2,15 @@
 //! each measured against its limit in the same run (README "Performance"; ADR 0008 for the
 //! digest, ADR 0011 for the view build).
 //!
+//! What the integrity checks cost: `convert_stored` converts the R2B9-size provider in a fresh
+//! process whose store already holds its tables (ADR 0012, ADR 0027), against one digest of the
+//! same tables in a fresh process of the same kind (both are this binary, run as
+//! `cargo xtask bench --child KIND CACHE`); `key_lock` times one per-key lock and release
+//! (ADR 0025); `warm_run` splits a warm `gridkey run` into the parts its report times (convert,
+//! keys, lookup, lock, library check, load); `concurrent_runs_N` starts N = 2, 4, 8 and 16
+//! `gridkey run` on one empty cache (in `--quick` too, once each) and counts translations and
+//! builds in all, against one run.
+//!
 //! Every case reports the median of its repetitions in seconds and a `ratio` against the limit
 //! named in the case (a plain read, a one-shot xxh3, a plain write, serial mode), because
 //! absolute times on a shared 2-core machine are noisy while ratios taken in one run are not.
@@ -50,6 +59,7 @@ pub fn bench(args: &[String]) -> Result<bool> {
     let quick = match args {
         [] => false,
         [flag] if flag == "--quick" => true,
+        [flag, kind, cache] if flag == CHILD_FLAG => return child(kind, Path::new(cache)),
         _ => bail!("unexpected arguments {args:?}: expected [--quick]"),
     };
     let reps = if quick {
@@ -84,10 +94,18 @@ pub fn bench(args: &[String]) -> Result<bool> {
     drop((tiled, tiled_ct));
     eprintln!("bench: payload (R2B9-size provider)");
     cases.push(payload(grid.provider(), &icon_ct, &scratch)?);
+    eprintln!("bench: convert_stored (R2B9-size provider, fresh processes)");
+    cases.push(convert_stored(&scratch, reps.builds)?);
     eprintln!("bench: process_speedup, worker_start");
     let gridkey_bin = crate::build_gridkey()?;
     cases.push(process_speedup(&grid, &grid_path, &gridkey_bin, &scratch, reps.builds)?);
     cases.push(worker_start(&gridkey_bin, &scratch, reps.builds.max(3) + 2)?);
+    eprintln!("bench: key_lock, warm_run, concurrent_runs");
+    cases.push(key_lock(&scratch, reps.small_batches)?);
+    let runs = GridkeyRuns { bin: &gridkey_bin, grid: &grid_path };
+    cases.push(warm_run(&runs, &scratch, reps.builds)?);
+    // Every N in --quick too: the runs of one N share the work of one, so N = 16 costs seconds.
+    cases.extend(concurrent_runs(&runs, &scratch, &CONCURRENT_RUNS, if quick { 1 } else { 3 })?);
     let _ = std::fs::remove_dir_all(&scratch);
 
     let doc = json!({
@@ -553,6 +571,150 @@ fn r2b9_provider(icon: &OffsetProvider) -> Result<OffsetProvider> {
     Ok(out)
 }
 
+/// The flag of the child processes of [`convert_stored`]: `cargo xtask bench --child KIND CACHE`.
+const CHILD_FLAG: &str = "--child";
+
+/// A child process of [`convert_stored`]: builds the R2B9-size provider (untimed), then times
+/// one `KIND` (`convert`: [`compile_time_offset_provider`] into the store of `cache`; `digest`:
+/// [`digest_table`] of every gather table once; `read`: a plain read of every gather table and
+/// of its stored file) and prints `{"seconds": ..}` and what it did as one JSON line.
+fn child(kind: &str, cache: &Path) -> Result<bool> {
+    let grid = read_grid(&crate::root().join(gridkey::SHIPPED_GRID))?;
+    let r2b9 = r2b9_provider(grid.provider())?;
+    let tables: Vec<ArcArray2<i32>> = r2b9
+        .entries()
+        .iter()
+        .filter_map(|(name, e)| match e {
+            Entry::Gather(c) => Some((name, c)),
+            Entry::Dimension(_) => None,
+        })
+        .map(|(name, c)| match c.host_table(name)? {
+            IndexTable::I32(a) => Ok(a),
+            IndexTable::I64(_) => bail!("the R2B9-size tables are int32"),
+        })
+        .collect::<Result<_>>()?;
+    let bytes: usize = tables.iter().map(|t| t.len() * 4).sum();
+    let out = match kind {
+        "digest" => {
+            let t = Instant::now();
+            for table in &tables {
+                black_box(digest_table(black_box(table.view())));
+            }
+            json!({ "seconds": t.elapsed().as_secs_f64(), "tables": tables.len(), "bytes": bytes })
+        }
+        "convert" => {
+            let store = TableStore::open(cache)?;
+            let before = gridkey_offsets::conversion_stats();
+            let t = Instant::now();
+            let ct = compile_time_offset_provider(&r2b9, &store)?;
+            let seconds = t.elapsed().as_secs_f64();
+            let after = gridkey_offsets::conversion_stats();
+            black_box(&ct);
+            json!({
+                "seconds": seconds, "tables": tables.len(), "bytes": bytes,
+                "tables_hashed": after.tables_hashed - before.tables_hashed,
+                "bytes_hashed": after.bytes_hashed - before.bytes_hashed,
+                "repaired": store.repaired().len(),
+            })
+        }
+        "read" => {
+            // The floor of any check that reads every stored byte: the runtime tables and the
+            // stored files read once each (names found untimed).
+            let store = TableStore::open(cache)?;
+            let specs: Vec<gridkey_store::TableSpec> = tables
+                .iter()
+                .map(|t| gridkey_store::TableSpec {
+                    digest: digest_table(t.view()),
+                    dtype: gridkey_digest::Dtype::I32,
+                    shape: [t.nrows(), t.ncols()],
+                })
+                .collect();
+            let t = Instant::now();
+            for (table, spec) in tables.iter().zip(&specs) {
+                let stored = store.open_table(spec)?;
+                let gridkey_store::TableView::I32(view) = stored.view() else { bail!("stored as int32") };
+                black_box(plain_read(view.as_slice().context("C order")?));
+                black_box(plain_read(table.as_slice().context("C order")?));
+            }
+            json!({ "seconds": t.elapsed().as_secs_f64(), "tables": tables.len(), "bytes": bytes })
+        }
+        other => bail!("unknown child kind {other:?}: expected convert, digest or read"),
+    };
+    println!("{out}");
+    Ok(true)
+}
+
+/// Runs `cargo xtask bench --child KIND CACHE` (this very binary) and returns its JSON line.
+fn run_child(kind: &str, cache: &Path) -> Result<Value> {
+    let exe = std::env::current_exe().context("cannot find the xtask binary")?;
+    let out = std::process::Command::new(&exe)
+        .args(["bench", CHILD_FLAG, kind])
+        .arg(cache)
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .with_context(|| format!("cannot run {}", exe.display()))?;
+    if !out.status.success() {
+        bail!("the {kind} child process failed ({})", out.status);
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    serde_json::from_str(text.trim()).with_context(|| format!("the {kind} child printed {text:?}"))
+}
+
+/// Conversion of the R2B9-size provider in a fresh process whose store already holds its
+/// tables, against one digest of the same runtime tables in a fresh process of the same kind.
+fn convert_stored(scratch: &Path, reps: usize) -> Result<Value> {
+    let cache = scratch.join("cache-convert");
+    // The first conversion stores the tables; the timed ones find them under their names.
+    let fill = run_child("convert", &cache)?;
+    let (mut convert, mut digest, mut read, mut runs) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let seconds = |v: &Value| v["seconds"].as_f64().context("a child's seconds");
+    for _ in 0..reps {
+        settle();
+        digest.push(seconds(&run_child("digest", &cache)?)?);
+        settle();
+        let run = run_child("convert", &cache)?;
+        convert.push(seconds(&run)?);
+        runs.push(run);
+        settle();
+        read.push(seconds(&run_child("read", &cache)?)?);
+    }
+    let temps = count_temps(&cache);
+    let (convert, digest, read) = (median(convert), median(digest), median(read));
+    let ratio = convert / digest;
+    let repaired: u64 = runs.iter().filter_map(|r| r["repaired"].as_u64()).sum();
+    let all_hashed_once =
+        runs.iter().all(|r| r["tables_hashed"] == fill["tables"] && r["bytes_hashed"] == fill["bytes"]);
+    std::fs::remove_dir_all(&cache)?;
+    Ok(json!({
+        "name": "convert_stored",
+        "what": "compile_time_offset_provider of the R2B9-size provider in a fresh process whose store already holds every table (each connectivity: its stored file found, hashed and compared byte for byte in one pass, checked mmap open; ADR 0027)",
+        "tables": fill["tables"], "bytes": fill["bytes"], "seconds": convert,
+        "first_conversion_seconds": fill["seconds"],
+        "limit": "one digest_table of every runtime table of the same provider, in a fresh process of the same kind, interleaved in the same run",
+        "limit_seconds": digest,
+        "ratio": ratio, "ratio_means": "conversion seconds / digest seconds",
+        "read_floor_seconds": read,
+        "read_floor_means": "a plain read (sum of the elements) of every runtime table and of its stored file, in a fresh process of the same kind: the memory traffic of any check that reads every stored byte",
+        "ratio_to_read_floor": convert / read,
+        "digest_ratio_to_read_floor": digest / read,
+        "repaired": repaired, "each_table_hashed_once": all_hashed_once, "temps_left": temps,
+        "goal": "<= 1.3", "meets": ratio <= 1.3 && repaired == 0 && all_hashed_once && temps == 0,
+    }))
+}
+
+/// Files and directories named [`gridkey_fs::TEMP_PREFIX`]`*` under `dir`, recursively.
+fn count_temps(dir: &Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+    entries
+        .flatten()
+        .map(|e| {
+            let temp = e.file_name().to_string_lossy().starts_with(gridkey_fs::TEMP_PREFIX);
+            let below = if e.file_type().is_ok_and(|t| t.is_dir()) { count_temps(&e.path()) } else { 0 };
+            usize::from(temp) + below
+        })
+        .sum()
+}
+
 fn frame_of(provider: &Arc<CompileTimeOffsetProvider>, cache_dir: &Path) -> Result<(usize, usize)> {
     let programs = gridkey_stencil::icon_programs();
     let div = programs.iter().find(|p| p.name() == "div").context("no program div")?;
@@ -725,6 +887,244 @@ fn worker_start(gridkey_bin: &Path, scratch: &Path, reps: usize) -> Result<Value
     }))
 }
 
+/// One lock and release of a per-key lock (ADR 0025), uncontended, in a cache directory on the
+/// file system of the bench caches, against creating and removing a plain file there.
+fn key_lock(scratch: &Path, batches: usize) -> Result<Value> {
+    let cache = scratch.join("cache-locks");
+    std::fs::create_dir_all(&cache)?;
+    let locks = gridkey_fs::lock::KeyLocks::new(&cache);
+    let plain_dir = cache.join("plain");
+    std::fs::create_dir_all(&plain_dir)?;
+    let plain = plain_dir.join("translation-0123456789abcdef0123456789abcdef.lock");
+    let mut contended = 0u64;
+    let times = time_small_interleaved(
+        batches,
+        &mut [
+            &mut || {
+                let (held, waited) = locks.lock("translation-0123456789abcdef0123456789abcdef").expect("lock");
+                contended += u64::from(waited);
+                drop(black_box(held));
+            },
+            &mut || {
+                let f = std::fs::OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .create(true)
+                    .truncate(false)
+                    .open(&plain)
+                    .expect("create");
+                drop(black_box(f));
+                std::fs::remove_file(&plain).expect("remove");
+            },
+        ],
+    );
+    let [lock, create] = times[..] else { unreachable!("two functions") };
+    let left = std::fs::read_dir(locks.dir())?.count();
+    std::fs::remove_dir_all(&cache)?;
+    let ratio = lock / create;
+    Ok(json!({
+        "name": "key_lock",
+        "what": "KeyLocks::lock + drop of one key, uncontended (open O_CREAT, flock, fstat, stat, unlink, close) in a cache directory",
+        "bytes": null, "seconds": lock, "microseconds": lock * 1e6,
+        "per_program_miss_seconds": 2.0 * lock,
+        "per_program_means": "a program that misses takes two locks (its translation, its build); a hit takes none",
+        "filesystem_of": scratch,
+        "limit": "open(O_CREAT) + close + unlink of a plain file in the same directory, interleaved in the same run",
+        "limit_seconds": create,
+        "ratio": ratio, "ratio_means": "lock and release seconds / plain create and remove seconds",
+        "contended": contended, "lock_files_left": left,
+        "goal": "<= 2 (a flock and two stats more), never contended, no lock file left",
+        "meets": ratio <= 2.0 && contended == 0 && left == 0,
+    }))
+}
+
+/// The gridkey binary and the grid of the `gridkey run` cases.
+struct GridkeyRuns<'a> {
+    bin: &'a Path,
+    grid: &'a Path,
+}
+
+/// What the `gridkey run` cases read from one run.
+struct RunOutcome {
+    report: gridkey::RunReport,
+    wall_seconds: f64,
+}
+
+impl GridkeyRuns<'_> {
+    /// `gridkey run --mode serial --json` on `cache`, with the caller's gridkey variables cleared.
+    fn command(&self, cache: &Path) -> std::process::Command {
+        let mut cmd = std::process::Command::new(self.bin);
+        cmd.arg("run").arg("--grid").arg(self.grid).arg("--cache-dir").arg(cache);
+        cmd.args(["--mode", "serial", "--json"]);
+        for var in gridkey::environment() {
+            cmd.env_remove(var);
+        }
+        cmd.env("GRIDKEY_NO_PROGRESS", "1");
+        cmd.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
+        cmd
+    }
+
+    /// `n` runs started together on `cache`; their reports and the wall seconds from the first
+    /// start to the last exit.
+    fn concurrent(&self, cache: &Path, n: usize) -> Result<(Vec<gridkey::RunReport>, f64)> {
+        std::fs::create_dir_all(cache)?;
+        let t = Instant::now();
+        let children = (0..n).map(|_| self.command(cache).spawn()).collect::<std::io::Result<Vec<_>>>()?;
+        let outputs = children.into_iter().map(|c| c.wait_with_output()).collect::<std::io::Result<Vec<_>>>()?;
+        let wall = t.elapsed().as_secs_f64();
+        let reports = outputs
+            .into_iter()
+            .map(|out| {
+                let report: gridkey::RunReport = serde_json::from_slice(&out.stdout).with_context(|| {
+                    format!("gridkey run ({}) printed no report: {}", out.status, String::from_utf8_lossy(&out.stderr))
+                })?;
+                if !report.all_verified() {
+                    bail!("gridkey run: not every program verified: {:?}", report.programs);
+                }
+                Ok(report)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok((reports, wall))
+    }
+
+    fn one(&self, cache: &Path) -> Result<RunOutcome> {
+        let (mut reports, wall_seconds) = self.concurrent(cache, 1)?;
+        Ok(RunOutcome { report: reports.remove(0), wall_seconds })
+    }
+}
+
+/// The numbers of concurrent runs of the `concurrent_runs` cases (ADR 0025).
+const CONCURRENT_RUNS: [usize; 4] = [2, 4, 8, 16];
+
+/// A warm `gridkey run` of the ICON programs (a fresh process, every translation and library
+/// cached), split into its parts from the run's own report.
+fn warm_run(runs: &GridkeyRuns<'_>, scratch: &Path, reps: usize) -> Result<Value> {
+    let cache = scratch.join("cache-warm-run");
+    let cold = runs.one(&cache)?;
+    let part_names = ["convert", "parent_keys", "key", "lookup", "lock", "library_check", "load"];
+    let mut parts: Vec<Vec<f64>> = vec![Vec::new(); part_names.len()];
+    let (mut walls, mut phases) = (Vec::new(), [Vec::new(), Vec::new(), Vec::new(), Vec::new()]);
+    let (mut translations, mut builds) = (0, 0);
+    for _ in 0..reps {
+        let warm = runs.one(&cache)?;
+        let r = &warm.report;
+        translations += r.translations();
+        builds += r.builds();
+        let sum = |f: fn(&gridkey::ProgramReport) -> f64| r.programs.iter().map(f).sum::<f64>();
+        let values = [
+            r.convert_seconds,
+            r.keys_seconds,
+            sum(|p| p.key_seconds),
+            sum(|p| p.lookup_seconds),
+            sum(|p| p.lock_seconds),
+            sum(|p| p.library_check_seconds),
+            sum(|p| p.load_seconds),
+        ];
+        for (out, v) in parts.iter_mut().zip(values) {
+            out.push(v);
+        }
+        for (out, v) in phases.iter_mut().zip([r.read_seconds, r.convert_seconds, r.compile_seconds, r.verify_seconds])
+        {
+            out.push(v);
+        }
+        walls.push(warm.wall_seconds);
+    }
+    std::fs::remove_dir_all(&cache)?;
+    let parts: Vec<f64> = parts.into_iter().map(median).collect();
+    let checks: f64 = parts.iter().sum();
+    let wall = median(walls);
+    let [read, convert, compile, verify] = phases.map(median);
+    let named: serde_json::Map<String, Value> =
+        part_names.iter().zip(&parts).map(|(n, &v)| (format!("{n}_seconds"), json!(v))).collect();
+    let ratio = checks / wall;
+    Ok(json!({
+        "name": "warm_run",
+        "what": "gridkey run --mode serial of the 8 ICON programs in a fresh process on a cache that holds every table, translation and library: its parts, from the run's report (medians; per-program parts summed over the programs)",
+        "programs": cold.report.programs.len(), "bytes": null, "seconds": checks,
+        "parts_seconds": named,
+        "parts_means": "convert: compile-time view (tables found under their names and compared); parent_keys: the parent's keys and lookups before the batch; key: key inputs in the compile step; lookup: key hash and translation-cache lookup; lock: per-key locks (none on a hit); library_check: the compile step's check of the stored library (checksum trailer, load); load: the load that runs and verifies the kernel",
+        "phases_seconds": { "read": read, "convert": convert, "compile": compile, "verify": verify },
+        "limit": "wall time of the whole warm gridkey run process (start to exit), same runs",
+        "limit_seconds": wall,
+        "cold_run_wall_seconds": cold.wall_seconds,
+        "ratio": ratio, "ratio_means": "sum of the parts / wall seconds of the warm run",
+        "translations": translations, "builds": builds,
+        "goal": "report the parts; 0 translations and 0 builds", "meets": translations == 0 && builds == 0,
+    }))
+}
+
+/// `n` concurrent `gridkey run` on one empty cache for each `n` of `ns`, against one run on an
+/// empty cache, interleaved, `reps` times: one case per `n`.
+fn concurrent_runs(runs: &GridkeyRuns<'_>, scratch: &Path, ns: &[usize], reps: usize) -> Result<Vec<Value>> {
+    let mut one = Vec::new();
+    let mut walls = vec![Vec::new(); ns.len()];
+    let mut counts = vec![(usize::MAX, usize::MAX, usize::MAX); ns.len()];
+    let mut waited = vec![0usize; ns.len()];
+    let mut programs = 0;
+    for rep in 0..reps {
+        let cache = scratch.join(format!("cache-concurrent-1-{rep}"));
+        let single = runs.one(&cache)?;
+        programs = single.report.programs.len();
+        one.push(single.wall_seconds);
+        std::fs::remove_dir_all(&cache)?;
+        for (i, &n) in ns.iter().enumerate() {
+            let cache = scratch.join(format!("cache-concurrent-{n}-{rep}"));
+            let (reports, wall) = runs.concurrent(&cache, n)?;
+            walls[i].push(wall);
+            let translations = reports.iter().map(|r| r.translations()).sum::<usize>();
+            let builds = reports.iter().map(|r| r.builds()).sum::<usize>();
+            let entries = count_files(&cache.join(gridkey_fingerprint::TRANSLATION_DIR), "bin");
+            // The worst repetition is the one reported: every one must make one of each.
+            let worst = |a: usize, b: usize| if a == usize::MAX { b } else { a.max(b) };
+            counts[i] = (worst(counts[i].0, translations), worst(counts[i].1, builds), worst(counts[i].2, entries));
+            waited[i] += reports.iter().flat_map(|r| &r.programs).filter(|p| p.lock_seconds > 1e-3).count();
+            std::fs::remove_dir_all(&cache)?;
+        }
+    }
+    let one = median(one);
+    Ok(ns
+        .iter()
+        .zip(walls)
+        .zip(counts)
+        .zip(waited)
+        .map(|(((&n, wall), (translations, builds, entries)), waited)| {
+            let wall = median(wall);
+            let ratio = wall / one;
+            json!({
+                "name": format!("concurrent_runs_{n}"),
+                "what": format!("{n} gridkey run --mode serial started together on one empty cache (ICON, {programs} programs): translations and builds in all, wall time from the first start to the last exit"),
+                "runs": n, "repetitions": reps,
+                "bytes": null, "seconds": wall,
+                "translations": translations, "builds": builds, "translation_entries": entries,
+                "programs_that_waited_over_1_ms_for_a_lock": waited,
+                "limit": "one gridkey run on an empty cache, interleaved in the same run",
+                "limit_seconds": one,
+                "ratio": ratio, "ratio_means": "wall seconds of the N runs / wall seconds of one run",
+                "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+                "goal": format!("{programs} translations, {programs} builds in all; wall ratio reported"),
+                "meets": translations == programs && builds == programs,
+            })
+        })
+        .collect())
+}
+
+/// Regular files under `dir` (recursively) whose extension is `ext`, temp files left out.
+fn count_files(dir: &Path, ext: &str) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+    entries
+        .flatten()
+        .map(|e| {
+            let path = e.path();
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                count_files(&path, ext)
+            } else {
+                let temp = e.file_name().to_string_lossy().starts_with(gridkey_fs::TEMP_PREFIX);
+                usize::from(!temp && path.extension().is_some_and(|x| x == ext))
+            }
+        })
+        .sum()
+}
+
 fn machine() -> Value {
     let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
     let model = cpuinfo.lines().find(|l| l.starts_with("model name")).and_then(|l| l.split(':').nth(1)).map(str::trim);
@@ -737,11 +1137,11 @@ fn machine() -> Value {
 }
 
 fn print_table(doc: &Value) {
-    println!("{:<16} {:>12} {:>12} {:>10} {:<10} {:<5}", "case", "bytes", "seconds", "ratio", "goal", "meets");
+    println!("{:<18} {:>12} {:>12} {:>10} {:<10} {:<5}", "case", "bytes", "seconds", "ratio", "goal", "meets");
     for case in doc["cases"].as_array().into_iter().flatten() {
         let num = |v: &Value, prec: usize| v.as_f64().map_or("-".to_owned(), |x| format!("{x:.prec$e}"));
         println!(
-            "{:<16} {:>12} {:>12} {:>10} {:<10} {:<5}",
+            "{:<18} {:>12} {:>12} {:>10} {:<10} {:<5}",
             case["name"].as_str().unwrap_or("?"),
             case["bytes"].as_u64().map_or("-".to_owned(), |b| b.to_string()),
             num(&case["seconds"], 3),
