@@ -18,8 +18,10 @@
 //! `cargo xtask faults` is the fault matrix of ADR 0012 (see `faults.rs`).
 //! `cargo xtask py-test` and `cargo xtask py-bench` test and measure the Python package (see
 //! `py.rs`).
-//! `cargo xtask bench [--quick]` measures digest, compile-time views, keys, payload and build
-//! jobs against their limits and writes `target/gridkey-bench.json` (see `bench.rs`).
+//! `cargo xtask bench [--quick]` measures digest, compile-time views, keys, payload, build jobs
+//! and what the integrity checks cost (a warm conversion in a fresh process, per-key locks, the
+//! parts of a warm run, concurrent runs) against their limits and writes
+//! `target/gridkey-bench.json` (see `bench.rs`).
 //! `cargo xtask gt4py [--reduced]` is the proof on GT4Py 1.2.3 with `gridkey.gt4py` (see `gt4py.rs`).
 
 mod bench;
