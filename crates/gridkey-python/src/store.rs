@@ -18,8 +18,9 @@ use crate::settings::Settings;
 use gridkey_offsets::TableSource;
 
 /// Stores `raw` (as its own dtype, or with [`Narrow::ToI32`] an int64 table whose elements all
-/// fit as int32, ADR 0006) and returns its spec. A C-contiguous little-endian table is hashed on another
-/// thread while its bytes are written (`TableStore::put_slice`, ADR 0011); any other layout is
+/// fit as int32, ADR 0006) and returns its spec. A C-contiguous little-endian table goes through
+/// `TableStore::put_slice`: a large new one is hashed on another thread while its bytes are written
+/// (ADR 0011), one stored before is hashed and compared with its file in one pass (ADR 0027); any other layout is
 /// hashed in C order through a bounded buffer, then written the same way. Call without the GIL.
 ///
 /// Errors: those of the store.
