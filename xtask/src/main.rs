@@ -13,6 +13,8 @@
 //! `cargo xtask memory` (worker start time and per-worker memory with mapped tables) and
 //! `cargo xtask kill-demo` (a worker killed in the middle of `gridkey run`): see their modules.
 //! `cargo xtask faults` is the fault matrix of ADR 0012 (see `faults.rs`).
+//! `cargo xtask with-redis -- CMD ARGS...` runs CMD with a real Redis server of its own on loopback
+//! (`GRIDKEY_TEST_REDIS_URL`), installing Debian's `redis-server` when missing (see `redis_server.rs`).
 //! `cargo xtask bench [--quick]` measures digest, compile-time views, keys, payload and build
 //! jobs against their limits and writes `target/gridkey-bench.json` (see `bench.rs`).
 
@@ -20,6 +22,7 @@ mod bench;
 mod faults;
 mod kill_demo;
 mod memory;
+mod redis_server;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -48,6 +51,12 @@ fn main() -> ExitCode {
         Some("modes") => modes(&args[1..]),
         Some("bench") => bench::bench(&args[1..]),
         Some("memory") => build_gridkey().and_then(|bin| memory::memory(&args[1..], &bin)),
+        Some("with-redis") => {
+            return redis_server::with_redis(&args[1..]).unwrap_or_else(|e| {
+                eprintln!("xtask: error: {e:#}");
+                ExitCode::from(2)
+            })
+        }
         Some("kill-demo") => build_gridkey().and_then(|bin| kill_demo::kill_demo(&args[1..], &bin)),
         Some("faults") => match &args[1..] {
             // Another build of the binary, e.g. an older commit's, to see which faults it survives.
@@ -57,7 +66,7 @@ fn main() -> ExitCode {
         },
         _ => {
             eprintln!(
-                "usage: cargo xtask modes [--grid FILE]\n       cargo xtask bench [--quick]\n       cargo xtask faults [--bin GRIDKEY]\n       cargo xtask memory [--scale N] [--workers W] [--starts S]\n       cargo xtask kill-demo [--grid FILE]"
+                "usage: cargo xtask modes [--grid FILE]\n       cargo xtask bench [--quick]\n       cargo xtask faults [--bin GRIDKEY]\n       cargo xtask memory [--scale N] [--workers W] [--starts S]\n       cargo xtask kill-demo [--grid FILE]\n       cargo xtask with-redis -- CMD ARGS..."
             );
             return ExitCode::from(2);
         }

@@ -2,10 +2,10 @@
 //!
 //! Many nodes that compile the same programs against the same grids share one Redis server:
 //! one node translates a key, the others download the result. Each key has one
-//! self-contained, checked object ([`object`], ADR 0014); a writer takes a lease before it
+//! self-contained, checked object ([`object`], ADR 0016); a writer takes a lease before it
 //! translates, so that a cold cluster translates each key once ([`Remote::claim`],
 //! [`Remote::wait`]); clients are read-only unless designated writers, and readers with trusted
-//! keys accept only objects signed by a writer ([`trust`], ADR 0013).
+//! keys accept only objects signed by a writer ([`trust`], ADR 0015).
 //!
 //! # Architecture invariant
 //!
@@ -49,6 +49,8 @@ mod settings;
 pub mod trust;
 
 pub use client::{Claim, Fetched, KindStats, ObjectKey, Remote, ServerStats, Stored, TierStats, Waited};
+/// The Ed25519 implementation of signatures and keys ([`Trust::new`] takes its types).
+pub use ed25519_dalek;
 pub use object::{Kind, Reject};
 pub use settings::{
     RemoteSettings, Role, ENV_CONNECT_TIMEOUT, ENV_LEASE_TTL, ENV_LEASE_WAIT, ENV_MAX_OBJECT, ENV_NAMESPACE,

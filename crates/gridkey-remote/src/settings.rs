@@ -59,7 +59,7 @@ pub enum Role {
     Writer,
 }
 
-/// The settings of the shared tier (README "Usage", ADR "remote trust model").
+/// The settings of the shared tier (README "Usage", ADR 0015).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RemoteSettings {
     /// The Redis URL, as given (it may carry a password; [`RemoteSettings::shown_url`] hides it).

@@ -20,11 +20,20 @@ use gridkey_remote::{Remote, RemoteSettings, Role};
 pub const URL_VAR: &str = "GRIDKEY_TEST_REDIS_URL";
 pub const SERVER_VAR: &str = "GRIDKEY_TEST_REDIS_SERVER";
 
+/// Says, past the test harness's output capture (so that a plain `cargo test` shows it), that
+/// `test` skipped, and once per test binary how to run it.
 fn skip(test: &str) {
-    eprintln!(
-        "skipped {test}: no test Redis server; run `cargo xtask with-redis -- cargo test -p gridkey-remote` \
-         (it installs redis-server if missing and starts one on loopback), or set {URL_VAR}=redis://127.0.0.1:PORT/"
-    );
+    static HOW: std::sync::Once = std::sync::Once::new();
+    let mut err = std::io::stderr().lock();
+    HOW.call_once(|| {
+        let _ = writeln!(
+            err,
+            "gridkey-remote: no test Redis server ({URL_VAR} unset), so the real-server tests skip; run them with \
+             `cargo xtask with-redis -- cargo test -p gridkey-remote` (installs redis-server if missing and starts one \
+             on loopback), or set {URL_VAR}=redis://127.0.0.1:PORT/"
+        );
+    });
+    let _ = writeln!(err, "gridkey-remote: skipped {test}");
 }
 
 /// The URL of the shared test server, or `None` after saying that `test` skipped.
