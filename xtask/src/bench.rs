@@ -17,13 +17,13 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use gridkey::{RunConfig, StencilHandler};
 use gridkey_digest::digest_table;
-use gridkey_fingerprint::{Excluded, KeyInputs, TranslationOptions};
+use gridkey_fingerprint::{KeyInputs, TranslationOptions};
 use gridkey_grid::{read_grid, Grid};
 use gridkey_jobs::protocol::{write_frame, ToWorker, WireTask};
-use gridkey_jobs::{BuildJobs, BuildJobsMode, CompilationTask, Runner, Settings, WorkerCommand};
+use gridkey_jobs::{BuildJobs, BuildJobsMode, CompilationTask, Runner, WorkerCommand};
 use gridkey_offsets::{
     compile_time_connectivity, compile_time_offset_provider, CompileTimeOffsetProvider, Connectivity, Entry,
-    IndexTable, OffsetProvider, TableSource,
+    IndexTable, OffsetProvider,
 };
 use gridkey_store::TableStore;
 use ndarray::{ArcArray2, Array2, ShapeBuilder};
@@ -217,7 +217,7 @@ fn digest_c(large: &ArcArray2<i32>, reps: usize) -> Value {
 
 fn digest_c_small(grid: &Grid, batches: usize) -> Result<Value> {
     let Some(c) = grid.provider().gather("C2E") else { bail!("the ICON grid has no C2E") };
-    let IndexTable::I32(table) = c.host_table() else { bail!("C2E is int32") };
+    let IndexTable::I32(table) = c.host_table("C2E")? else { bail!("C2E is int32") };
     let table = table.as_standard_layout().into_owned();
     let bytes: &[u8] = bytemuck_cast(table.as_slice().expect("C order"));
     let view = table.view();
@@ -325,7 +325,7 @@ fn reset_peak_rss() -> bool {
 
 fn host_connectivity_of(table: &ArcArray2<i32>) -> Result<Arc<Connectivity>> {
     let (cell, edge, local) = dims("Cell", "Edge", "E2CDim");
-    Ok(Arc::new(Connectivity::new(edge, local, cell, None, TableSource::Host(IndexTable::I32(table.clone())))?))
+    Ok(Arc::new(Connectivity::from_host(edge, local, cell, None, IndexTable::I32(table.clone()))?))
 }
 
 fn dims(
@@ -434,15 +434,15 @@ fn tiled_provider(provider: &OffsetProvider, tiles: usize) -> Result<OffsetProvi
         let entry = match entry {
             Entry::Dimension(d) => Entry::Dimension(d.clone()),
             Entry::Gather(c) => {
-                let IndexTable::I32(a) = c.host_table() else { bail!("grid tables are int32") };
+                let IndexTable::I32(a) = c.host_table(offset)? else { bail!("grid tables are int32") };
                 let views = vec![a.view(); tiles];
                 let big = ndarray::concatenate(ndarray::Axis(0), &views)?;
-                Entry::Gather(Arc::new(Connectivity::new(
+                Entry::Gather(Arc::new(Connectivity::from_host(
                     c.domain().clone(),
                     c.local().clone(),
                     c.codomain().clone(),
                     c.skip_value(),
-                    TableSource::Host(IndexTable::I32(big.into_shared())),
+                    IndexTable::I32(big.into_shared()),
                 )?))
             }
         };
@@ -538,12 +538,12 @@ fn r2b9_provider(icon: &OffsetProvider) -> Result<OffsetProvider> {
                         t
                     }
                 };
-                Entry::Gather(Arc::new(Connectivity::new(
+                Entry::Gather(Arc::new(Connectivity::from_host(
                     c.domain().clone(),
                     c.local().clone(),
                     c.codomain().clone(),
                     c.skip_value(),
-                    TableSource::Host(IndexTable::I32(table)),
+                    IndexTable::I32(table),
                 )?))
             }
         };
@@ -560,7 +560,7 @@ fn frame_of(provider: &Arc<CompileTimeOffsetProvider>, cache_dir: &Path) -> Resu
         encoding: div.encode(),
         options: TranslationOptions::new(),
         provider: provider.clone(),
-        settings: Excluded(Settings::capture(cache_dir, gridkey::DECLARED_VARS)),
+        settings: gridkey::task_settings(&crate::settings_for(cache_dir, BuildJobs::new(BuildJobsMode::Serial, 1)))?,
     };
     let message = ToWorker::Task { id: 0, task: WireTask::from_task(&task).map_err(anyhow::Error::msg)? };
     let mut frame = Vec::new();
@@ -605,8 +605,7 @@ fn process_speedup(grid: &Grid, grid_path: &Path, gridkey_bin: &Path, scratch: &
             let runner = Runner::new(jobs, Arc::new(StencilHandler), WorkerCommand::gridkey(gridkey_bin.to_path_buf()));
             let config = RunConfig {
                 grid: grid_path.to_path_buf(),
-                cache_dir: cache.clone(),
-                jobs,
+                settings: crate::settings_for(&cache, jobs),
                 worker: WorkerCommand::gridkey(gridkey_bin.to_path_buf()),
                 options: TranslationOptions::new(),
             };
@@ -700,7 +699,7 @@ fn worker_start(gridkey_bin: &Path, scratch: &Path, reps: usize) -> Result<Value
         encoding: Vec::new(),
         options: TranslationOptions::new(),
         provider: Arc::new(CompileTimeOffsetProvider::new()),
-        settings: Excluded(Settings::capture(&cache, gridkey::DECLARED_VARS)),
+        settings: gridkey::task_settings(&crate::settings_for(&cache, BuildJobs::new(BuildJobsMode::Process, 1)))?,
     };
     let mut times = Vec::new();
     let mut answered = true;

@@ -189,7 +189,7 @@ impl Matrix {
     fn cmd(&self, args: &[&str], env: &[(&str, &str)]) -> Command {
         let mut cmd = Command::new(&self.bin);
         cmd.args(args);
-        for var in gridkey::ENVIRONMENT {
+        for var in gridkey::environment() {
             cmd.env_remove(var);
         }
         for (k, v) in env {
@@ -546,7 +546,7 @@ impl Matrix {
         drop(verified);
         drop(ct);
         let Some(runtime) = provider.gather("C2E") else { bail!("C2E") };
-        let gridkey_offsets::IndexTable::I32(a) = runtime.host_table() else { bail!("grid tables are int32") };
+        let gridkey_offsets::IndexTable::I32(a) = runtime.host_table("C2E")? else { bail!("grid tables are int32") };
         let put = TableStore::open(&cache)?.verifying(true).put_table(spec.digest, a.view());
         let rebuilt = put.is_ok() && store.open_verified(&spec).is_ok();
         Ok(Seen::new(
@@ -748,7 +748,7 @@ fn c2e_table() -> Result<ndarray::ArcArray2<i32>> {
         "/../data/grids/oQU480.231010.nc"
     )))?;
     let c = grid.provider().gather("C2E").context("C2E")?;
-    let gridkey_offsets::IndexTable::I32(a) = c.host_table() else { bail!("grid tables are int32") };
+    let gridkey_offsets::IndexTable::I32(a) = c.host_table("C2E")? else { bail!("grid tables are int32") };
     Ok(a)
 }
 

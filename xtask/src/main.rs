@@ -30,8 +30,8 @@ use std::process::{Command, ExitCode};
 use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
-use gridkey::{RunConfig, RunReport, StencilHandler};
-use gridkey_fingerprint::{KeyInputs, TranslationOptions};
+use gridkey::{RunConfig, RunReport, Settings, StencilHandler};
+use gridkey_fingerprint::TranslationOptions;
 use gridkey_grid::{read_grid, Grid};
 use gridkey_jobs::{BuildJobs, BuildJobsMode, Runner, WorkerCommand};
 use gridkey_offsets::{
@@ -109,14 +109,12 @@ fn target_dir() -> PathBuf {
 }
 
 fn modes(args: &[String]) -> Result<bool> {
-    // Every open of a stored table verifies its digest, here and in the workers (ADR 0012).
-    std::env::set_var(gridkey_store::ENV_VERIFY_TABLES, "1");
     let grid_path = grid_arg(args)?;
     let gridkey_bin = build_gridkey()?;
     let grid = read_grid(&grid_path)?;
     let programs = gridkey_stencil::icon_programs();
     let options = TranslationOptions::new();
-    let jobs = gridkey_jobs::default_jobs().max(2) as i64;
+    let jobs = gridkey_settings::default_jobs().max(2) as i64;
     let runners: Vec<Runner<StencilHandler>> = BuildJobsMode::ALL
         .iter()
         .map(|&mode| {
@@ -148,7 +146,7 @@ fn modes(args: &[String]) -> Result<bool> {
     let mut source_checks = 0;
     for (variant, provider) in runtime_variants(&grid)? {
         let cache = tempfile::tempdir()?;
-        let store = TableStore::open(cache.path())?;
+        let store = TableStore::open(cache.path())?.verifying(true);
         let ct = compile_time_offset_provider(&provider, &store)?;
         for (_, entry) in ct.entries() {
             if let Entry::Gather(c) = entry {
@@ -156,8 +154,7 @@ fn modes(args: &[String]) -> Result<bool> {
             }
         }
         for program in &programs {
-            let key =
-                KeyInputs::new(&gridkey_stencil::frontend(), program.name(), &program.encode(), &options, &ct).key();
+            let key = gridkey_stencil::key_inputs(program, &options, &ct).key();
             keys.entry(program.name().to_owned()).or_default().insert(format!("tables {variant}"), key.to_hex());
             let compiled = gridkey_stencil::translate(program, &ct, &options)?;
             let direct = gridkey_stencil::emit_c(
@@ -236,14 +233,27 @@ fn run_mode(
     grid_path: &Path,
     options: &TranslationOptions,
 ) -> Result<RunReport> {
+    // Every table's digest is recomputed before translating, in every mode (ADR 0012).
+    let settings = Settings { verify_tables: true, ..settings_for(cache_dir, BuildJobs::new(runner.mode(), 2)) };
     let config = RunConfig {
         grid: grid_path.to_path_buf(),
-        cache_dir: cache_dir.to_path_buf(),
-        jobs: BuildJobs::new(runner.mode(), 2),
+        settings,
         worker: WorkerCommand::gridkey(PathBuf::new()),
         options: options.clone(),
     };
     Ok(gridkey::run_with(grid, programs, runner, &config, 0.0)?)
+}
+
+/// The settings of an xtask driver: the caller's compiler (`CC` and the variables that reach
+/// it), `cache_dir` and `jobs`, nothing else from the environment.
+pub fn settings_for(cache_dir: &Path, jobs: BuildJobs) -> Settings {
+    let compiler_vars = |name: &str| {
+        (name == gridkey_settings::ENV_CC || gridkey_settings::COMPILER_ENV.contains(&name))
+            .then(|| std::env::var(name).ok())
+            .flatten()
+    };
+    let settings = Settings::from_vars(compiler_vars).expect("the caller's CC parses");
+    Settings { cache_dir: cache_dir.to_path_buf(), build_jobs: jobs, ..settings }
 }
 
 fn check_verified(report: &RunReport) -> bool {
@@ -256,16 +266,16 @@ fn check_verified(report: &RunReport) -> bool {
 /// The grid's runtime provider with its tables in C order, Fortran order, as int64, and
 /// behind a host-copy source; dimension entries as they are.
 fn runtime_variants(grid: &Grid) -> Result<Vec<(&'static str, OffsetProvider)>> {
-    type Make = fn(&ndarray::ArcArray2<i32>) -> TableSource;
+    type Make = fn(&ndarray::ArcArray2<i32>) -> Arc<dyn TableSource>;
     let makers: [(&'static str, Make); 4] = [
-        ("C order", |a| TableSource::Host(IndexTable::I32(a.as_standard_layout().into_owned().into_shared()))),
+        ("C order", |a| Arc::new(IndexTable::I32(a.as_standard_layout().into_owned().into_shared()))),
         ("Fortran order", |a| {
             let mut f = Array2::<i32>::zeros(a.raw_dim().f());
             f.assign(a);
-            TableSource::Host(IndexTable::I32(f.into_shared()))
+            Arc::new(IndexTable::I32(f.into_shared()))
         }),
-        ("int64", |a| TableSource::Host(IndexTable::I64(a.mapv(i64::from).into_shared()))),
-        ("host copy", |a| TableSource::HostCopy(HostCopySource::new(IndexTable::I32(a.clone())))),
+        ("int64", |a| Arc::new(IndexTable::I64(a.mapv(i64::from).into_shared()))),
+        ("host copy", |a| Arc::new(HostCopySource::new(IndexTable::I32(a.clone())))),
     ];
     let mut out = Vec::new();
     for (name, make) in makers {
@@ -274,7 +284,7 @@ fn runtime_variants(grid: &Grid) -> Result<Vec<(&'static str, OffsetProvider)>> 
             let entry = match entry {
                 Entry::Dimension(d) => Entry::Dimension(d.clone()),
                 Entry::Gather(c) => {
-                    let IndexTable::I32(a) = c.host_table() else { bail!("grid tables are int32") };
+                    let IndexTable::I32(a) = c.host_table(offset)? else { bail!("grid tables are int32") };
                     Entry::Gather(Arc::new(Connectivity::new(
                         c.domain().clone(),
                         c.local().clone(),

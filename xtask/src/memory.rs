@@ -22,7 +22,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use gridkey::faults::FaultReport;
-use gridkey_fingerprint::{Excluded, TranslationOptions};
+use gridkey_fingerprint::TranslationOptions;
 use gridkey_jobs::protocol::{read_frame, FromWorker};
 use gridkey_jobs::{CompilationTask, ProcessPool, Settings, WorkerCommand};
 use gridkey_offsets::{CompileTimeConnectivity, CompileTimeOffsetProvider, Dimension, DimensionKind, Entry};
@@ -159,7 +159,7 @@ fn task(program: &str, provider: &Arc<CompileTimeOffsetProvider>, cache: &Path) 
         encoding: Vec::new(),
         options: TranslationOptions::new(),
         provider: provider.clone(),
-        settings: Excluded(Settings { cache_dir: PathBuf::from(cache), vars: BTreeMap::new() }),
+        settings: Arc::new(Settings { cache_dir: PathBuf::from(cache), ..Settings::default() }),
     }
 }
 

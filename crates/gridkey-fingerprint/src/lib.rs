@@ -1,5 +1,5 @@
-//! Translation key format v1 (DESIGN 4.4, ADR 0003) and the persistent translation cache
-//! (DESIGN 4.5).
+//! Translation key format v1 (ADR 0003), the persistent translation cache (ADR 0012) and the
+//! cache protocol every frontend calls ([`translate_cached`]).
 //!
 //! # What goes into a key
 //!
@@ -25,8 +25,18 @@
 //! | array library, device, host/device residence | only the digest of the content is seen |
 //! | time, host name, process id | never an input |
 //!
-//! A value that travels with a key input but must not enter the key is wrapped in
-//! [`Excluded`], whose encoding is empty.
+//! The encoder destructures [`KeyInputs`] field by field, so a field added to it that is not
+//! encoded does not compile; what is excluded is never a field of it (the settings that travel
+//! with a task live in `gridkey_settings::Settings`, which no key sees).
+//!
+//! # The cache protocol
+//!
+//! [`translate_cached`] is the one lookup / translate / verify / put sequence a frontend needs:
+//! it looks the key up in each [`Tier`] of a [`Tiers`] list in order (the local
+//! [`TranslationCache`] first), on a hit in a later tier writes the entry back to the earlier
+//! writable ones, on a miss calls the frontend's translate function and puts the result with
+//! its key-input record into every writable tier, and with `verify_hits` translates again on a
+//! hit and compares byte for byte.
 //!
 //! # Architecture invariant
 //!
@@ -36,6 +46,10 @@
 //! truncated, corrupt or of another format version is a miss.
 
 #![warn(missing_docs)]
+
+mod protocol;
+
+pub use protocol::{translate_cached, CacheProtocolError, Cached, Request, Tier, Tiers};
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -87,15 +101,6 @@ pub enum FingerprintError {
         /// The text.
         text: String,
     },
-}
-
-/// A value that travels beside key inputs but is left out of the key on purpose; its key
-/// encoding is empty. The type makes every leave-out visible where it is declared.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Excluded<T>(pub T);
-
-impl<T> KeyEncode for Excluded<T> {
-    fn encode_key(&self, _: &mut KeyEncoder) {}
 }
 
 /// The explicit, stable encoding of key inputs: little-endian integers, u64 lengths.
@@ -276,7 +281,7 @@ impl KeyEncode for OffsetInput {
 }
 
 /// Every input of a translation key, in key order; also the human-readable record kept beside
-/// each cache entry so that a miss can be explained (DESIGN 4.5).
+/// each cache entry so that a miss can be explained (ADR 0003).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KeyInputs {
     /// [`KEY_FORMAT_VERSION`].
@@ -358,19 +363,29 @@ impl KeyInputs {
 
 impl KeyEncode for KeyInputs {
     fn encode_key(&self, e: &mut KeyEncoder) {
-        e.u32(self.key_format_version);
-        e.u32(self.digest_format_version);
-        e.str(&self.frontend.name);
-        e.str(&self.frontend.version);
-        e.str(&self.program);
-        e.str(&self.program_encoding);
-        e.u64(self.options.len() as u64);
-        for (name, value) in &self.options {
+        // Destructured, so that a new field that is not encoded here does not compile.
+        let KeyInputs {
+            key_format_version,
+            digest_format_version,
+            frontend: Frontend { name, version },
+            program,
+            program_encoding,
+            options,
+            offsets,
+        } = self;
+        e.u32(*key_format_version);
+        e.u32(*digest_format_version);
+        e.str(name);
+        e.str(version);
+        e.str(program);
+        e.str(program_encoding);
+        e.u64(options.len() as u64);
+        for (name, value) in options {
             e.str(name);
             e.str(value);
         }
-        e.u64(self.offsets.len() as u64);
-        for offset in &self.offsets {
+        e.u64(offsets.len() as u64);
+        for offset in offsets {
             offset.encode_key(e);
         }
     }
@@ -441,10 +456,7 @@ impl TranslationCache {
     /// Errors: [`FingerprintError::Write`].
     pub fn put(&self, inputs: &KeyInputs, payload: &[u8]) -> Result<TranslationKey, FingerprintError> {
         let key = inputs.key();
-        let record = serde_json::to_vec_pretty(inputs).expect("key inputs serialise");
-        let record_path = self.record_path(&key);
-        gridkey_store::write_atomic(&record_path, |out| out.write_all(&record))
-            .map_err(|source| FingerprintError::Write { path: record_path.clone(), source })?;
+        let record_path = self.write_record(inputs, &key)?;
         let path = self.entry_path(&key);
         let entry = encode_entry(&key, payload);
         if let Err(source) = gridkey_store::write_atomic(&path, |out| out.write_all(&entry)) {
@@ -456,6 +468,18 @@ impl TranslationCache {
             return Err(FingerprintError::Write { path, source });
         }
         Ok(key)
+    }
+
+    /// Writes the key-input record of `inputs` beside the entry of `key` (atomically) and
+    /// returns its path.
+    ///
+    /// Errors: [`FingerprintError::Write`].
+    pub fn write_record(&self, inputs: &KeyInputs, key: &TranslationKey) -> Result<PathBuf, FingerprintError> {
+        let record = serde_json::to_vec_pretty(inputs).expect("key inputs serialise");
+        let record_path = self.record_path(key);
+        gridkey_store::write_atomic(&record_path, |out| out.write_all(&record))
+            .map_err(|source| FingerprintError::Write { path: record_path.clone(), source })?;
+        Ok(record_path)
     }
 
     /// Every key that has a key-input record in the cache, sorted; unreadable directories and

@@ -28,7 +28,7 @@ fn write_bytes(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {
 }
 
 fn table(grid: &gridkey_grid::Grid, offset: &str) -> Array2<i32> {
-    match grid.provider().gather(offset).unwrap().host_table() {
+    match grid.provider().gather(offset).unwrap().host_table(offset).unwrap() {
         IndexTable::I32(t) => t.to_owned(),
         IndexTable::I64(_) => panic!("{offset} is not int32"),
     }

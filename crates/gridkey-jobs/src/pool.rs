@@ -1,5 +1,4 @@
-//! The process pool: `gridkey worker` processes fed one task at a time (DESIGN 5, ADR 0004,
-//! ADR 0010).
+//! The process pool: `gridkey worker` processes fed one task at a time (ADR 0010, ADR 0013).
 //!
 //! A batch starts at most `min(jobs, tasks)` workers, reusing idle ones from earlier batches.
 //! Each worker is driven by one thread of the batch that pulls the next task from a shared
@@ -33,9 +32,9 @@ use crate::{CompilationTask, NoProgress, Progress, TaskError, TaskFailure};
 /// Bytes of a worker's stderr kept for error messages.
 pub const STDERR_TAIL_BYTES: usize = 4096;
 
-/// Environment variable through which the pool tells a worker its parent's process id; the
+/// Argument the pool appends to a worker's command line, followed by its own process id; the
 /// worker stops when its parent changes (the parent died).
-pub const ENV_WORKER_PARENT: &str = "GRIDKEY_WORKER_PARENT";
+pub const PARENT_ARG: &str = "--parent";
 
 /// Process ids (equal to their process-group ids) of the live workers of every pool in this
 /// process.
@@ -44,7 +43,7 @@ static LIVE_WORKERS: Mutex<BTreeSet<i32>> = Mutex::new(BTreeSet::new());
 /// Kills every live worker of every pool of this process, with its process group (SIGKILL),
 /// and returns how many there were. Meant for an interrupt handler that then exits: the pools
 /// see their workers die and fail the tasks they held. Persistent files stay consistent
-/// because every cache write is an atomic rename (DESIGN 4.2).
+/// because every cache write is an atomic rename (ADR 0002).
 pub fn stop_all_workers() -> usize {
     let live = std::mem::take(&mut *LIVE_WORKERS.lock().unwrap_or_else(|p| p.into_inner()));
     for &pid in &live {
@@ -54,7 +53,8 @@ pub fn stop_all_workers() -> usize {
     live.len()
 }
 
-/// How to start a worker: the program (the `gridkey` binary) and its arguments (`worker`).
+/// How to start a worker: the program (the `gridkey` binary) and its arguments (`worker`); the
+/// pool appends [`PARENT_ARG`] and its process id.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WorkerCommand {
     /// Path of the program.
@@ -245,7 +245,8 @@ impl Worker {
         };
         let mut child = Command::new(&command.program)
             .args(&command.args)
-            .env(ENV_WORKER_PARENT, std::process::id().to_string())
+            .arg(PARENT_ARG)
+            .arg(std::process::id().to_string())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

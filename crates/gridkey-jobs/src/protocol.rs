@@ -1,4 +1,4 @@
-//! The worker protocol, version [`PROTOCOL_VERSION`] (DESIGN 4.3 and 5, ADR 0004).
+//! The worker protocol, version [`PROTOCOL_VERSION`] (ADR 0013, which supersedes ADR 0004).
 //!
 //! Frames are postcard-encoded messages, COBS-framed and ended by a `0` byte, over the
 //! worker's stdin (parent to worker) and stdout (worker to parent); logs go to stderr. The
@@ -7,16 +7,17 @@
 //! [`FromWorker::Done`]. A compile-time connectivity crosses as [`WireOffset::Gather`]: its
 //! digest, dtype, shape and dimensions, never table bytes, so a task's payload does not grow
 //! with table size. Shapes travel as fixed-width u64 (not postcard varints), so a task frame
-//! has the same byte count for a grid of any size (version 2; `cargo xtask bench`, `payload`).
+//! has the same byte count for a grid of any size (since version 2; `cargo xtask bench`,
+//! `payload`). Since version 3 every task carries the parent's typed [`Settings`] whole (cache
+//! directory, verification switches, the compiler as resolved in the parent with its identity
+//! and environment), so a worker reads no setting from its own environment.
 //! These types are a compatibility surface: changing them bumps the version.
 
 use std::collections::BTreeMap;
 use std::io::{self, BufRead, Read, Write};
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use gridkey_digest::{Dtype, TableDigest};
-use gridkey_fingerprint::Excluded;
 use gridkey_offsets::{
     CompileTimeConnectivity, CompileTimeOffsetProvider, Dimension, DimensionKind, Entry, OffsetsError,
 };
@@ -26,8 +27,8 @@ use serde::{Deserialize, Serialize};
 use crate::{CompilationTask, Settings};
 
 /// Version of the worker protocol; checked in the handshake. Version 2: shapes as fixed-width
-/// little-endian u64 (ADR 0004).
-pub const PROTOCOL_VERSION: u32 = 2;
+/// little-endian u64; version 3: the task carries the typed settings (ADR 0013).
+pub const PROTOCOL_VERSION: u32 = 3;
 
 /// Largest frame accepted, in bytes; anything longer is a protocol error, not an allocation.
 pub const MAX_FRAME_BYTES: u64 = 64 << 20;
@@ -62,7 +63,7 @@ impl WireDimension {
     }
 }
 
-/// An offset-provider entry on the wire (DESIGN 4.3).
+/// An offset-provider entry on the wire: a compile-time connectivity by reference to its table file, never its bytes.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum WireOffset {
     /// The offset names a dimension.
@@ -123,10 +124,9 @@ pub struct WireTask {
     pub options: BTreeMap<String, String>,
     /// The compile-time provider's entries, in order.
     pub offsets: Vec<WireOffset>,
-    /// The cache directory, as UTF-8.
-    pub cache_dir: String,
-    /// Declared environment variables.
-    pub vars: BTreeMap<String, String>,
+    /// The parent's settings (the cache directory, where the worker finds the tables, is valid
+    /// UTF-8).
+    pub settings: Settings,
 }
 
 /// Why a task failed, on the wire.
@@ -178,17 +178,13 @@ impl WireTask {
     ///
     /// Errors: the cache directory is not valid UTF-8 (a text naming it).
     pub fn from_task(task: &CompilationTask) -> Result<Self, String> {
-        let settings = &task.settings.0;
-        let cache_dir = settings
-            .cache_dir
-            .to_str()
-            .ok_or_else(|| {
-                format!(
-                    "cache directory {} is not valid UTF-8; choose another GRIDKEY_CACHE_DIR",
-                    settings.cache_dir.display()
-                )
-            })?
-            .to_owned();
+        let settings = &task.settings;
+        if settings.cache_dir.to_str().is_none() {
+            return Err(format!(
+                "cache directory {} is not valid UTF-8; choose another GRIDKEY_CACHE_DIR",
+                settings.cache_dir.display()
+            ));
+        }
         let offsets = task
             .provider
             .entries()
@@ -214,18 +210,17 @@ impl WireTask {
             encoding: task.encoding.clone(),
             options: task.options.clone(),
             offsets,
-            cache_dir,
-            vars: settings.vars.clone(),
+            settings: settings.as_ref().clone(),
         })
     }
 
     /// Rehydrates the task: opens every table from the store in its cache directory (checked
-    /// open: header, dtype, shape, length).
+    /// open: header, dtype, shape, length). The digest check of `verify_tables` is the
+    /// handler's, the same in every mode.
     ///
     /// Errors: a text naming the offset and the table file that could not be opened.
     pub fn rehydrate(self) -> Result<CompilationTask, String> {
-        let cache_dir = PathBuf::from(&self.cache_dir);
-        let store = TableStore::open(&cache_dir).map_err(|e| e.to_string())?;
+        let store = TableStore::open(&self.settings.cache_dir).map_err(|e| e.to_string())?;
         let mut provider = CompileTimeOffsetProvider::new();
         for wire in &self.offsets {
             let (offset, entry) = match wire {
@@ -258,7 +253,7 @@ impl WireTask {
             encoding: self.encoding,
             options: self.options,
             provider: Arc::new(provider),
-            settings: Excluded(Settings { cache_dir, vars: self.vars }),
+            settings: Arc::new(self.settings),
         })
     }
 }

@@ -1,4 +1,4 @@
-//! The worker side of the protocol: what `gridkey worker` runs (DESIGN 5, ADR 0004).
+//! The worker side of the protocol: what `gridkey worker` runs (ADR 0010, ADR 0013).
 //!
 //! The worker keeps the real stdout for frames only: before anything else runs it moves its
 //! stdout to a private descriptor and points descriptor 1 at stderr, so a stray print of the
@@ -6,8 +6,10 @@
 //! Each task is decoded and rehydrated inside the task, so an unreadable table fails that task
 //! only; a panic fails that task only. A closed stdin (the parent died) ends an idle worker;
 //! a watchdog thread ends a busy one: it checks every [`WATCHDOG_PERIOD`] whether the parent
-//! is still the process that started the worker (`GRIDKEY_WORKER_PARENT`, else the parent at
-//! start) and, when it is not, kills the worker's process group, C compiler included (ADR 0010).
+//! is still the process that started the worker (the `parent` argument of [`serve`], which the
+//! pool passes as `--parent PID`, else the parent at start) and, when it is not, kills the
+//! worker's process group, C compiler included (ADR 0010). The worker reads nothing from its
+//! own environment: every setting arrives in the task frame.
 
 use std::fs::File;
 use std::io::{self, BufReader, BufWriter, Write};
@@ -15,16 +17,16 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::Duration;
 
-use crate::pool::ENV_WORKER_PARENT;
 use crate::protocol::{read_frame, write_frame, FromWorker, ToWorker, WireFailure, PROTOCOL_VERSION};
 use crate::{run_guarded, TaskFailure, TaskHandler};
 
-/// Serves tasks on stdin/stdout until stdin closes or a shutdown frame arrives.
+/// Serves tasks on stdin/stdout until stdin closes or a shutdown frame arrives. `parent` is the
+/// process id of the pool that started this worker (`--parent`); `None`: the parent at start.
 ///
 /// Errors: an I/O error on the protocol streams (the parent is gone), or a frame that does not
 /// decode (the parent broke the protocol).
-pub fn serve<H: TaskHandler>(handler: &H) -> io::Result<()> {
-    start_watchdog();
+pub fn serve<H: TaskHandler>(handler: &H, parent: Option<i32>) -> io::Result<()> {
+    start_watchdog(parent);
     let frames_out = private_stdout()?;
     FRAMES_FD.store(frames_out.as_raw_fd(), Ordering::SeqCst);
     let mut out = BufWriter::new(File::from(frames_out));
@@ -64,10 +66,9 @@ pub fn protocol_descriptor() -> Option<RawFd> {
 
 /// Starts the thread that ends the worker when its parent dies (the worker is then re-parented,
 /// so `getppid` changes).
-fn start_watchdog() {
+fn start_watchdog(parent: Option<i32>) {
     // SAFETY: getppid, getpid and getpgrp cannot fail and touch no memory.
-    let at_start = unsafe { libc::getppid() };
-    let parent = std::env::var(ENV_WORKER_PARENT).ok().and_then(|v| v.parse::<i32>().ok()).unwrap_or(at_start);
+    let parent = parent.unwrap_or_else(|| unsafe { libc::getppid() });
     std::thread::spawn(move || loop {
         // SAFETY: as above.
         if unsafe { libc::getppid() } != parent {

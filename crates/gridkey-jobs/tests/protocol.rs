@@ -1,17 +1,16 @@
-//! Worker protocol v2 (ADR 0004): frames round-trip, anything else is an error, and a task's
+//! Worker protocol v3 (ADR 0013): frames round-trip, anything else is an error, and a task's
 //! payload does not grow with table size.
 
 use std::io::Cursor;
 use std::path::Path;
 use std::sync::Arc;
 
-use gridkey_fingerprint::{Excluded, TranslationOptions};
 use gridkey_jobs::protocol::{read_frame, write_frame, FromWorker, ToWorker, WireFailure, WireTask};
 use gridkey_jobs::{CompilationTask, Settings};
 use gridkey_offsets::{
     compile_time_offset_provider, Connectivity, Dimension, DimensionKind, Entry, IndexTable, OffsetProvider,
-    TableSource,
 };
+use gridkey_settings::CompilerSettings;
 use gridkey_store::TableStore;
 use ndarray::Array2;
 use proptest::prelude::*;
@@ -19,12 +18,12 @@ use proptest::prelude::*;
 fn task(cache: &Path, rows: usize) -> CompilationTask {
     let mut p = OffsetProvider::new();
     let t = Array2::from_shape_fn((rows, 3), |(i, j)| ((i + j) % rows) as i32);
-    let c = Connectivity::new(
+    let c = Connectivity::from_host(
         Dimension::horizontal("Cell"),
         Dimension::local("C2EDim"),
         Dimension::horizontal("Edge"),
         None,
-        TableSource::Host(IndexTable::I32(t.into_shared())),
+        IndexTable::I32(t.into_shared()),
     )
     .unwrap();
     p.push("C2E", Entry::Gather(Arc::new(c))).unwrap();
@@ -33,11 +32,13 @@ fn task(cache: &Path, rows: usize) -> CompilationTask {
     CompilationTask {
         program: "div".into(),
         encoding: vec![1, 2, 3],
-        options: TranslationOptions::new(),
+        options: Default::default(),
         provider: Arc::new(ct),
-        settings: Excluded(Settings {
+        settings: Arc::new(Settings {
             cache_dir: cache.to_path_buf(),
-            vars: [("CC".to_owned(), "cc".to_owned())].into(),
+            verify_tables: true,
+            compiler: CompilerSettings::from_command("ccache gcc", |_| None).unwrap(),
+            ..Settings::default()
         }),
     }
 }
@@ -69,7 +70,7 @@ fn a_task_round_trips_and_rehydrates_the_same_provider() {
     assert_eq!(back, ToWorker::Task { id: 9, task: wire.clone() });
     let again = wire.rehydrate().unwrap();
     assert_eq!(again.program, "div");
-    assert_eq!(again.settings.0, t.settings.0);
+    assert_eq!(again.settings, t.settings);
     let (a, b) = (t.provider.gather("C2E").unwrap(), again.provider.gather("C2E").unwrap());
     assert_eq!(a.spec(), b.spec());
     assert_eq!(again.provider.entries().len(), 2);

@@ -1,11 +1,10 @@
-//! Serial and thread runners, and the build-jobs settings (DESIGN 5). Process-mode tests run
+//! Serial and thread runners and their build-jobs settings. Process-mode tests run
 //! real `gridkey worker` processes: crates/gridkey/tests/process_runner.rs.
 
 use std::sync::Arc;
 
-use gridkey_fingerprint::{Excluded, TranslationOptions};
 use gridkey_jobs::{
-    BuildJobs, BuildJobsMode, CompilationTask, JobsError, Runner, Settings, TaskFailure, TaskHandler, WorkerCommand,
+    BuildJobs, BuildJobsMode, CompilationTask, Runner, Settings, TaskFailure, TaskHandler, WorkerCommand,
 };
 use gridkey_offsets::CompileTimeOffsetProvider;
 
@@ -19,25 +18,27 @@ impl TaskHandler for Echo {
         match task.program.as_str() {
             "bad" => Err("no such stencil".into()),
             "boom" => panic!("index out of bounds in the compile step"),
-            name => Ok(format!("{name}@{}", task.settings.0.vars["CC"])),
+            name => Ok(format!("{name}@{}", task.settings.compiler.command_line())),
         }
     }
 }
 
 fn tasks(names: &[&str]) -> Vec<CompilationTask> {
     let provider = Arc::new(CompileTimeOffsetProvider::new());
+    let settings = Arc::new(Settings {
+        cache_dir: "/nonexistent".into(),
+        compiler: gridkey_settings::CompilerSettings::from_command("gcc", |_| None).unwrap(),
+        ..Settings::default()
+    });
     names
         .iter()
         .enumerate()
         .map(|(i, n)| CompilationTask {
             program: (*n).to_owned(),
             encoding: vec![(names.len() - i) as u8],
-            options: TranslationOptions::new(),
+            options: Default::default(),
             provider: provider.clone(),
-            settings: Excluded(Settings {
-                cache_dir: "/nonexistent".into(),
-                vars: [("CC".to_owned(), "gcc".to_owned())].into(),
-            }),
+            settings: settings.clone(),
         })
         .collect()
 }
@@ -67,15 +68,16 @@ fn failures_are_per_task_results_keep_submission_order() {
 
 /// The single place that parses settings and checks the outcome.
 fn check(mode: Option<&str>, jobs: Option<&str>, expect: Result<(BuildJobsMode, usize), &str>) {
-    let got = BuildJobs::from_vars(|k| match k {
+    let got = Settings::from_vars(|k| match k {
         "GRIDKEY_BUILD_JOBS_MODE" => mode.map(str::to_owned),
         "GRIDKEY_BUILD_JOBS" => jobs.map(str::to_owned),
         _ => None,
-    });
+    })
+    .map(|s| s.build_jobs);
     match (got, expect) {
         (Ok(j), Ok((m, n))) => assert_eq!((j.mode, j.jobs), (m, n), "{mode:?} {jobs:?}"),
         (Err(e), Err(text)) => {
-            assert!(matches!(e, JobsError::BadSetting { .. }));
+            assert!(matches!(e, gridkey_settings::SettingsError::BadSetting { .. }));
             assert!(e.to_string().contains(text), "{e}");
         }
         (got, expect) => panic!("{mode:?} {jobs:?}: got {got:?}, expected {expect:?}"),
@@ -84,7 +86,7 @@ fn check(mode: Option<&str>, jobs: Option<&str>, expect: Result<(BuildJobsMode, 
 
 #[test]
 fn settings_from_the_environment() {
-    let cores = gridkey_jobs::default_jobs();
+    let cores = gridkey_settings::default_jobs();
     check(None, None, Ok((BuildJobsMode::Process, cores)));
     check(Some("thread"), Some("3"), Ok((BuildJobsMode::Thread, 3)));
     check(Some("process"), Some("0"), Ok((BuildJobsMode::Serial, 1)));
@@ -100,7 +102,7 @@ fn settings_from_the_environment() {
 
 /// The single place that parses `GRIDKEY_BUILD_TIMEOUT` and checks the outcome.
 fn check_timeout(value: &str, expect: Result<Option<f64>, &str>) {
-    let got = BuildJobs::from_vars(|k| (k == "GRIDKEY_BUILD_TIMEOUT").then(|| value.to_owned()));
+    let got = Settings::from_vars(|k| (k == "GRIDKEY_BUILD_TIMEOUT").then(|| value.to_owned())).map(|s| s.build_jobs);
     match (got, expect) {
         (Ok(j), Ok(seconds)) => {
             assert_eq!(j.timeout.map(|d| d.as_secs_f64()), seconds, "{value:?}")
@@ -150,18 +152,4 @@ fn progress_sees_each_task_start_then_end_with_its_outcome() {
             assert_eq!(mine[1].2, Some(results[i].is_ok()), "{name}: the outcome");
         }
     }
-}
-
-#[test]
-fn switches_read_the_usual_spellings_and_reject_the_rest() {
-    use gridkey_jobs::switch_from_vars;
-    for (value, on) in [(None, false), (Some(""), false), (Some("0"), false), (Some("No"), false), (Some("off"), false)]
-    {
-        assert_eq!(switch_from_vars("GRIDKEY_VERIFY_TABLES", value).unwrap(), on, "{value:?}");
-    }
-    for value in ["1", "true", "YES", " on "] {
-        assert!(switch_from_vars("GRIDKEY_VERIFY_TABLES", Some(value)).unwrap(), "{value:?}");
-    }
-    let err = switch_from_vars("GRIDKEY_VERIFY_CACHE_HITS", Some("maybe")).unwrap_err();
-    assert!(err.to_string().starts_with("GRIDKEY_VERIFY_CACHE_HITS=\"maybe\" is not valid: expected 1, true"), "{err}");
 }

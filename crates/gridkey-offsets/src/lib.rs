@@ -4,10 +4,31 @@
 //! An offset provider is an ordered map from offset names (`C2E`, `E2C`, `Koff`, ...) to either a
 //! [`Dimension`] or a gather connectivity. The runtime [`OffsetProvider`] holds [`Connectivity`]
 //! values whose neighbour tables may have any memory order, int32 or int64 elements, or live
-//! behind a [`HostCopySource`] that must be copied to the host to be read (the stand-in for a
-//! device buffer). [`compile_time_offset_provider`] replaces every gather by a
-//! [`CompileTimeConnectivity`]: a read-only, C-order host table memory-mapped from the
-//! [`TableStore`] and named by its [`TableDigest`].
+//! behind any [`TableSource`] that must be copied to the host to be read (a device buffer;
+//! [`HostCopySource`] is the counted test double of one). [`compile_time_offset_provider`]
+//! replaces every gather by a [`CompileTimeConnectivity`]: a read-only, C-order host table
+//! memory-mapped from the [`TableStore`] and named by its [`TableDigest`].
+//!
+//! ```
+//! use std::sync::Arc;
+//! use gridkey_offsets::{compile_time_offset_provider, Connectivity, Dimension, Dtype, Entry, IndexTable, OffsetProvider};
+//!
+//! // Two cells with three edges each, as plain vectors (C order); an int64 table whose
+//! // indices fit is stored as int32 (ADR 0006).
+//! let c2e = IndexTable::from_vec_i64(2, 3, vec![0, 1, 2, 2, 3, 4])?;
+//! let mut provider = OffsetProvider::new();
+//! let connectivity =
+//!     Connectivity::from_host(Dimension::horizontal("Cell"), Dimension::local("C2EDim"), Dimension::horizontal("Edge"), None, c2e)?;
+//! provider.push("C2E", Entry::Gather(Arc::new(connectivity)))?;
+//!
+//! let dir = tempfile::tempdir()?;
+//! let store = gridkey_store::TableStore::open(dir.path())?;
+//! let view = compile_time_offset_provider(&provider, &store)?;
+//! let c2e = view.gather("C2E").expect("a gather");
+//! assert_eq!((c2e.dtype(), c2e.shape()), (Dtype::I32, [2, 3]));
+//! println!("C2E is table {}", c2e.digest().to_hex());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 //!
 //! # Architecture invariant
 //!
@@ -22,16 +43,21 @@
 #![warn(missing_docs)]
 
 use std::collections::HashMap;
+use std::fmt;
 use std::io::{self, Write};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
-use gridkey_digest::{digest_table, Dtype, TableDigest, TableElement, TableHasher, BUFFER_BYTES};
+use gridkey_digest::{digest_table, TableDigest, TableElement, TableHasher, BUFFER_BYTES};
 use gridkey_store::{MappedTable, StoreError, TableSpec, TableStore, TableView};
 use ndarray::{ArcArray2, Array2, ArrayView2};
 
+pub use gridkey_digest::Dtype;
 pub use gridkey_store::TableView as CompileTimeTable;
+/// The `ndarray` this crate's tables are made of, so that a caller builds an [`IndexTable`]
+/// without pinning the same version itself.
+pub use ndarray;
 
 /// Errors of offset providers and their conversion.
 #[derive(Debug, thiserror::Error)]
@@ -49,6 +75,39 @@ pub enum OffsetsError {
     DuplicateOffset {
         /// The offset name.
         offset: String,
+    },
+    /// Copying connectivity `offset`'s table to the host failed ([`TableSource::copy_to_host`]);
+    /// nothing was stored or memoised, so the next conversion copies again.
+    #[error("offset {offset}: copying its neighbour table to the host failed: {source}; check that the table's buffer is still alive and readable, then convert again")]
+    HostCopy {
+        /// The offset name (`C2E`).
+        offset: String,
+        /// What the table source said.
+        source: CopyError,
+    },
+    /// A host copy whose dtype or shape is not what its table source declared.
+    #[error("offset {offset}: the host copy of its neighbour table is {found_dtype} {found_shape:?}, but its table source declares {dtype} {shape:?}; fix the table source's copy_to_host")]
+    HostCopyShape {
+        /// The offset name (`C2E`).
+        offset: String,
+        /// The declared dtype.
+        dtype: Dtype,
+        /// The declared shape `(n, k)`.
+        shape: [usize; 2],
+        /// The dtype of the copy.
+        found_dtype: Dtype,
+        /// The shape of the copy.
+        found_shape: [usize; 2],
+    },
+    /// A neighbour table built from a vector whose length is not `n * k`.
+    #[error("a neighbour table of shape ({rows}, {cols}) needs {} elements, but the vector has {len}; pass rows * cols elements in C order", rows.saturating_mul(*cols))]
+    TableLength {
+        /// Rows `n`.
+        rows: usize,
+        /// Columns `k` (neighbours per row).
+        cols: usize,
+        /// Elements given.
+        len: usize,
     },
     /// A domain or codomain dimension of the wrong kind.
     #[error("connectivity {what} dimension {name} must be a {expected:?} dimension")]
@@ -129,6 +188,26 @@ pub enum IndexTable {
 }
 
 impl IndexTable {
+    /// An int32 table of shape `(rows, cols)` from `elements` in C (row-major) order.
+    ///
+    /// Errors: [`OffsetsError::TableLength`] when `elements.len() != rows * cols`.
+    pub fn from_vec_i32(rows: usize, cols: usize, elements: Vec<i32>) -> Result<Self, OffsetsError> {
+        let len = elements.len();
+        Array2::from_shape_vec((rows, cols), elements)
+            .map(|a| IndexTable::I32(a.into_shared()))
+            .map_err(|_| OffsetsError::TableLength { rows, cols, len })
+    }
+
+    /// An int64 table of shape `(rows, cols)` from `elements` in C (row-major) order.
+    ///
+    /// Errors: [`OffsetsError::TableLength`] when `elements.len() != rows * cols`.
+    pub fn from_vec_i64(rows: usize, cols: usize, elements: Vec<i64>) -> Result<Self, OffsetsError> {
+        let len = elements.len();
+        Array2::from_shape_vec((rows, cols), elements)
+            .map(|a| IndexTable::I64(a.into_shared()))
+            .map_err(|_| OffsetsError::TableLength { rows, cols, len })
+    }
+
     /// The element type.
     pub fn dtype(&self) -> Dtype {
         match self {
@@ -155,10 +234,88 @@ impl IndexTable {
     }
 }
 
-/// A table that can be read only after a copy to the host: the stand-in for a device buffer.
+/// What a [`TableSource::copy_to_host`] that failed says (a device error, a freed buffer...).
+pub type CopyError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Where a runtime connectivity's neighbour table lives, and how it reaches the host.
+///
+/// Shape `(n, k)` in elements and dtype (int32 or int64) are metadata: free to read, never a
+/// copy. A table readable in place on the host returns it from [`TableSource::host`]; any other
+/// (a device buffer, an array handed over from another runtime) is read through one
+/// [`TableSource::copy_to_host`], which conversion calls at most once per connectivity and
+/// store while the connectivity lives (ADR 0006). Implement it outside this crate for a real
+/// device buffer:
+///
+/// ```
+/// use std::sync::Arc;
+/// use gridkey_offsets::{Connectivity, CopyError, Dimension, Dtype, IndexTable, TableSource};
+///
+/// /// A table the host can read only after a transfer (here: a vector standing in for one).
+/// #[derive(Debug)]
+/// struct DeviceTable { rows: usize, cols: usize, elements: Vec<i64> }
+///
+/// impl TableSource for DeviceTable {
+///     fn dtype(&self) -> Dtype { Dtype::I64 }
+///     fn shape(&self) -> [usize; 2] { [self.rows, self.cols] }
+///     fn copy_to_host(&self) -> Result<IndexTable, CopyError> {
+///         Ok(IndexTable::from_vec_i64(self.rows, self.cols, self.elements.clone())?)
+///     }
+/// }
+///
+/// let c2e = Connectivity::new(
+///     Dimension::horizontal("Cell"),
+///     Dimension::local("C2EDim"),
+///     Dimension::horizontal("Edge"),
+///     None,
+///     Arc::new(DeviceTable { rows: 2, cols: 3, elements: vec![0, 1, 2, 2, 3, 4] }),
+/// )?;
+/// assert_eq!((c2e.shape(), c2e.dtype()), ([2, 3], Dtype::I64));
+/// # Ok::<(), gridkey_offsets::OffsetsError>(())
+/// ```
+pub trait TableSource: Send + Sync + fmt::Debug {
+    /// The element type (metadata, no copy).
+    fn dtype(&self) -> Dtype;
+
+    /// The shape `(n, k)` in elements (metadata, no copy).
+    fn shape(&self) -> [usize; 2];
+
+    /// The table itself when it is readable in place on the host (no copy); `None` (the
+    /// default) when it must be copied with [`TableSource::copy_to_host`].
+    fn host(&self) -> Option<&IndexTable> {
+        None
+    }
+
+    /// One copy of the table into a host buffer, C order, of [`TableSource::dtype`] and
+    /// [`TableSource::shape`] (conversion checks both).
+    ///
+    /// Errors: whatever the transfer says; conversion reports it as
+    /// [`OffsetsError::HostCopy`] naming the offset.
+    fn copy_to_host(&self) -> Result<IndexTable, CopyError>;
+}
+
+impl TableSource for IndexTable {
+    fn dtype(&self) -> Dtype {
+        IndexTable::dtype(self)
+    }
+
+    fn shape(&self) -> [usize; 2] {
+        IndexTable::shape(self)
+    }
+
+    fn host(&self) -> Option<&IndexTable> {
+        Some(self)
+    }
+
+    /// A C-order copy; conversion never calls it, since [`TableSource::host`] is `Some`.
+    fn copy_to_host(&self) -> Result<IndexTable, CopyError> {
+        Ok(self.to_c_order())
+    }
+}
+
+/// A table that can be read only after a copy to the host: the test double of a device buffer.
 ///
 /// Shape and dtype are metadata and free to read; the elements are reachable only through
-/// [`HostCopySource::copy_to_host`], which counts every copy so that tests can prove a
+/// [`TableSource::copy_to_host`], which counts every copy so that tests can prove a
 /// conversion copies each table at most once.
 #[derive(Debug)]
 pub struct HostCopySource {
@@ -172,35 +329,26 @@ impl HostCopySource {
         Self { table, copies: AtomicU64::new(0) }
     }
 
-    /// Copies the table to the host, in C order. Counts one copy.
-    pub fn copy_to_host(&self) -> IndexTable {
-        self.copies.fetch_add(1, Ordering::SeqCst);
-        self.table.to_c_order()
-    }
-
     /// How many times the table was copied to the host.
     pub fn copies(&self) -> u64 {
         self.copies.load(Ordering::SeqCst)
     }
+}
 
-    /// The element type (metadata, no copy).
-    pub fn dtype(&self) -> Dtype {
+impl TableSource for HostCopySource {
+    fn dtype(&self) -> Dtype {
         self.table.dtype()
     }
 
-    /// The shape (metadata, no copy).
-    pub fn shape(&self) -> [usize; 2] {
+    fn shape(&self) -> [usize; 2] {
         self.table.shape()
     }
-}
 
-/// Where a runtime connectivity's table lives.
-#[derive(Debug)]
-pub enum TableSource {
-    /// On the host, readable in place.
-    Host(IndexTable),
-    /// Behind a copy (device memory).
-    HostCopy(HostCopySource),
+    /// Copies the table to the host, in C order. Counts one copy.
+    fn copy_to_host(&self) -> Result<IndexTable, CopyError> {
+        self.copies.fetch_add(1, Ordering::SeqCst);
+        Ok(self.table.to_c_order())
+    }
 }
 
 /// The four getters a runtime and a compile-time connectivity share (same fields, same meaning).
@@ -236,11 +384,12 @@ pub struct Connectivity {
     local: Dimension,
     codomain: Dimension,
     skip_value: Option<i64>,
-    source: TableSource,
+    source: Arc<dyn TableSource>,
 }
 
 impl Connectivity {
-    /// A connectivity; `domain` and `codomain` must be horizontal or vertical, `local` local.
+    /// A connectivity over the table behind `source` (host, device or any [`TableSource`]);
+    /// `domain` and `codomain` must be horizontal or vertical, `local` local.
     ///
     /// Errors: [`OffsetsError::DimensionKind`].
     pub fn new(
@@ -248,42 +397,66 @@ impl Connectivity {
         local: Dimension,
         codomain: Dimension,
         skip_value: Option<i64>,
-        source: TableSource,
+        source: Arc<dyn TableSource>,
     ) -> Result<Self, OffsetsError> {
         check_dimensions(&domain, &local, &codomain)?;
         Ok(Self { domain, local, codomain, skip_value, source })
     }
 
+    /// A connectivity over a host table, read in place (any memory order, int32 or int64).
+    ///
+    /// Errors: [`OffsetsError::DimensionKind`].
+    pub fn from_host(
+        domain: Dimension,
+        local: Dimension,
+        codomain: Dimension,
+        skip_value: Option<i64>,
+        table: IndexTable,
+    ) -> Result<Self, OffsetsError> {
+        Self::new(domain, local, codomain, skip_value, Arc::new(table))
+    }
+
     connectivity_dimensions!();
 
     /// Where the table lives.
-    pub fn source(&self) -> &TableSource {
+    pub fn source(&self) -> &Arc<dyn TableSource> {
         &self.source
     }
 
-    /// The shape `(n, k)` (metadata, no copy).
+    /// The shape `(n, k)` in elements (metadata, no copy).
     pub fn shape(&self) -> [usize; 2] {
-        match &self.source {
-            TableSource::Host(t) => t.shape(),
-            TableSource::HostCopy(s) => s.shape(),
-        }
+        self.source.shape()
     }
 
     /// The runtime element type (metadata, no copy).
     pub fn dtype(&self) -> Dtype {
-        match &self.source {
-            TableSource::Host(t) => t.dtype(),
-            TableSource::HostCopy(s) => s.dtype(),
-        }
+        self.source.dtype()
     }
 
-    /// The table on the host for execution: shared as it is for a host table, copied (and
-    /// counted) for a [`HostCopySource`].
-    pub fn host_table(&self) -> IndexTable {
-        match &self.source {
-            TableSource::Host(t) => t.clone(),
-            TableSource::HostCopy(s) => s.copy_to_host(),
+    /// The table on the host: shared as it is when [`TableSource::host`] has it, otherwise
+    /// one [`TableSource::copy_to_host`], checked against the declared dtype and shape.
+    /// `offset` names this connectivity in the errors.
+    ///
+    /// Errors: [`OffsetsError::HostCopy`], [`OffsetsError::HostCopyShape`].
+    pub fn host_table(&self, offset: &str) -> Result<IndexTable, OffsetsError> {
+        if let Some(table) = self.source.host() {
+            return Ok(table.clone());
         }
+        let copy = self
+            .source
+            .copy_to_host()
+            .map_err(|source| OffsetsError::HostCopy { offset: offset.to_owned(), source })?;
+        let (dtype, shape) = (self.source.dtype(), self.source.shape());
+        if copy.dtype() != dtype || copy.shape() != shape {
+            return Err(OffsetsError::HostCopyShape {
+                offset: offset.to_owned(),
+                dtype,
+                shape,
+                found_dtype: copy.dtype(),
+                found_shape: copy.shape(),
+            });
+        }
+        Ok(copy)
     }
 }
 
@@ -340,6 +513,19 @@ impl CompileTimeConnectivity {
     }
 
     connectivity_dimensions!();
+
+    /// The stored table file this connectivity is mapped from (`<cache>/tables-v1/ab/<digest>.npy`).
+    pub fn table_path(&self) -> &std::path::Path {
+        self.table.path()
+    }
+
+    /// Recomputes the digest of the mapped table and compares it with its name: catches a
+    /// table file modified in place after conversion (ADR 0012). Reads the table once.
+    ///
+    /// Errors: [`StoreError::Digest`] naming the file.
+    pub fn verify(&self) -> Result<(), StoreError> {
+        self.table.verify()
+    }
 
     /// Digest, dtype and shape of the table.
     pub fn spec(&self) -> &TableSpec {
@@ -481,7 +667,9 @@ fn memo() -> &'static Mutex<HashMap<MemoKey, MemoEntry>> {
 /// [`CompileTimeConnectivity`] in `store` (converted at most once per connectivity and store,
 /// see [`compile_time_connectivity`]).
 ///
-/// Errors: [`OffsetsError::Store`] naming the offset whose table could not be stored or mapped.
+/// Errors: [`OffsetsError::Store`] naming the offset whose table could not be stored or mapped;
+/// [`OffsetsError::HostCopy`] and [`OffsetsError::HostCopyShape`] naming the offset whose
+/// table could not be copied to the host.
 pub fn compile_time_offset_provider(
     provider: &OffsetProvider,
     store: &TableStore,
@@ -499,9 +687,11 @@ pub fn compile_time_offset_provider(
 
 /// The compile-time view of one runtime connectivity, from the memo when this `Arc` was
 /// converted into `store` before and still lives; otherwise copied to the host if needed,
-/// canonicalised (C order, int32 when every index fits), hashed once, stored and mapped.
+/// canonicalised (C order, int32 when every index fits), hashed once, stored and mapped. A
+/// host table ([`TableSource::host`]) is read in place; any other source is copied once.
 ///
-/// Errors: [`OffsetsError::Store`] naming `offset`.
+/// Errors: [`OffsetsError::Store`], [`OffsetsError::HostCopy`] and
+/// [`OffsetsError::HostCopyShape`] naming `offset`; a failed conversion memoises nothing.
 pub fn compile_time_connectivity(
     offset: &str,
     connectivity: &Arc<Connectivity>,
@@ -518,10 +708,7 @@ pub fn compile_time_connectivity(
         }
     }
     let store_err = |source| OffsetsError::Store { offset: offset.to_owned(), source };
-    let host = match connectivity.source() {
-        TableSource::Host(t) => t.clone(),
-        TableSource::HostCopy(s) => s.copy_to_host(),
-    };
+    let host = connectivity.host_table(offset)?;
     let spec = match &host {
         IndexTable::I32(a) => store_as_is(store, a.view()).map_err(store_err)?,
         IndexTable::I64(a) if fits_i32(a.view()) => {
@@ -621,5 +808,5 @@ pub fn host_connectivity(
     skip_value: Option<i64>,
     table: Array2<i32>,
 ) -> Result<Connectivity, OffsetsError> {
-    Connectivity::new(domain, local, codomain, skip_value, TableSource::Host(IndexTable::I32(table.into_shared())))
+    Connectivity::from_host(domain, local, codomain, skip_value, IndexTable::I32(table.into_shared()))
 }

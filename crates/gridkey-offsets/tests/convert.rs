@@ -12,7 +12,7 @@ use gridkey_store::{TableSpec, TableStore};
 use ndarray::{s, Array2, ShapeBuilder};
 use proptest::prelude::*;
 
-fn conn(source: TableSource) -> Arc<Connectivity> {
+fn conn(source: Arc<dyn TableSource>) -> Arc<Connectivity> {
     Arc::new(
         Connectivity::new(
             Dimension::horizontal("Cell"),
@@ -25,7 +25,7 @@ fn conn(source: TableSource) -> Arc<Connectivity> {
     )
 }
 
-fn layouts(t: &Array2<i32>) -> Vec<(&'static str, TableSource)> {
+fn layouts(t: &Array2<i32>) -> Vec<(&'static str, Arc<dyn TableSource>)> {
     let mut f = Array2::<i32>::zeros(t.raw_dim().f());
     f.assign(t);
     // A strided view: every second row of a table twice as tall.
@@ -33,16 +33,16 @@ fn layouts(t: &Array2<i32>) -> Vec<(&'static str, TableSource)> {
     tall.slice_mut(s![..;2, ..]).assign(t);
     let strided = tall.into_shared().slice_move(s![..;2, ..]);
     vec![
-        ("C order", TableSource::Host(IndexTable::I32(t.clone().into_shared()))),
-        ("Fortran order", TableSource::Host(IndexTable::I32(f.into_shared()))),
-        ("strided", TableSource::Host(IndexTable::I32(strided))),
-        ("int64", TableSource::Host(IndexTable::I64(t.mapv(i64::from).into_shared()))),
-        ("host copy", TableSource::HostCopy(HostCopySource::new(IndexTable::I32(t.clone().into_shared())))),
+        ("C order", Arc::new(IndexTable::I32(t.clone().into_shared()))),
+        ("Fortran order", Arc::new(IndexTable::I32(f.into_shared()))),
+        ("strided", Arc::new(IndexTable::I32(strided))),
+        ("int64", Arc::new(IndexTable::I64(t.mapv(i64::from).into_shared()))),
+        ("host copy", Arc::new(HostCopySource::new(IndexTable::I32(t.clone().into_shared())))),
     ]
 }
 
 /// The single place that converts one connectivity and reads back what the view holds.
-fn convert(store: &TableStore, source: TableSource) -> (TableSpec, Array2<i64>) {
+fn convert(store: &TableStore, source: Arc<dyn TableSource>) -> (TableSpec, Array2<i64>) {
     let mut p = OffsetProvider::new();
     p.push("C2E", Entry::Gather(conn(source))).unwrap();
     let ct = compile_time_offset_provider(&p, store).unwrap();
@@ -77,7 +77,7 @@ fn an_int64_table_with_an_index_beyond_int32_stays_int64() {
     let dir = tempfile::tempdir().unwrap();
     let store = TableStore::open(dir.path()).unwrap();
     let t = Array2::from_shape_vec((2, 2), vec![0i64, 1, -1, 1 << 40]).unwrap();
-    let (spec, values) = convert(&store, TableSource::Host(IndexTable::I64(t.clone().into_shared())));
+    let (spec, values) = convert(&store, Arc::new(IndexTable::I64(t.clone().into_shared())));
     assert_eq!(spec.dtype, Dtype::I64);
     assert_eq!(spec.digest, digest_table(t.view()));
     assert_eq!(values, t);
@@ -89,9 +89,9 @@ fn the_view_keeps_every_entry_in_order() {
     let store = TableStore::open(dir.path()).unwrap();
     let t = Array2::from_shape_fn((5, 3), |(i, j)| (i + j) as i32);
     let mut p = OffsetProvider::new();
-    p.push("V2E", Entry::Gather(conn(TableSource::Host(IndexTable::I32(t.clone().into_shared()))))).unwrap();
+    p.push("V2E", Entry::Gather(conn(Arc::new(IndexTable::I32(t.clone().into_shared()))))).unwrap();
     p.push("Koff", Entry::Dimension(Dimension::new("K", DimensionKind::Vertical))).unwrap();
-    p.push("C2E", Entry::Gather(conn(TableSource::Host(IndexTable::I32(t.into_shared()))))).unwrap();
+    p.push("C2E", Entry::Gather(conn(Arc::new(IndexTable::I32(t.into_shared()))))).unwrap();
     let ct = compile_time_offset_provider(&p, &store).unwrap();
     let names: Vec<&str> = ct.entries().iter().map(|(n, _)| n.as_str()).collect();
     assert_eq!(names, ["V2E", "Koff", "C2E"]);
@@ -112,7 +112,7 @@ fn a_reused_address_is_not_mistaken_for_the_old_connectivity() {
     for round in 0..20 {
         let t = Array2::from_elem((4, 2), round);
         let mut p = OffsetProvider::new();
-        p.push("E2C", Entry::Gather(conn(TableSource::Host(IndexTable::I32(t.clone().into_shared()))))).unwrap();
+        p.push("E2C", Entry::Gather(conn(Arc::new(IndexTable::I32(t.clone().into_shared()))))).unwrap();
         let ct = compile_time_offset_provider(&p, &store).unwrap();
         assert_eq!(ct.gather("E2C").unwrap().digest(), digest_table(t.view()), "round {round}");
     }
@@ -124,7 +124,7 @@ fn duplicate_offsets_and_bad_dimension_kinds_are_errors() {
     p.push("Koff", Entry::Dimension(Dimension::new("K", DimensionKind::Vertical))).unwrap();
     let err = p.push("Koff", Entry::Dimension(Dimension::new("K", DimensionKind::Vertical))).unwrap_err();
     assert!(matches!(err, OffsetsError::DuplicateOffset { ref offset } if offset == "Koff"), "{err:?}");
-    let table = TableSource::Host(IndexTable::I32(Array2::zeros((1, 1)).into_shared()));
+    let table = Arc::new(IndexTable::I32(Array2::zeros((1, 1)).into_shared()));
     let err = Connectivity::new(
         Dimension::horizontal("Cell"),
         Dimension::horizontal("C2EDim"),

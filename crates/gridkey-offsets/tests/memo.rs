@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use gridkey_offsets::{
     compile_time_offset_provider, conversion_stats, Connectivity, Dimension, Entry, HostCopySource, IndexTable,
-    OffsetProvider, TableSource,
+    OffsetProvider,
 };
 use gridkey_store::TableStore;
 use ndarray::Array2;
@@ -15,31 +15,24 @@ fn converting_the_same_provider_twice_copies_and_hashes_once() {
     let dir = tempfile::tempdir().unwrap();
     let store = TableStore::open(dir.path()).unwrap();
     let mut p = OffsetProvider::new();
-    let mut devices = Vec::new();
+    let mut devices: Vec<Arc<HostCopySource>> = Vec::new();
     for (i, name) in ["C2E", "E2C", "V2E"].iter().enumerate() {
         let t = Array2::from_shape_fn((100 + i, 3), |(r, c)| (r * 3 + c + i) as i32);
+        let device = Arc::new(HostCopySource::new(IndexTable::I32(t.into_shared())));
         let c = Arc::new(
             Connectivity::new(
                 Dimension::horizontal("Cell"),
                 Dimension::local(format!("{name}Dim")),
                 Dimension::horizontal("Edge"),
                 None,
-                TableSource::HostCopy(HostCopySource::new(IndexTable::I32(t.into_shared()))),
+                device.clone(),
             )
             .unwrap(),
         );
-        devices.push(c.clone());
+        devices.push(device);
         p.push(*name, Entry::Gather(c)).unwrap();
     }
-    let copies = |devices: &[Arc<Connectivity>]| -> Vec<u64> {
-        devices
-            .iter()
-            .map(|c| match c.source() {
-                TableSource::HostCopy(s) => s.copies(),
-                TableSource::Host(_) => unreachable!(),
-            })
-            .collect()
-    };
+    let copies = |devices: &[Arc<HostCopySource>]| -> Vec<u64> { devices.iter().map(|d| d.copies()).collect() };
 
     let before = conversion_stats();
     let first = compile_time_offset_provider(&p, &store).unwrap();

@@ -5,12 +5,13 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
-use gridkey_fingerprint::{KeyInputs, Miss, TranslationCache, TranslationKey, TranslationOptions};
+use gridkey_fingerprint::{translate_cached, CacheProtocolError, Request, Tiers, TranslationKey, TranslationOptions};
 use gridkey_offsets::CompileTimeOffsetProvider;
+use gridkey_settings::{CompilerSettings, Settings};
 use serde::{Deserialize, Serialize};
 use xxhash_rust::xxh3::Xxh3;
 
-use crate::{check_options, frontend, translate, Program, StencilError};
+use crate::{check_options, key_inputs, translate, Program, StencilError};
 
 /// Version of the build cache layout and key; part of its directory name, [`BUILD_DIR`].
 pub const BUILD_FORMAT_VERSION: u32 = 1;
@@ -24,25 +25,32 @@ const SHARED_FLAGS: [&str; 2] = ["-shared", "-fPIC"];
 /// Bytes of compiler stderr kept in [`StencilError::Compiler`].
 const STDERR_TAIL: usize = 2000;
 
-/// How [`compile`] runs.
+/// How [`compile`] runs: what it takes from the typed settings.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CompileConfig {
     /// The cache directory: translation cache in `translation-v1/`, shared libraries in
     /// [`BUILD_DIR`].
     pub cache_dir: PathBuf,
-    /// The C compiler command, split on whitespace (so `ccache gcc` works).
-    pub cc: String,
+    /// The C compiler: its command words, the environment it runs with (nothing else reaches
+    /// it) and, once resolved in the parent, its absolute path.
+    pub compiler: CompilerSettings,
     /// Debug switch: on a translation-cache hit, translate again and compare byte for byte;
     /// a difference is [`StencilError::VerifyMismatch`].
     pub verify_hits: bool,
+    /// Debug switch: recompute the digest of every compile-time table before translating, in
+    /// every mode; a changed table is [`StencilError::TableChanged`].
+    pub verify_tables: bool,
 }
 
 impl CompileConfig {
-    /// `cache_dir`, the compiler from the environment variable `CC` (`cc` when unset or blank),
-    /// `verify_hits` off.
-    pub fn from_env(cache_dir: impl Into<PathBuf>) -> Self {
-        let cc = std::env::var("CC").ok().filter(|cc| !cc.trim().is_empty()).unwrap_or_else(|| "cc".to_owned());
-        Self { cache_dir: cache_dir.into(), cc, verify_hits: false }
+    /// The cache directory, compiler and hit verification of `settings`.
+    pub fn from_settings(settings: &Settings) -> Self {
+        Self {
+            cache_dir: settings.cache_dir.clone(),
+            compiler: settings.compiler.clone(),
+            verify_hits: settings.verify_cache_hits,
+            verify_tables: settings.verify_tables,
+        }
     }
 }
 
@@ -85,9 +93,10 @@ mod key_hex {
 
 /// Compiles `program` against the compile-time offset provider:
 ///
-/// 1. key = [`KeyInputs::new`]`(`[`frontend`]`(), name, `[`Program::encode`]`, options, provider).key()`;
-/// 2. translation cache `<cache_dir>/translation-v1`: a hit is the C source; a miss (absent,
-///    or unreadable, corrupt, not UTF-8) translates with [`translate`] and stores the source;
+/// 1. key inputs = [`key_inputs`]`(program, options, provider)`;
+/// 2. the cache protocol, [`translate_cached`], over the local tier `<cache_dir>/translation-v1`:
+///    a hit is the C source; a miss (absent, or unreadable, corrupt, not UTF-8) translates with
+///    [`translate`] and stores the source with its key-input record;
 /// 3. build cache: `<cache_dir>/build-v1/<`[`build_key`]`>.so`; when absent, the compiler
 ///    `cc -O<level> -shared -fPIC -o <temp in build-v1> kernel.c` runs in a temporary
 ///    directory and the library is renamed into place, so no partial library is ever visible
@@ -104,54 +113,47 @@ pub fn compile(
     config: &CompileConfig,
 ) -> Result<CompileOutcome, StencilError> {
     let opts = check_options(options)?;
-    let started = Instant::now();
-    let inputs = KeyInputs::new(&frontend(), program.name(), &program.encode(), options, provider);
-    let key = inputs.key();
-    let cache = TranslationCache::open(&config.cache_dir)?;
-    let cached = cache.get(&key).and_then(|bytes| {
-        String::from_utf8(bytes).map_err(|e| Miss::Invalid(format!("entry is not UTF-8 C source: {e}")))
-    });
-    let (source, miss_reason) = match cached {
-        Ok(source) => {
-            if config.verify_hits {
-                let fresh = translate(program, provider, options)?;
-                if fresh != source {
-                    let first_difference = fresh
-                        .bytes()
-                        .zip(source.bytes())
-                        .position(|(a, b)| a != b)
-                        .unwrap_or(fresh.len().min(source.len()));
-                    return Err(StencilError::VerifyMismatch {
-                        program: program.name().to_owned(),
-                        key,
-                        first_difference,
-                    });
-                }
+    if config.verify_tables {
+        for (offset, entry) in provider.entries() {
+            if let gridkey_offsets::Entry::Gather(c) = entry {
+                c.verify().map_err(|source| StencilError::TableChanged {
+                    program: program.name().to_owned(),
+                    offset: offset.clone(),
+                    source,
+                })?;
             }
-            (source, None)
         }
-        Err(miss) => {
-            let reason = match miss {
-                Miss::Absent => format!("no translation entry for key {key}"),
-                Miss::Invalid(why) => format!("unusable translation entry: {why}"),
-            };
-            let source = translate(program, provider, options)?;
-            cache.put(&inputs, source.as_bytes())?;
-            (source, Some(reason))
-        }
+    }
+    let started = Instant::now();
+    let inputs = key_inputs(program, options, provider);
+    let tiers = Tiers::local(&config.cache_dir)?;
+    let accept = |payload: &[u8]| {
+        std::str::from_utf8(payload).map(|_| ()).map_err(|e| format!("entry is not UTF-8 C source: {e}"))
     };
+    let request = Request { inputs: &inputs, verify_hits: config.verify_hits, accept: &accept };
+    let cached = translate_cached(&tiers, &request, || translate(program, provider, options).map(String::into_bytes))
+        .map_err(|e| match e {
+        CacheProtocolError::Translate(e) => e,
+        CacheProtocolError::Put(e) => StencilError::Cache(e),
+        CacheProtocolError::VerifyMismatch { key, first_difference, .. } => {
+            StencilError::VerifyMismatch { program: program.name().to_owned(), key, first_difference }
+        }
+    })?;
+    let key = cached.key;
+    let miss_reason = cached.miss_reason;
+    let source = String::from_utf8(cached.payload).expect("accepted as UTF-8");
     let translate_seconds = started.elapsed().as_secs_f64();
 
     let started = Instant::now();
-    let cc: Vec<String> = config.cc.split_whitespace().map(str::to_owned).collect();
+    let cc = &config.compiler.command;
     let mut flags = opts.cflags();
     flags.extend(SHARED_FLAGS.iter().map(|f| (*f).to_owned()));
     let dir = config.cache_dir.join(BUILD_DIR);
-    let artifact = dir.join(format!("{}.so", build_key(&source, &cc, &flags)));
+    let artifact = dir.join(format!("{}.so", build_key(&source, cc, &flags)));
     let built = if library_usable(&artifact, program) {
         false
     } else {
-        build(program.name(), &config.cc, &cc, &flags, &source, &dir, &artifact)?;
+        build(program.name(), &config.compiler, &flags, &source, &dir, &artifact)?;
         true
     };
     Ok(CompileOutcome {
@@ -192,8 +194,7 @@ pub fn build_key(source: &str, cc: &[String], flags: &[String]) -> String {
 /// Runs the compiler into a temp file in `dir` and renames it to `artifact`.
 fn build(
     program: &str,
-    cc_text: &str,
-    cc: &[String],
+    compiler: &CompilerSettings,
     flags: &[String],
     source: &str,
     dir: &Path,
@@ -205,14 +206,17 @@ fn build(
         move |source| StencilError::Io { program, action, path, source }
     };
     let compiler_err = |status, stderr_tail| StencilError::Compiler {
-        cc: cc_text.to_owned(),
+        cc: compiler.command_line(),
         program: program.to_owned(),
         status,
         stderr_tail,
     };
-    let Some((exe, pre_args)) = cc.split_first() else {
+    let Some((word, pre_args)) = compiler.command.split_first() else {
         return Err(compiler_err(None, "the compiler command is empty".to_owned()));
     };
+    // The program resolved in the parent, so that every mode runs the same compiler whatever
+    // the worker's own PATH; unresolved (a library caller), the first word on the given PATH.
+    let exe = compiler.resolved.as_ref().map_or_else(|| PathBuf::from(word), |r| r.program.clone());
     fs::create_dir_all(dir).map_err(io_err("create", dir))?;
     // The source is a temp file of the build cache too, so that a build killed in the middle
     // (Ctrl-C, a timeout) leaves nothing outside the cache and `gridkey cache gc` removes it.
@@ -232,7 +236,9 @@ fn build(
     // Marks the temp file as a live write for `gridkey cache gc` (ADR 0009); the linker may
     // replace the file, so the collector also spares temp files younger than its minimum age.
     gridkey_store::lock::lock_exclusive(out.as_file()).map_err(io_err("lock", out.path()))?;
-    let run = Command::new(exe)
+    let run = Command::new(&exe)
+        .env_clear()
+        .envs(&compiler.env)
         .args(pre_args)
         .args(flags)
         .arg("-o")
@@ -242,7 +248,7 @@ fn build(
         .output();
     let output = match run {
         Ok(output) => output,
-        Err(e) => return Err(compiler_err(None, format!("cannot run {exe}: {e}"))),
+        Err(e) => return Err(compiler_err(None, format!("cannot run {}: {e}", exe.display()))),
     };
     if !output.status.success() {
         let stderr = String::from_utf8_lossy(&output.stderr);

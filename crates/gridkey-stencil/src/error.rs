@@ -5,6 +5,7 @@ use std::io;
 use std::path::PathBuf;
 
 use gridkey_fingerprint::{FingerprintError, TranslationKey};
+use gridkey_offsets::OffsetsError;
 
 /// How many values a field must hold.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -118,6 +119,15 @@ pub enum StencilError {
         /// The dimension(s) the connectivity has there: `Vertex`, or `(Cell, C2EDim)` for weights.
         actual: String,
     },
+    /// A runtime table could not be read on the host (its copy failed or was not what its
+    /// table source declared).
+    #[error("program {program}: {source}")]
+    Offsets {
+        /// The program's name.
+        program: String,
+        /// What the offset provider said, naming the offset.
+        source: OffsetsError,
+    },
     /// A table entry is negative and not the connectivity's skip value.
     #[error("program {program}: table of offset {offset} has entry {value} at ({row}, {col}), below 0 and not its skip value {skip_value:?}; fix the table or declare the skip value")]
     TableEntry {
@@ -165,6 +175,16 @@ pub enum StencilError {
     /// The translation cache failed.
     #[error("translation cache: {0}")]
     Cache(#[from] FingerprintError),
+    /// A compile-time table no longer has the content its digest names (`verify_tables`).
+    #[error("program {program}: offset {offset}: {source}")]
+    TableChanged {
+        /// The program's name.
+        program: String,
+        /// The offset whose table changed.
+        offset: String,
+        /// The store's finding.
+        source: gridkey_store::StoreError,
+    },
     /// An I/O error of the build cache or the build directory.
     #[error(
         "program {program}: cannot {action} {path}: {source}; check that the cache directory is writable and has space"

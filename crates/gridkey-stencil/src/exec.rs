@@ -187,14 +187,15 @@ impl Kernel {
     }
 
     /// Runs the kernel on the runtime tables of `provider` with `inputs`, returning the output
-    /// fields. Host tables are passed in place, whatever their strides and integer width; a
-    /// [`gridkey_offsets::HostCopySource`] is copied to the host once
+    /// fields. Host tables are passed in place, whatever their strides and integer width; any
+    /// other [`gridkey_offsets::TableSource`] is copied to the host once
     /// ([`gridkey_offsets::Connectivity::host_table`]). Temporaries and outputs are allocated
     /// here, sized from the runtime tables; the kernel checks every size against what it was
     /// compiled for before it reads anything.
     ///
     /// Errors: [`StencilError::MissingOffset`], [`StencilError::NotAGather`],
-    /// [`StencilError::DimensionMismatch`] (checked here); [`StencilError::MissingField`] for an
+    /// [`StencilError::DimensionMismatch`] (checked here); [`StencilError::Offsets`] when a table
+    /// cannot be copied to the host; [`StencilError::MissingField`] for an
     /// input not given; from the kernel: [`StencilError::TableExtent`] when a runtime table's rows
     /// or cols differ from the compiled ones, [`StencilError::FieldLength`],
     /// [`StencilError::IndexOutOfRange`], [`StencilError::KernelStatus`].
@@ -203,7 +204,12 @@ impl Kernel {
         let name = || program.name().to_owned();
         let gathers = resolve(program, provider)?;
         let offsets = program.offsets();
-        let host: Vec<IndexTable> = gathers.iter().map(|c| c.host_table()).collect();
+        let host = gathers
+            .iter()
+            .zip(&offsets)
+            .map(|(c, offset)| c.host_table(offset))
+            .collect::<Result<Vec<IndexTable>, _>>()
+            .map_err(|source| StencilError::Offsets { program: name(), source })?;
         let tables: Vec<GkTable> = host
             .iter()
             .map(|t| {
@@ -329,7 +335,7 @@ pub fn evaluate_reference(
     }
     for stage in program.stages() {
         let c = gathers[offsets.iter().position(|o| *o == stage.offset).expect("an offset of the program")];
-        let table = c.host_table();
+        let table = c.host_table(&stage.offset).map_err(|source| StencilError::Offsets { program: name(), source })?;
         let src = &values[&stage.source];
         let weights = stage.weights.as_ref().map(|w| values[w].as_slice());
         let out = match &table {

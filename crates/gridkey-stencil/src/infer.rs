@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use gridkey_offsets::{
     CompileTimeConnectivity, CompileTimeOffsetProvider, CompileTimeTable, Connectivity, Dimension, Entry, IndexTable,
-    OffsetProvider, Provider, TableSource,
+    OffsetProvider, Provider,
 };
 use ndarray::ArrayView2;
 use serde::{Deserialize, Serialize};
@@ -235,13 +235,13 @@ pub(crate) fn resolve<'p, G: GatherDims>(
 fn infer_with<G: GatherDims>(
     program: &Program,
     provider: &Provider<Arc<G>>,
-    mut facts: impl FnMut(&G) -> Result<TableFacts, BadEntry>,
+    mut facts: impl FnMut(&str, &G) -> Result<Result<TableFacts, BadEntry>, StencilError>,
 ) -> Result<DomainFacts, StencilError> {
     let gathers = resolve(program, provider)?;
     let name = || program.name().to_owned();
     let mut tables = BTreeMap::new();
     for (offset, g) in program.offsets().into_iter().zip(gathers) {
-        let f = facts(g).map_err(|bad| StencilError::TableEntry {
+        let f = facts(&offset, g)?.map_err(|bad| StencilError::TableEntry {
             program: name(),
             offset: offset.clone(),
             row: bad.row,
@@ -306,27 +306,30 @@ fn infer_with<G: GatherDims>(
 /// connectivity's; [`StencilError::TableEntry`] for a negative entry that is not the skip value;
 /// [`StencilError::Extent`] when tables disagree about a dimension.
 pub fn infer_domains(program: &Program, provider: &CompileTimeOffsetProvider) -> Result<DomainFacts, StencilError> {
-    infer_with(program, provider, |c: &CompileTimeConnectivity| match c.table() {
-        CompileTimeTable::I32(t) => table_facts(t, c.skip_value()),
-        CompileTimeTable::I64(t) => table_facts(t, c.skip_value()),
+    infer_with(program, provider, |_, c: &CompileTimeConnectivity| {
+        Ok(match c.table() {
+            CompileTimeTable::I32(t) => table_facts(t, c.skip_value()),
+            CompileTimeTable::I64(t) => table_facts(t, c.skip_value()),
+        })
     })
 }
 
 /// The same facts as [`infer_domains`], straight from the runtime tables in whatever layout
-/// and integer width they have (a [`gridkey_offsets::HostCopySource`] is copied to the host).
+/// and integer width they have (a table that is not on the host is copied there once, see
+/// [`Connectivity::host_table`]).
 /// Used to prove that the C source does not depend on the compile-time view, and by
 /// [`crate::evaluate_reference`] and [`crate::make_inputs`]; translation never calls it.
 ///
-/// Errors: as [`infer_domains`].
+/// Errors: as [`infer_domains`], and [`StencilError::Offsets`] when a table cannot be copied to
+/// the host.
 pub fn infer_domains_runtime(program: &Program, provider: &OffsetProvider) -> Result<DomainFacts, StencilError> {
-    infer_with(program, provider, |c: &Connectivity| {
-        let facts_of = |t: &IndexTable| match t {
+    infer_with(program, provider, |offset, c: &Connectivity| {
+        let table = c
+            .host_table(offset)
+            .map_err(|source| StencilError::Offsets { program: program.name().to_owned(), source })?;
+        Ok(match &table {
             IndexTable::I32(a) => table_facts(a.view(), c.skip_value()),
             IndexTable::I64(a) => table_facts(a.view(), c.skip_value()),
-        };
-        match c.source() {
-            TableSource::Host(t) => facts_of(t),
-            TableSource::HostCopy(s) => facts_of(&s.copy_to_host()),
-        }
+        })
     })
 }

@@ -1,4 +1,4 @@
-//! The reference frontend (DESIGN 6): a stencil compiler for ICON-style unstructured-mesh
+//! The reference frontend (docs/design.md "The reference frontend", ADR 0007): a stencil compiler for ICON-style unstructured-mesh
 //! programs that exercises the gridkey pipeline the way a real compiler would.
 //!
 //! 1. **IR** ([`Program`]): stages `out[i] = REDUCE_k (w[i,k] * src[T[i,k]])` over the neighbour
@@ -49,7 +49,17 @@ pub use ir::{FieldDecl, FieldRole, FieldShape, Program, Reduce, Stage, IR_FORMAT
 pub const FRONTEND_NAME: &str = "gridkey-stencil";
 
 /// This frontend as a translation-key input: [`FRONTEND_NAME`] and the crate version, so that a
-/// new release of the frontend changes every key.
+/// new release of the frontend changes every key. Frontends call [`key_inputs`], not this.
 pub fn frontend() -> gridkey_fingerprint::Frontend {
     gridkey_fingerprint::Frontend { name: FRONTEND_NAME.to_owned(), version: env!("CARGO_PKG_VERSION").to_owned() }
+}
+
+/// The key inputs of translating `program` with `options` against the compile-time `provider`
+/// by this frontend: the one place the reference frontend builds them.
+pub fn key_inputs(
+    program: &Program,
+    options: &gridkey_fingerprint::TranslationOptions,
+    provider: &gridkey_offsets::CompileTimeOffsetProvider,
+) -> gridkey_fingerprint::KeyInputs {
+    gridkey_fingerprint::KeyInputs::new(&frontend(), program.name(), &program.encode(), options, provider)
 }

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use gridkey_fingerprint::TranslationOptions;
 use gridkey_grid::read_grid;
 use gridkey_offsets::compile_time_offset_provider;
+use gridkey_settings::Settings;
 use gridkey_stencil::{
     compile, emit_c, evaluate_reference, icon_programs, infer_domains_runtime, make_inputs, max_relative_error,
     translate, CompileConfig, Kernel,
@@ -25,7 +26,10 @@ fn check(file: &str) -> Vec<String> {
     let store = TableStore::open(cache.path()).unwrap();
     let ct = compile_time_offset_provider(provider, &store).unwrap();
     let options = TranslationOptions::new();
-    let config = CompileConfig::from_env(cache.path());
+    let config = CompileConfig::from_settings(&Settings {
+        cache_dir: cache.path().to_path_buf(),
+        ..Settings::from_vars(|name| std::env::var(name).ok().filter(|_| name == "CC" || name == "PATH")).unwrap()
+    });
     let mut skips = Vec::new();
     for program in icon_programs() {
         let facts = infer_domains_runtime(&program, provider).unwrap();

@@ -7,10 +7,11 @@ use std::fs;
 use std::path::Path;
 
 use common::{compile_time, Layout, Patch};
-use gridkey_fingerprint::{KeyInputs, TranslationCache, TranslationOptions};
+use gridkey_fingerprint::{TranslationCache, TranslationOptions};
 use gridkey_offsets::OffsetProvider;
+use gridkey_settings::Settings;
 use gridkey_stencil::{
-    compile, dimension_sizes, evaluate_reference, frontend, icon_programs, make_inputs, max_relative_error,
+    compile, dimension_sizes, evaluate_reference, icon_programs, key_inputs, make_inputs, max_relative_error,
     CompileConfig, CompileOutcome, Fields, Kernel, Need, Program, StencilError, BUILD_DIR,
 };
 
@@ -20,8 +21,23 @@ fn program(name: &str) -> Program {
     icon_programs().into_iter().find(|p| p.name() == name).expect("an icon program")
 }
 
+/// The compile configuration of a test: the caller's compiler (`CC` and the variables that
+/// reach it), nothing else from the environment.
 fn config(cache: &Path) -> CompileConfig {
-    CompileConfig::from_env(cache)
+    let compiler_vars = |name: &str| {
+        (name == gridkey_settings::ENV_CC || gridkey_settings::COMPILER_ENV.contains(&name))
+            .then(|| std::env::var(name).ok())
+            .flatten()
+    };
+    let settings = Settings { cache_dir: cache.to_path_buf(), ..Settings::from_vars(compiler_vars).unwrap() };
+    CompileConfig::from_settings(&settings)
+}
+
+/// [`config`] with the compiler command `cc` (words split on whitespace; may be empty).
+fn with_cc(cache: &Path, cc: &str) -> CompileConfig {
+    let mut config = config(cache);
+    config.compiler.command = cc.split_whitespace().map(str::to_owned).collect();
+    config
 }
 
 /// The one place that compiles: `program` against the compile-time view of `provider`.
@@ -192,7 +208,7 @@ fn a_corrupt_translation_entry_is_a_miss_and_a_tampered_one_fails_verification()
 
     // An entry with the right key but other source: served as is, caught by verify_hits.
     let ct = compile_time(&provider, cache.path());
-    let inputs = KeyInputs::new(&frontend(), div.name(), &div.encode(), &TranslationOptions::new(), &ct);
+    let inputs = key_inputs(&div, &TranslationOptions::new(), &ct);
     tc.put(&inputs, b"/* not what translation produces */").unwrap();
     let verify = CompileConfig { verify_hits: true, ..config(cache.path()) };
     match compile_on(&div, &provider, &verify) {
@@ -228,12 +244,12 @@ fn execution_reads_every_runtime_layout_in_place_with_the_same_result() {
 fn check_compiler_failure(cc: &str, want_status: Option<i32>, stderr_has: &str) {
     let cache = tempfile::tempdir().unwrap();
     let provider = Patch::new(1, 1).provider(Layout::COrder);
-    let config = CompileConfig { cc: cc.to_owned(), ..config(cache.path()) };
+    let config = with_cc(cache.path(), cc);
     match compile_on(&program("div"), &provider, &config) {
         Err(e @ StencilError::Compiler { .. }) => {
             let message = e.to_string();
             let StencilError::Compiler { cc: got_cc, program, status, stderr_tail } = e else { unreachable!() };
-            assert_eq!((got_cc.as_str(), program.as_str(), status), (cc, "div", want_status));
+            assert_eq!((got_cc.as_str(), program.as_str(), status), (cc.trim(), "div", want_status));
             assert!(stderr_tail.contains(stderr_has), "{stderr_tail:?}");
             assert!(message.contains("install a C compiler or set CC"), "{message}");
             assert!(!message.ends_with('.'));
@@ -256,8 +272,8 @@ fn a_failing_or_missing_compiler_is_a_compiler_error_and_leaves_nothing_behind()
 fn a_compiler_command_with_arguments_is_split_on_whitespace() {
     let cache = tempfile::tempdir().unwrap();
     let provider = Patch::new(1, 1).provider(Layout::COrder);
-    let cc = CompileConfig::from_env(cache.path()).cc;
-    let with_flag = CompileConfig { cc: format!("{cc}  -Wall"), ..config(cache.path()) };
+    let cc = config(cache.path()).compiler.command_line();
+    let with_flag = with_cc(cache.path(), &format!("{cc}  -Wall"));
     let outcome = compile_on(&program("div"), &provider, &with_flag).unwrap();
     assert!(outcome.built);
     Kernel::load(&outcome.artifact, &program("div")).unwrap();

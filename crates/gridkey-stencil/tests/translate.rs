@@ -7,10 +7,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use common::{compile_time, Layout, Patch};
-use gridkey_fingerprint::{KeyInputs, TranslationOptions};
+use gridkey_fingerprint::TranslationOptions;
 use gridkey_offsets::{host_connectivity, Dimension, DimensionKind, Entry, OffsetProvider};
 use gridkey_stencil::{
-    emit_c, frontend, icon_programs, infer_domains, infer_domains_runtime, translate, DomainFacts, Program, Side,
+    emit_c, icon_programs, infer_domains, infer_domains_runtime, key_inputs, translate, DomainFacts, Program, Side,
     StencilError, TableFacts,
 };
 use ndarray::{s, Array2};
@@ -67,7 +67,7 @@ fn source_is_byte_identical_from_the_compile_time_view_and_every_runtime_layout(
     let options = TranslationOptions::new();
     for program in icon_programs() {
         let want = translate(&program, &base_ct, &options).unwrap();
-        let key = KeyInputs::new(&frontend(), program.name(), &program.encode(), &options, &base_ct).key();
+        let key = key_inputs(&program, &options, &base_ct).key();
         assert_eq!(translate(&program, &base_ct, &options).unwrap(), want, "translation is deterministic");
         assert!(!want.contains(dir.path().to_str().unwrap()), "no path in the source");
         for layout in Layout::ALL {
@@ -77,7 +77,7 @@ fn source_is_byte_identical_from_the_compile_time_view_and_every_runtime_layout(
             let layout_dir = tempfile::tempdir().unwrap();
             let ct = compile_time(&provider, layout_dir.path());
             assert_eq!(translate(&program, &ct, &options).unwrap(), want, "{} via {layout:?}", program.name());
-            let layout_key = KeyInputs::new(&frontend(), program.name(), &program.encode(), &options, &ct).key();
+            let layout_key = key_inputs(&program, &options, &ct).key();
             assert_eq!(layout_key, key, "{} key via {layout:?}", program.name());
         }
     }

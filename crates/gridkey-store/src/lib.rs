@@ -40,10 +40,6 @@ pub const TABLES_DIR: &str = "tables-v1";
 /// Prefix of temp files in the store; anything with it is an unfinished write.
 pub const TEMP_PREFIX: &str = ".tmp-";
 
-/// Set to `1` to make every open of a stored table a verifying open (digest recomputed), in
-/// this process and in the workers it starts (`gridkey run --verify`, `cargo xtask modes`).
-pub const ENV_VERIFY_TABLES: &str = "GRIDKEY_VERIFY_TABLES";
-
 /// Errors of the table store. Every variant names the file and what to do.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -139,15 +135,14 @@ pub struct TableStore {
 }
 
 impl TableStore {
-    /// Opens (creating if needed) the store `<cache_dir>/tables-v1`. Every open verifies when
-    /// [`ENV_VERIFY_TABLES`] is `1` (see [`Self::verifying`]).
+    /// Opens (creating if needed) the store `<cache_dir>/tables-v1`. Opens do not recompute
+    /// digests unless [`Self::verifying`] says so (the `verify_tables` setting).
     ///
     /// Errors: [`StoreError::Directory`] when the directory cannot be created.
     pub fn open(cache_dir: &Path) -> Result<Self, StoreError> {
         let dir = cache_dir.join(TABLES_DIR);
         fs::create_dir_all(&dir).map_err(|source| StoreError::Directory { path: dir.clone(), source })?;
-        let verify = std::env::var(ENV_VERIFY_TABLES).is_ok_and(|v| v == "1");
-        Ok(Self { cache_dir: cache_dir.to_path_buf(), dir, verify })
+        Ok(Self { cache_dir: cache_dir.to_path_buf(), dir, verify: false })
     }
 
     /// This store with every [`Self::open_table`] (and so every check of an existing file by
@@ -333,13 +328,7 @@ impl TableStore {
     /// Errors: those of [`Self::open_table`], and [`StoreError::Digest`].
     pub fn open_verified(&self, spec: &TableSpec) -> Result<MappedTable, StoreError> {
         let table = MappedTable::map(self.path_of(&spec.digest), spec)?;
-        let found = match table.view() {
-            TableView::I32(v) => digest_table(v),
-            TableView::I64(v) => digest_table(v),
-        };
-        if found != spec.digest {
-            return Err(StoreError::Digest { path: table.path.clone(), expected: spec.digest, found });
-        }
+        table.verify()?;
         Ok(table)
     }
 }
@@ -660,6 +649,22 @@ impl MappedTable {
             TableView::I32(v) => bytemuck::cast_slice(v.to_slice().expect("a stored table is C-contiguous")),
             TableView::I64(v) => bytemuck::cast_slice(v.to_slice().expect("a stored table is C-contiguous")),
         }
+    }
+
+    /// Recomputes the digest of the mapped content (reads the whole table once) and compares it
+    /// with the name it was opened by: a file modified in place after it was stored fails here
+    /// (ADR 0012).
+    ///
+    /// Errors: [`StoreError::Digest`] naming the file, the expected and the found digest.
+    pub fn verify(&self) -> Result<(), StoreError> {
+        let found = match self.view() {
+            TableView::I32(v) => digest_table(v),
+            TableView::I64(v) => digest_table(v),
+        };
+        if found != self.spec.digest {
+            return Err(StoreError::Digest { path: self.path.clone(), expected: self.spec.digest, found });
+        }
+        Ok(())
     }
 
     /// The table, C order, borrowed from the mapping.

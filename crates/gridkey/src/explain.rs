@@ -129,7 +129,7 @@ pub fn explain_miss(
     let grid = gridkey_grid::read_grid(grid_path)?;
     let store = TableStore::open(cache_dir)?;
     let ct = Arc::new(compile_time_offset_provider(grid.provider(), &store)?);
-    let inputs = KeyInputs::new(&gridkey_stencil::frontend(), p.name(), &p.encode(), options, &ct);
+    let inputs = gridkey_stencil::key_inputs(p, options, &ct);
     let cache = TranslationCache::open(cache_dir)?;
     let key = inputs.key();
     let cached = cache.get(&key).is_ok();

@@ -41,10 +41,8 @@ pub struct FaultReport {
     pub program: String,
     /// Process id of the worker that ran it.
     pub pid: u32,
-    /// The declared variables that travelled with the task ([`gridkey_jobs::Settings::vars`]).
-    pub task_vars: BTreeMap<String, String>,
-    /// The same variables as the worker's own environment has them (set when it started).
-    pub worker_env: BTreeMap<String, Option<String>>,
+    /// The settings that travelled with the task, as the handler saw them.
+    pub settings: gridkey_settings::Settings,
     /// For `memory…` tasks: the worker's `/proc/self/smaps_rollup` fields in bytes, read while
     /// the tables were mapped and resident.
     pub memory: BTreeMap<String, u64>,
@@ -67,8 +65,7 @@ impl TaskHandler for FaultHandler {
         let mut report = FaultReport {
             program: name.to_owned(),
             pid: std::process::id(),
-            task_vars: task.settings.0.vars.clone(),
-            worker_env: task.settings.0.vars.keys().map(|k| (k.clone(), std::env::var(k).ok())).collect(),
+            settings: task.settings.as_ref().clone(),
             memory: BTreeMap::new(),
             elements_read: 0,
             element_sum: 0,

@@ -5,13 +5,13 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use gridkey_fingerprint::{KeyInputs, TranslationOptions};
+use gridkey_fingerprint::TranslationOptions;
 use gridkey_grid::read_grid;
 use gridkey_offsets::{compile_time_offset_provider, Entry};
 use gridkey_store::TableStore;
 use serde::{Deserialize, Serialize};
 
-use crate::AppError;
+use crate::{AppError, Settings};
 
 /// The table digests and translation keys of a grid's main job.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -22,16 +22,16 @@ pub struct KeysReport {
     pub keys: BTreeMap<String, String>,
 }
 
-/// Converts the grid at `grid_path` into `cache_dir` (tables stored, mapped; opens verify when
-/// the store verifies, see [`gridkey_store::ENV_VERIFY_TABLES`]) and keys every program of
+/// Converts the grid at `grid_path` into the cache directory of `settings` (tables stored,
+/// mapped; opens verify when `settings.verify_tables`) and keys every program of
 /// [`gridkey_stencil::icon_programs`].
 ///
 /// Errors: [`AppError::Grid`], [`AppError::CacheUnusable`], [`AppError::Store`],
 /// [`AppError::Offsets`].
-pub fn keys(grid_path: &Path, cache_dir: &Path) -> Result<KeysReport, AppError> {
+pub fn keys(grid_path: &Path, settings: &Settings) -> Result<KeysReport, AppError> {
     let grid = read_grid(grid_path)?;
-    crate::cache::check_cache_dir(cache_dir)?;
-    let store = TableStore::open(cache_dir)?;
+    crate::cache::check_cache_dir(&settings.cache_dir)?;
+    let store = TableStore::open(&settings.cache_dir)?.verifying(settings.verify_tables);
     let ct = compile_time_offset_provider(grid.provider(), &store)?;
     let tables = ct
         .entries()
@@ -45,7 +45,7 @@ pub fn keys(grid_path: &Path, cache_dir: &Path) -> Result<KeysReport, AppError> 
     let keys = gridkey_stencil::icon_programs()
         .iter()
         .map(|p| {
-            let key = KeyInputs::new(&gridkey_stencil::frontend(), p.name(), &p.encode(), &options, &ct).key();
+            let key = gridkey_stencil::key_inputs(p, &options, &ct).key();
             (p.name().to_owned(), key.to_hex())
         })
         .collect();

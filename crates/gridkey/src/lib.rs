@@ -21,12 +21,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
-use gridkey_fingerprint::{
-    Excluded, FingerprintError, KeyInputs, TranslationCache, TranslationKey, TranslationOptions,
-};
+use gridkey_fingerprint::{FingerprintError, TranslationCache, TranslationKey, TranslationOptions};
 use gridkey_grid::{read_grid, Grid, GridError};
-use gridkey_jobs::{BuildJobs, CompilationTask, NoProgress, Progress, Runner, Settings, TaskHandler, WorkerCommand};
+use gridkey_jobs::{CompilationTask, NoProgress, Progress, Runner, TaskHandler, WorkerCommand};
 use gridkey_offsets::{compile_time_offset_provider, CompileTimeOffsetProvider, OffsetsError};
+pub use gridkey_settings::Settings;
+use gridkey_settings::SettingsError;
 use gridkey_stencil::{CompileConfig, CompileOutcome, Program};
 use gridkey_store::{StoreError, TableStore};
 use serde::{Deserialize, Serialize};
@@ -37,26 +37,12 @@ pub mod keys;
 /// The ICON grid shipped in the repository, relative to the repository root.
 pub const SHIPPED_GRID: &str = "data/grids/icon_grid_0013_R02B04_R.nc";
 
-/// Environment variables of the parent that shape a compilation and travel with every task.
-pub const DECLARED_VARS: &[&str] = &["CC", ENV_VERIFY_HITS];
-
-/// Every environment variable that changes what `gridkey run` does (README "Usage" lists each):
-/// runner mode, worker count, cache directory, task timeout, C compiler, the two verification
-/// switches and the fault-matrix test hook. Tests and `cargo xtask` clear these so that the
-/// caller's environment cannot change their outcome.
-pub const ENVIRONMENT: &[&str] = &[
-    gridkey_jobs::ENV_MODE,
-    gridkey_jobs::ENV_JOBS,
-    gridkey_jobs::ENV_CACHE_DIR,
-    gridkey_jobs::ENV_TIMEOUT,
-    "CC",
-    ENV_VERIFY_HITS,
-    gridkey_store::ENV_VERIFY_TABLES,
-    gridkey_store::fault::ENV_FAULT,
-];
-
-/// Set to `1` to translate again on every translation-cache hit and compare byte for byte.
-pub const ENV_VERIFY_HITS: &str = "GRIDKEY_VERIFY_CACHE_HITS";
+/// Every variable that changes what `gridkey run` does (README "Usage" lists each): those of
+/// [`gridkey_settings::VARIABLES`] and the binary's `GRIDKEY_NO_PROGRESS`. Tests and
+/// `cargo xtask` clear these so that the caller's environment cannot change their outcome.
+pub fn environment() -> Vec<&'static str> {
+    gridkey_settings::VARIABLES.iter().map(|v| v.name).chain(["GRIDKEY_NO_PROGRESS"]).collect()
+}
 
 /// Largest relative error accepted between the built kernel and the Rust evaluation (f64).
 pub const TOLERANCE: f64 = 1e-12;
@@ -70,6 +56,9 @@ pub enum AppError {
     /// The grid could not be read.
     #[error(transparent)]
     Grid(Box<GridError>),
+    /// A setting is not valid (the compiler is not found).
+    #[error(transparent)]
+    Settings(#[from] SettingsError),
     /// The cache directory is unusable.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -158,12 +147,7 @@ impl TaskHandler for StencilHandler {
 
     fn handle(&self, task: &CompilationTask) -> Result<CompileOutcome, String> {
         let program = Program::decode(&task.encoding).map_err(|e| e.to_string())?;
-        let settings = &task.settings.0;
-        let config = CompileConfig {
-            cache_dir: settings.cache_dir.clone(),
-            cc: settings.vars.get("CC").cloned().unwrap_or_else(|| "cc".to_owned()),
-            verify_hits: settings.vars.get(ENV_VERIFY_HITS).is_some_and(|v| v == "1"),
-        };
+        let config = CompileConfig::from_settings(&task.settings);
         gridkey_stencil::compile(&program, &task.provider, &task.options, &config).map_err(|e| e.to_string())
     }
 }
@@ -173,10 +157,9 @@ impl TaskHandler for StencilHandler {
 pub struct RunConfig {
     /// The grid file (ICON or MPAS netCDF-3).
     pub grid: PathBuf,
-    /// The cache directory.
-    pub cache_dir: PathBuf,
-    /// Runner mode and worker count.
-    pub jobs: BuildJobs,
+    /// Everything the entry point parsed: build jobs, cache directory, verification switches,
+    /// the compiler.
+    pub settings: Settings,
     /// How to start a process-mode worker.
     pub worker: WorkerCommand,
     /// Translation options for every program.
@@ -264,14 +247,14 @@ impl RunReport {
     }
 }
 
-/// The tasks of compiling `programs` against `provider` with `options`, built in `cache_dir`.
+/// The tasks of compiling `programs` against `provider` with `options` and `settings` (the
+/// same value travels with every task, to every mode).
 pub fn tasks_for(
     programs: &[Program],
     provider: &Arc<CompileTimeOffsetProvider>,
     options: &TranslationOptions,
-    cache_dir: &Path,
+    settings: &Arc<Settings>,
 ) -> Vec<CompilationTask> {
-    let settings = Settings::capture(cache_dir, DECLARED_VARS);
     programs
         .iter()
         .map(|p| CompilationTask {
@@ -279,7 +262,7 @@ pub fn tasks_for(
             encoding: p.encode(),
             options: options.clone(),
             provider: provider.clone(),
-            settings: Excluded(settings.clone()),
+            settings: settings.clone(),
         })
         .collect()
 }
@@ -302,7 +285,7 @@ pub fn run_observed(config: &RunConfig, progress: &dyn Progress) -> Result<RunRe
     let grid = read_grid(&config.grid)?;
     let read_seconds = t.elapsed().as_secs_f64();
     let programs = gridkey_stencil::icon_programs();
-    let runner = Runner::new(config.jobs, Arc::new(StencilHandler), config.worker.clone());
+    let runner = Runner::new(config.settings.build_jobs, Arc::new(StencilHandler), config.worker.clone());
     run_with_progress(&grid, &programs, &runner, config, read_seconds, progress)
 }
 
@@ -330,26 +313,24 @@ pub fn run_with_progress(
     read_seconds: f64,
     progress: &dyn Progress,
 ) -> Result<RunReport, AppError> {
-    let warnings = cache::check_cache_dir(&config.cache_dir)?;
+    let warnings = cache::check_cache_dir(&config.settings.cache_dir)?;
+    let settings = task_settings(&config.settings)?;
     let temps_removed =
-        cache::gc(&config.cache_dir, &cache::GcConfig { max_size: None, temp_min_age: cache::STALE_TEMP_AGE })?
+        cache::gc(&settings.cache_dir, &cache::GcConfig { max_size: None, temp_min_age: cache::STALE_TEMP_AGE })?
             .temps_removed;
-    let store = TableStore::open(&config.cache_dir)?;
-    let cache_dir = std::fs::canonicalize(&config.cache_dir)
-        .map_err(|source| AppError::CacheDir { path: config.cache_dir.clone(), source })?;
+    let store = TableStore::open(&settings.cache_dir)?.verifying(settings.verify_tables);
+    let cache_dir = settings.cache_dir.clone();
     let t = Instant::now();
     let ct = Arc::new(compile_time_offset_provider(grid.provider(), &store)?);
     let convert_seconds = t.elapsed().as_secs_f64();
 
-    let tasks = tasks_for(programs, &ct, &config.options, &cache_dir);
+    let tasks = tasks_for(programs, &ct, &config.options, &settings);
     // The parent knows each key too (the same compile-time view), and whether the translation
     // cache had it before the batch: so a task that fails after translating (a compiler that
     // fails, a full disk) is still counted as the hit or miss and translation it was.
     let cache = TranslationCache::open(&cache_dir)?;
-    let keys: Vec<TranslationKey> = programs
-        .iter()
-        .map(|p| KeyInputs::new(&gridkey_stencil::frontend(), p.name(), &p.encode(), &config.options, &ct).key())
-        .collect();
+    let keys: Vec<TranslationKey> =
+        programs.iter().map(|p| gridkey_stencil::key_inputs(p, &config.options, &ct).key()).collect();
     let cached_before: Vec<bool> = keys.iter().map(|k| cache.get(k).is_ok()).collect();
     let t = Instant::now();
     let outcomes = runner.run_all_with(&tasks, progress);
@@ -383,7 +364,7 @@ pub fn run_with_progress(
     Ok(RunReport {
         grid: config.grid.clone(),
         mode: runner.mode().to_string(),
-        jobs: config.jobs.jobs,
+        jobs: config.settings.build_jobs.jobs,
         read_seconds,
         convert_seconds,
         compile_seconds,
@@ -392,6 +373,22 @@ pub fn run_with_progress(
         warnings,
         temps_removed,
     })
+}
+
+/// The settings as they travel with the tasks of one run: the cache directory made absolute
+/// (workers may run elsewhere) and the compiler resolved once, here, so that every mode and
+/// every worker runs the same program whatever its own `PATH` (ADR 0013).
+///
+/// Errors: [`AppError::CacheDir`] when the cache directory does not exist or cannot be made
+/// absolute, [`AppError::Settings`] when the compiler is not found.
+pub fn task_settings(settings: &Settings) -> Result<Arc<Settings>, AppError> {
+    let mut settings = settings.clone();
+    std::fs::canonicalize(&settings.cache_dir)
+        .map(|dir| settings.cache_dir = dir)
+        .map_err(|source| AppError::CacheDir { path: settings.cache_dir.clone(), source })?;
+    let cwd = std::env::current_dir().map_err(|source| AppError::CacheDir { path: ".".into(), source })?;
+    settings.compiler.resolve(&cwd)?;
+    Ok(Arc::new(settings))
 }
 
 /// Loads the artifact, runs it on the runtime provider and compares with the Rust evaluation.
@@ -454,21 +451,24 @@ pub struct TableRow {
 /// Errors: [`AppError::Grid`].
 pub fn tables(grid_path: &Path) -> Result<Vec<TableRow>, AppError> {
     let grid = read_grid(grid_path)?;
-    Ok(table_rows(&grid))
+    table_rows(&grid)
 }
 
 /// The rows of `gridkey tables` for a grid already read.
-pub fn table_rows(grid: &Grid) -> Vec<TableRow> {
+///
+/// Errors: [`AppError::Offsets`] when a table cannot be read on the host (a grid's tables are
+/// host tables, read in place).
+pub fn table_rows(grid: &Grid) -> Result<Vec<TableRow>, AppError> {
     grid.tables()
         .iter()
         .map(|info| {
             let c = grid.provider().gather(&info.offset).expect("every table of a grid is a gather");
-            let table = c.host_table();
+            let table = c.host_table(&info.offset)?;
             let digest = match &table {
                 gridkey_offsets::IndexTable::I32(a) => gridkey_digest::digest_table(a.view()),
                 gridkey_offsets::IndexTable::I64(a) => gridkey_digest::digest_table(a.view()),
             };
-            TableRow {
+            Ok(TableRow {
                 offset: info.offset.clone(),
                 domain: info.domain.clone(),
                 codomain: info.codomain.clone(),
@@ -476,7 +476,7 @@ pub fn table_rows(grid: &Grid) -> Vec<TableRow> {
                 dtype: table_dtype(&table).to_owned(),
                 skip_count: info.skip_count,
                 digest: digest.to_hex(),
-            }
+            })
         })
         .collect()
 }

@@ -1,6 +1,7 @@
 //! The `gridkey` command line (README "Usage"): `run`, `explain`, `tables`, `cache`, `worker`.
 
 mod progress;
+mod settings;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -8,7 +9,7 @@ use std::process::ExitCode;
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use gridkey::{RunConfig, RunReport, StencilHandler, SHIPPED_GRID};
-use gridkey_jobs::{BuildJobs, BuildJobsMode, WorkerCommand};
+use gridkey_jobs::{BuildJobsMode, WorkerCommand};
 
 #[derive(Parser)]
 #[command(
@@ -103,6 +104,9 @@ enum Command {
         /// test hook of gridkey::faults (ADR 0010).
         #[arg(long, default_value = "stencil", value_parser = ["stencil", gridkey::faults::FAULT_HANDLER_NAME])]
         handler: String,
+        /// Process id of the pool that started this worker; the worker stops when it dies.
+        #[arg(long)]
+        parent: Option<i32>,
     },
 }
 
@@ -159,11 +163,12 @@ fn main() -> ExitCode {
 
 fn dispatch(command: Command) -> Result<ExitCode> {
     match command {
-        Command::Worker { handler } => {
+        Command::Worker { handler, parent } => {
+            // A worker reads no settings: they arrive with every task (ADR 0013).
             let served = if handler == gridkey::faults::FAULT_HANDLER_NAME {
-                gridkey_jobs::worker::serve(&gridkey::faults::FaultHandler)
+                gridkey_jobs::worker::serve(&gridkey::faults::FaultHandler, parent)
             } else {
-                gridkey_jobs::worker::serve(&StencilHandler)
+                gridkey_jobs::worker::serve(&StencilHandler, parent)
             };
             served.context("worker protocol stream failed")?;
             Ok(ExitCode::SUCCESS)
@@ -188,7 +193,7 @@ fn dispatch(command: Command) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Explain { keys, miss, grid, options, cache_dir, json } => {
-            let cache_dir = cache_dir.unwrap_or_else(gridkey_jobs::cache_dir_from_env);
+            let cache_dir = settings::cache_dir(cache_dir);
             if let Some(program) = miss {
                 let options = options.into_iter().collect();
                 let e =
@@ -233,36 +238,20 @@ fn dispatch(command: Command) -> Result<ExitCode> {
         }
         Command::Cache { command } => cache_command(command),
         Command::Keys { grid, cache_dir } => {
-            let report = gridkey::keys::keys(&grid, &cache_dir.unwrap_or_else(gridkey_jobs::cache_dir_from_env))?;
+            let settings = settings::settings(&settings::Flags { cache_dir, ..Default::default() })?;
+            let report = gridkey::keys::keys(&grid, &settings)?;
             println!("{}", serde_json::to_string_pretty(&report)?);
             Ok(ExitCode::SUCCESS)
         }
         Command::Run { grid, mode, jobs, cache_dir, options, json, verify } => {
-            // The two switches are checked here and passed on as `1` or unset, which is how the
-            // table stores (here and in the workers, which inherit the environment) and the
-            // compile step read them.
-            for var in [gridkey_store::ENV_VERIFY_TABLES, gridkey::ENV_VERIFY_HITS] {
-                let on = gridkey_jobs::switch_from_vars(var, std::env::var(var).ok().as_deref())?
-                    || (verify && var == gridkey_store::ENV_VERIFY_TABLES);
-                if on {
-                    std::env::set_var(var, "1");
-                } else {
-                    std::env::remove_var(var);
-                }
-            }
-            // A flag replaces its variable: a bad value in the environment does not matter then.
-            let jobs = BuildJobs::from_vars(|var| match var {
-                gridkey_jobs::ENV_MODE if mode.is_some() => mode.map(|m| m.as_str().to_owned()),
-                gridkey_jobs::ENV_JOBS if jobs.is_some() => jobs.map(|n| n.to_string()),
-                _ => std::env::var(var).ok(),
-            })?;
+            // Parsed once, here; a flag replaces its variable.
+            let settings = settings::settings(&settings::Flags { mode, jobs, cache_dir, verify })?;
             let options: gridkey_fingerprint::TranslationOptions = options.into_iter().collect();
             // Bad options are a usage error, said once, not a failure of every program.
             gridkey_stencil::check_options(&options)?;
             let config = RunConfig {
                 grid: grid.unwrap_or_else(default_grid),
-                cache_dir: cache_dir.unwrap_or_else(gridkey_jobs::cache_dir_from_env),
-                jobs,
+                settings,
                 worker: WorkerCommand::gridkey(std::env::current_exe().context("cannot find the gridkey executable")?),
                 options,
             };
@@ -274,7 +263,8 @@ fn dispatch(command: Command) -> Result<ExitCode> {
                 std::process::exit(130);
             })
             .context("cannot install the Ctrl-C handler")?;
-            let reporter = progress::Reporter::for_stderr(gridkey_stencil::icon_programs().len());
+            let reporter =
+                progress::Reporter::for_stderr(gridkey_stencil::icon_programs().len(), settings::plain_progress());
             let report = gridkey::run_observed(&config, &reporter);
             reporter.finish();
             let report = report?;
@@ -294,7 +284,7 @@ fn dispatch(command: Command) -> Result<ExitCode> {
 fn cache_command(command: CacheCommand) -> Result<ExitCode> {
     match command {
         CacheCommand::Stats { cache_dir, json } => {
-            let dir = cache_dir.unwrap_or_else(gridkey_jobs::cache_dir_from_env);
+            let dir = settings::cache_dir(cache_dir);
             let stats = gridkey::cache::stats(&dir)?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&stats)?);
@@ -311,7 +301,7 @@ fn cache_command(command: CacheCommand) -> Result<ExitCode> {
             }
         }
         CacheCommand::Gc { cache_dir, max_size, temp_age, json } => {
-            let dir = cache_dir.unwrap_or_else(gridkey_jobs::cache_dir_from_env);
+            let dir = settings::cache_dir(cache_dir);
             let config = gridkey::cache::GcConfig { max_size, temp_min_age: std::time::Duration::from_secs(temp_age) };
             let r = gridkey::cache::gc(&dir, &config)?;
             if json {

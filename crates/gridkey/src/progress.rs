@@ -11,9 +11,6 @@ use std::time::{Duration, Instant};
 use gridkey_jobs::Progress;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-/// Set to a non-empty value for plain progress lines even on a terminal.
-pub const ENV_NO_PROGRESS: &str = "GRIDKEY_NO_PROGRESS";
-
 /// How progress is shown.
 pub enum Reporter {
     /// A bar redrawn in place.
@@ -35,11 +32,10 @@ pub enum Reporter {
 }
 
 impl Reporter {
-    /// The reporter for a batch of `total` programs: a bar when stderr is a terminal and neither
-    /// `NO_COLOR` nor `GRIDKEY_NO_PROGRESS` is set (non-empty), else plain lines.
-    pub fn for_stderr(total: usize) -> Self {
-        let set = |name: &str| std::env::var_os(name).is_some_and(|v| !v.is_empty());
-        if std::io::stderr().is_terminal() && !set("NO_COLOR") && !set(ENV_NO_PROGRESS) {
+    /// The reporter for a batch of `total` programs: a bar when stderr is a terminal and `plain`
+    /// is false (`NO_COLOR`, `GRIDKEY_NO_PROGRESS`), else plain lines.
+    pub fn for_stderr(total: usize, plain: bool) -> Self {
+        if std::io::stderr().is_terminal() && !plain {
             let bar = ProgressBar::with_draw_target(Some(total as u64), ProgressDrawTarget::stderr());
             let style = ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} programs  {wide_msg}")
                 .expect("the template is valid")

@@ -1,5 +1,7 @@
 //! The process runner with real `gridkey worker` processes (DESIGN 5, ADR 0004).
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -24,7 +26,7 @@ fn workers_compile_every_program_and_the_pool_is_reused() {
     let cache = tempfile::tempdir().unwrap();
     let ct = Arc::new(compile_time_offset_provider(grid.provider(), &TableStore::open(cache.path()).unwrap()).unwrap());
     let programs = icon_programs();
-    let tasks = tasks_for(&programs, &ct, &TranslationOptions::new(), cache.path());
+    let tasks = tasks_for(&programs, &ct, &TranslationOptions::new(), &common::settings(cache.path()));
     let pool: ProcessPool<CompileOutcome> = ProcessPool::new(worker(), 2);
 
     let first = pool.run_all(&tasks);
@@ -45,7 +47,7 @@ fn only_the_workers_a_batch_needs_are_started() {
     let grid = gridkey_grid::read_grid(&grid_path("oQU480.231010.nc")).unwrap();
     let cache = tempfile::tempdir().unwrap();
     let ct = Arc::new(compile_time_offset_provider(grid.provider(), &TableStore::open(cache.path()).unwrap()).unwrap());
-    let tasks = tasks_for(&icon_programs()[..1], &ct, &TranslationOptions::new(), cache.path());
+    let tasks = tasks_for(&icon_programs()[..1], &ct, &TranslationOptions::new(), &common::settings(cache.path()));
     let pool: ProcessPool<CompileOutcome> = ProcessPool::new(worker(), 8);
     assert!(pool.run_all(&tasks)[0].is_ok());
     assert_eq!(pool.workers_started(), 1);
@@ -59,7 +61,7 @@ fn an_unreadable_table_fails_that_task_only() {
     let mut tasks = Vec::new();
     for dir in [good.path(), bad.path()] {
         let ct = Arc::new(compile_time_offset_provider(grid.provider(), &TableStore::open(dir).unwrap()).unwrap());
-        tasks.extend(tasks_for(&programs[..2], &ct, &TranslationOptions::new(), dir));
+        tasks.extend(tasks_for(&programs[..2], &ct, &TranslationOptions::new(), &common::settings(dir)));
     }
     // Truncate C2E's table in the second cache after conversion.
     let store = TableStore::open(bad.path()).unwrap();
@@ -87,7 +89,7 @@ fn an_unreadable_table_fails_that_task_only() {
 fn a_worker_that_dies_or_talks_garbage_fails_its_tasks_with_the_cause() {
     let cache = tempfile::tempdir().unwrap();
     let ct = Arc::new(gridkey_offsets::CompileTimeOffsetProvider::new());
-    let tasks = tasks_for(&icon_programs()[..2], &ct, &TranslationOptions::new(), cache.path());
+    let tasks = tasks_for(&icon_programs()[..2], &ct, &TranslationOptions::new(), &common::settings(cache.path()));
     let cases = [
         ("echo 'worker: cannot map tables' >&2; exit 3", "exit status 3", "cannot map tables"),
         ("kill -9 $$", "killed by signal 9 (SIGKILL)", "(nothing)"),
@@ -110,7 +112,7 @@ fn a_task_whose_program_does_not_decode_fails_alone() {
     let grid = gridkey_grid::read_grid(&grid_path("oQU480.231010.nc")).unwrap();
     let cache = tempfile::tempdir().unwrap();
     let ct = Arc::new(compile_time_offset_provider(grid.provider(), &TableStore::open(cache.path()).unwrap()).unwrap());
-    let mut tasks = tasks_for(&icon_programs()[..3], &ct, &TranslationOptions::new(), cache.path());
+    let mut tasks = tasks_for(&icon_programs()[..3], &ct, &TranslationOptions::new(), &common::settings(cache.path()));
     tasks[1].encoding = vec![0xff; 7];
     let runner = Runner::new(BuildJobs::new(BuildJobsMode::Process, 2), Arc::new(StencilHandler), worker());
     let results = runner.run_all(&tasks);

@@ -37,7 +37,7 @@ fn gridkey_run(cache: &Path, cc: Option<&str>, json: bool) -> Command {
     if json {
         cmd.arg("--json");
     }
-    for var in gridkey::ENVIRONMENT {
+    for var in gridkey::environment() {
         cmd.env_remove(var);
     }
     if let Some(cc) = cc {

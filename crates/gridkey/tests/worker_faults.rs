@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use gridkey::faults::{FaultReport, EXIT_MESSAGE};
 use gridkey_digest::digest_table;
-use gridkey_fingerprint::{Excluded, TranslationOptions};
+use gridkey_fingerprint::TranslationOptions;
 use gridkey_jobs::{CompilationTask, ProcessPool, Settings, TaskError, TaskFailure, WorkerCommand};
 use gridkey_offsets::{CompileTimeConnectivity, CompileTimeOffsetProvider, Dimension, DimensionKind, Entry};
 use gridkey_store::{TableSpec, TableStore};
@@ -31,7 +31,7 @@ fn task(
         encoding: Vec::new(),
         options: options.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect::<TranslationOptions>(),
         provider: provider.clone(),
-        settings: Excluded(Settings { cache_dir: cache.to_path_buf(), vars: BTreeMap::new() }),
+        settings: Arc::new(Settings { cache_dir: cache.to_path_buf(), ..Settings::default() }),
     }
 }
 

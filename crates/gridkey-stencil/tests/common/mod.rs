@@ -164,25 +164,25 @@ impl Layout {
     }
 
     /// The table source for `a` in this layout.
-    pub fn source(self, a: &Array2<i32>) -> TableSource {
+    pub fn source(self, a: &Array2<i32>) -> Arc<dyn TableSource> {
         match self {
-            Layout::COrder => TableSource::Host(IndexTable::I32(a.clone().into_shared())),
-            Layout::Fortran => TableSource::Host(IndexTable::I32(Self::fortran(a))),
-            Layout::Int64 => TableSource::Host(IndexTable::I64(a.mapv(i64::from).into_shared())),
+            Layout::COrder => Arc::new(IndexTable::I32(a.clone().into_shared())),
+            Layout::Fortran => Arc::new(IndexTable::I32(Self::fortran(a))),
+            Layout::Int64 => Arc::new(IndexTable::I64(a.mapv(i64::from).into_shared())),
             Layout::Strided => {
                 let mut wide = Array2::<i32>::from_elem((a.nrows(), 2 * a.ncols()), 777);
                 wide.slice_mut(s![.., ..;2]).assign(a);
                 let v = wide.into_shared().slice_move(s![.., ..;2]);
                 assert_eq!(v.strides()[1], 2);
-                TableSource::Host(IndexTable::I32(v))
+                Arc::new(IndexTable::I32(v))
             }
             Layout::NegativeStride => {
                 let backwards = a.slice(s![..;-1, ..]).mapv(i64::from).as_standard_layout().into_owned();
                 let v = backwards.into_shared().slice_move(s![..;-1, ..]);
                 assert!(v.strides()[0] < 0 || v.nrows() <= 1);
-                TableSource::Host(IndexTable::I64(v))
+                Arc::new(IndexTable::I64(v))
             }
-            Layout::HostCopy => TableSource::HostCopy(HostCopySource::new(IndexTable::I32(Self::fortran(a)))),
+            Layout::HostCopy => Arc::new(HostCopySource::new(IndexTable::I32(Self::fortran(a)))),
         }
     }
 }

@@ -1,0 +1,211 @@
+//! The cache protocol: look up, translate on a miss, verify a hit when asked, put with the
+//! key-input record, over an ordered list of tiers (ADR 0013).
+
+use std::fmt;
+
+use crate::{FingerprintError, KeyInputs, Miss, TranslationCache, TranslationKey};
+
+/// One tier of the translation cache, in lookup order (the local directory first; a read-only
+/// site cache or a shared remote after it).
+pub trait Tier: Send + Sync {
+    /// Short name for reports: `local`, `read-only`, `remote`.
+    fn name(&self) -> &str;
+
+    /// The payload stored under `key`, checked (format, key, length, checksum), or why there is
+    /// none. Never an error: anything that cannot be read or checked is a [`Miss::Invalid`].
+    fn get(&self, key: &TranslationKey) -> Result<Vec<u8>, Miss>;
+
+    /// Stores `payload` under the key of `inputs`, with the record of `inputs`.
+    ///
+    /// Errors: [`FingerprintError::Write`] when nothing could be stored (nothing is left behind).
+    fn put(&self, inputs: &KeyInputs, payload: &[u8]) -> Result<(), FingerprintError>;
+
+    /// Whether [`Tier::put`] stores anything; a read-only tier is only looked up.
+    fn writable(&self) -> bool {
+        true
+    }
+
+    /// Told when this tier served a hit for `inputs`: the local tier rewrites a key-input record
+    /// that was deleted, so that `gridkey explain` finds the entry again.
+    fn served(&self, _inputs: &KeyInputs, _key: &TranslationKey) {}
+}
+
+impl Tier for TranslationCache {
+    fn name(&self) -> &str {
+        "local"
+    }
+
+    fn get(&self, key: &TranslationKey) -> Result<Vec<u8>, Miss> {
+        TranslationCache::get(self, key)
+    }
+
+    fn put(&self, inputs: &KeyInputs, payload: &[u8]) -> Result<(), FingerprintError> {
+        TranslationCache::put(self, inputs, payload).map(|_| ())
+    }
+
+    fn served(&self, inputs: &KeyInputs, key: &TranslationKey) {
+        if !self.record_path(key).is_file() {
+            // Best effort: a record that cannot be written leaves the entry as it was.
+            let _ = self.write_record(inputs, key);
+        }
+    }
+}
+
+/// The tiers of a translation cache, in lookup order.
+#[derive(Default)]
+pub struct Tiers {
+    tiers: Vec<Box<dyn Tier>>,
+}
+
+impl fmt::Debug for Tiers {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(self.tiers.iter().map(|t| t.name())).finish()
+    }
+}
+
+impl Tiers {
+    /// The given tiers, looked up in this order.
+    pub fn new(tiers: Vec<Box<dyn Tier>>) -> Self {
+        Self { tiers }
+    }
+
+    /// One local tier: the [`TranslationCache`] of `cache_dir`.
+    ///
+    /// Errors: [`FingerprintError::Directory`] when `<cache_dir>/translation-v1` cannot be created.
+    pub fn local(cache_dir: &std::path::Path) -> Result<Self, FingerprintError> {
+        Ok(Self::new(vec![Box::new(TranslationCache::open(cache_dir)?)]))
+    }
+
+    /// Adds `tier` after the others.
+    pub fn push(&mut self, tier: Box<dyn Tier>) {
+        self.tiers.push(tier);
+    }
+
+    /// The tiers, in lookup order.
+    pub fn iter(&self) -> impl Iterator<Item = &dyn Tier> {
+        self.tiers.iter().map(|t| t.as_ref())
+    }
+
+    /// Whether some tier holds a checked entry for `key` (no write-back, no record).
+    pub fn contains(&self, key: &TranslationKey) -> bool {
+        self.iter().any(|t| t.get(key).is_ok())
+    }
+}
+
+/// What a frontend asks of [`translate_cached`].
+pub struct Request<'a> {
+    /// The key inputs of the translation (the key is computed from them once).
+    pub inputs: &'a KeyInputs,
+    /// Translate again on a hit and compare byte for byte (`verify_cache_hits`).
+    pub verify_hits: bool,
+    /// The frontend's check of a cached payload (for example, that it is UTF-8 C source); a
+    /// payload it rejects is a miss, translated again and replaced.
+    pub accept: &'a dyn Fn(&[u8]) -> Result<(), String>,
+}
+
+/// What [`translate_cached`] did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Cached {
+    /// The key of the request's inputs.
+    pub key: TranslationKey,
+    /// The translation: from a tier on a hit, fresh on a miss.
+    pub payload: Vec<u8>,
+    /// The tier that served the hit; `None` on a miss.
+    pub hit: Option<String>,
+    /// On a miss, why each tier could not serve the key, `tier: reason`, joined by `; `.
+    pub miss_reason: Option<String>,
+    /// Tiers that could not be written (a write-back after a later tier's hit, or a put after
+    /// a miss beyond the first writable tier), `tier: error`; the result is still good.
+    pub warnings: Vec<String>,
+}
+
+impl Cached {
+    /// Whether this was a miss that translated.
+    pub fn translated(&self) -> bool {
+        self.hit.is_none()
+    }
+}
+
+/// Errors of [`translate_cached`]; `E` is the frontend's translation error.
+#[derive(Debug, thiserror::Error)]
+pub enum CacheProtocolError<E: std::error::Error + 'static> {
+    /// The frontend's translate function failed.
+    #[error(transparent)]
+    Translate(E),
+    /// No writable tier could store the fresh translation (the first error).
+    #[error(transparent)]
+    Put(FingerprintError),
+    /// `verify_hits`: the cached entry differs from a fresh translation.
+    #[error("translation-cache entry {key} in the {tier} tier differs from a fresh translation at byte {first_difference}; the cache was written by another translator or tampered with: remove the entry (or the cache directory) and run again")]
+    VerifyMismatch {
+        /// The key.
+        key: TranslationKey,
+        /// The tier that served it.
+        tier: String,
+        /// Offset of the first differing byte.
+        first_difference: usize,
+    },
+}
+
+/// The cache protocol (ADR 0013): looks `request.inputs`' key up in each tier in order; a hit
+/// that the frontend accepts is written back to the earlier writable tiers and returned (after
+/// a byte-for-byte comparison with a fresh translation when `verify_hits`); on a miss, calls
+/// `translate` once and puts the result, with its key-input record, into every writable tier.
+///
+/// Errors: [`CacheProtocolError::Translate`] from `translate`; [`CacheProtocolError::Put`] when
+/// there are writable tiers and none could store the translation;
+/// [`CacheProtocolError::VerifyMismatch`].
+pub fn translate_cached<E: std::error::Error + 'static>(
+    tiers: &Tiers,
+    request: &Request<'_>,
+    mut translate: impl FnMut() -> Result<Vec<u8>, E>,
+) -> Result<Cached, CacheProtocolError<E>> {
+    let key = request.inputs.key();
+    let mut misses = Vec::new();
+    let mut warnings = Vec::new();
+    for (index, tier) in tiers.tiers.iter().enumerate() {
+        let payload = match tier.get(&key).and_then(|p| (request.accept)(&p).map(|()| p).map_err(Miss::Invalid)) {
+            Ok(payload) => payload,
+            Err(Miss::Absent) => {
+                misses.push(format!("{}: no translation entry for key {key}", tier.name()));
+                continue;
+            }
+            Err(Miss::Invalid(why)) => {
+                misses.push(format!("{}: unusable translation entry: {why}", tier.name()));
+                continue;
+            }
+        };
+        if request.verify_hits {
+            let fresh = translate().map_err(CacheProtocolError::Translate)?;
+            if fresh != payload {
+                let first_difference =
+                    fresh.iter().zip(&payload).position(|(a, b)| a != b).unwrap_or(fresh.len().min(payload.len()));
+                return Err(CacheProtocolError::VerifyMismatch { key, tier: tier.name().to_owned(), first_difference });
+            }
+        }
+        tier.served(request.inputs, &key);
+        for earlier in tiers.tiers[..index].iter().filter(|t| t.writable()) {
+            if let Err(e) = earlier.put(request.inputs, &payload) {
+                warnings.push(format!("{}: {e}", earlier.name()));
+            }
+        }
+        return Ok(Cached { key, payload, hit: Some(tier.name().to_owned()), miss_reason: None, warnings });
+    }
+    let payload = translate().map_err(CacheProtocolError::Translate)?;
+    let mut first_error = None;
+    let mut stored = false;
+    for tier in tiers.tiers.iter().filter(|t| t.writable()) {
+        match tier.put(request.inputs, &payload) {
+            Ok(()) => stored = true,
+            Err(e) if first_error.is_none() => first_error = Some(e),
+            Err(e) => warnings.push(format!("{}: {e}", tier.name())),
+        }
+    }
+    match first_error {
+        Some(e) if !stored => return Err(CacheProtocolError::Put(e)),
+        Some(e) => warnings.push(e.to_string()),
+        None => {}
+    }
+    let miss_reason = Some(if misses.is_empty() { "no cache tier".to_owned() } else { misses.join("; ") });
+    Ok(Cached { key, payload, hit: None, miss_reason, warnings })
+}

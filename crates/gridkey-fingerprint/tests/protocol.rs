@@ -1,0 +1,163 @@
+//! The cache protocol over tiers: lookup order, write-back, read-only tiers, hit verification,
+//! the frontend's payload check and the key-input record (ADR 0013).
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use gridkey_fingerprint::{
+    translate_cached, CacheProtocolError, Cached, FingerprintError, Frontend, KeyInputs, Miss, Request, Tier, Tiers,
+    TranslationCache, TranslationKey,
+};
+use gridkey_offsets::CompileTimeOffsetProvider;
+
+/// A tier in memory, for the order and write-back rules; the local tier is the real directory.
+struct Memory {
+    name: &'static str,
+    writable: bool,
+    entries: Mutex<BTreeMap<TranslationKey, Vec<u8>>>,
+}
+
+impl Memory {
+    fn new(name: &'static str, writable: bool) -> Box<Self> {
+        Box::new(Self { name, writable, entries: Mutex::default() })
+    }
+}
+
+impl Tier for Memory {
+    fn name(&self) -> &str {
+        self.name
+    }
+    fn get(&self, key: &TranslationKey) -> Result<Vec<u8>, Miss> {
+        self.entries.lock().unwrap().get(key).cloned().ok_or(Miss::Absent)
+    }
+    fn put(&self, inputs: &KeyInputs, payload: &[u8]) -> Result<(), FingerprintError> {
+        assert!(self.writable, "{} is read-only and must not be written", self.name);
+        self.entries.lock().unwrap().insert(inputs.key(), payload.to_vec());
+        Ok(())
+    }
+    fn writable(&self) -> bool {
+        self.writable
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("translation failed")]
+struct Failed;
+
+fn inputs(program: &str) -> KeyInputs {
+    let frontend = Frontend { name: "test".into(), version: "1".into() };
+    KeyInputs::new(&frontend, program, b"encoding", &BTreeMap::new(), &CompileTimeOffsetProvider::new())
+}
+
+/// The single place that runs the protocol: `translations` counts calls of the translate
+/// function, which returns `fresh`.
+fn check(
+    tiers: &Tiers,
+    inputs: &KeyInputs,
+    verify: bool,
+    fresh: &[u8],
+) -> (Result<Cached, CacheProtocolError<Failed>>, usize) {
+    let mut translations = 0;
+    let accept = |p: &[u8]| if p.starts_with(b"bad") { Err("rejected by the frontend".to_owned()) } else { Ok(()) };
+    let request = Request { inputs, verify_hits: verify, accept: &accept };
+    let result = translate_cached(tiers, &request, || {
+        translations += 1;
+        Ok::<_, Failed>(fresh.to_vec())
+    });
+    (result, translations)
+}
+
+#[test]
+fn a_miss_translates_once_and_every_writable_tier_gets_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut tiers = Tiers::local(dir.path()).unwrap();
+    tiers.push(Memory::new("shared", true));
+    tiers.push(Memory::new("site", false));
+    let p = inputs("div");
+    let (r, n) = check(&tiers, &p, false, b"source");
+    let cached = r.unwrap();
+    assert_eq!((n, cached.translated(), cached.payload.as_slice()), (1, true, &b"source"[..]));
+    assert!(cached.miss_reason.unwrap().contains("local: no translation entry"));
+    let local = TranslationCache::open(dir.path()).unwrap();
+    assert_eq!(local.get(&p.key()).unwrap(), b"source");
+    assert_eq!(local.record(&p.key()), Some(p.clone()));
+    let (again, n) = check(&tiers, &p, false, b"never");
+    assert_eq!((n, again.unwrap().hit.as_deref()), (0, Some("local")));
+}
+
+#[test]
+fn a_hit_in_a_later_tier_is_written_back_to_the_earlier_writable_ones_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = inputs("grad");
+    let site = Memory::new("site", false);
+    site.entries.lock().unwrap().insert(p.key(), b"from the site".to_vec());
+    let mut tiers = Tiers::local(dir.path()).unwrap();
+    tiers.push(site);
+    let (r, n) = check(&tiers, &p, false, b"fresh");
+    let cached = r.unwrap();
+    assert_eq!((n, cached.hit.as_deref(), cached.payload.as_slice()), (0, Some("site"), &b"from the site"[..]));
+    assert_eq!(TranslationCache::open(dir.path()).unwrap().get(&p.key()).unwrap(), b"from the site");
+}
+
+#[test]
+fn a_payload_the_frontend_rejects_is_a_miss_and_is_replaced() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = inputs("rot");
+    let tiers = Tiers::local(dir.path()).unwrap();
+    TranslationCache::open(dir.path()).unwrap().put(&p, b"bad bytes").unwrap();
+    let (r, n) = check(&tiers, &p, false, b"good");
+    let cached = r.unwrap();
+    assert_eq!(n, 1);
+    assert!(cached.miss_reason.unwrap().contains("rejected by the frontend"));
+    assert_eq!(TranslationCache::open(dir.path()).unwrap().get(&p.key()).unwrap(), b"good");
+}
+
+#[test]
+fn verify_hits_translates_again_and_names_the_first_difference() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = inputs("lap");
+    let tiers = Tiers::local(dir.path()).unwrap();
+    TranslationCache::open(dir.path()).unwrap().put(&p, b"abcXef").unwrap();
+    let (same, n) = check(&tiers, &p, true, b"abcXef");
+    assert_eq!((n, same.unwrap().hit.as_deref()), (1, Some("local")));
+    match check(&tiers, &p, true, b"abcdef").0 {
+        Err(CacheProtocolError::VerifyMismatch { key, tier, first_difference }) => {
+            assert_eq!((key, tier.as_str(), first_difference), (p.key(), "local", 3));
+        }
+        other => panic!("expected a mismatch, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_hit_rewrites_a_deleted_key_input_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = inputs("avg");
+    let local = TranslationCache::open(dir.path()).unwrap();
+    local.put(&p, b"c source").unwrap();
+    std::fs::remove_file(local.record_path(&p.key())).unwrap();
+    assert_eq!(local.record(&p.key()), None);
+    let (r, n) = check(&Tiers::local(dir.path()).unwrap(), &p, false, b"unused");
+    assert_eq!((n, r.unwrap().translated()), (0, false));
+    assert_eq!(local.record(&p.key()), Some(p));
+}
+
+#[test]
+fn a_translation_failure_is_the_frontends_error_and_stores_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = inputs("div");
+    let tiers = Tiers::local(dir.path()).unwrap();
+    let accept = |_: &[u8]| Ok(());
+    let request = Request { inputs: &p, verify_hits: false, accept: &accept };
+    let r = translate_cached(&tiers, &request, || Err::<Vec<u8>, _>(Failed));
+    assert!(matches!(r, Err(CacheProtocolError::Translate(Failed))));
+    assert!(!tiers.contains(&p.key()));
+}
+
+#[test]
+fn only_read_only_tiers_translate_without_storing() {
+    let p = inputs("div");
+    let tiers = Tiers::new(vec![Memory::new("site", false)]);
+    let (r, n) = check(&tiers, &p, false, b"fresh");
+    assert_eq!((n, r.unwrap().translated()), (1, true));
+    assert!(!tiers.contains(&p.key()));
+}

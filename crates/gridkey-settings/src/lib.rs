@@ -1,0 +1,446 @@
+//! The typed settings of gridkey, parsed once at the edge (docs/design.md "Configuration", ADR 0013).
+//!
+//! Every switch that changes what gridkey does (the build-jobs mode and count, the cache
+//! directory, the two verification switches, the per-task timeout, the C compiler and the
+//! variables that reach it, the fault-matrix test hook) is a field of [`Settings`]. An entry
+//! point builds one value: the `gridkey` binary from its flags and the process environment, the
+//! Python package in its constructor, an embedder with [`Settings::from_env`] or by filling the
+//! fields. Library crates take what they need from it as arguments; process-mode workers receive
+//! it in every task frame, so serial, thread and process mode, and a pool reused after a setting
+//! changed, all see the same value.
+//!
+//! # Architecture invariant
+//!
+//! Only [`Settings::from_env`] (and the binary's and the Python package's edges) read the process
+//! environment; [`Settings::from_vars`] is a pure function of the lookup it is given. Every
+//! variable is listed once, in [`VARIABLES`], with its meaning and default. Nothing here enters a
+//! translation key: settings say where and how to build, never what is built.
+//!
+//! # Example
+//!
+//! ```
+//! use gridkey_settings::{BuildJobsMode, Settings};
+//!
+//! // What an embedder does with its own configuration source (here a fixed list).
+//! let vars = [("GRIDKEY_BUILD_JOBS_MODE", "thread"), ("GRIDKEY_BUILD_JOBS", "4"), ("GRIDKEY_VERIFY_TABLES", "yes")];
+//! let lookup = |name: &str| vars.iter().find(|(k, _)| *k == name).map(|(_, v)| v.to_string());
+//! let settings = Settings::from_vars(lookup).unwrap();
+//! assert_eq!(settings.build_jobs.mode, BuildJobsMode::Thread);
+//! assert_eq!(settings.build_jobs.jobs, 4);
+//! assert!(settings.verify_tables);
+//! assert_eq!(settings.compiler.command, ["cc"]);
+//!
+//! // A bad value is an error that names the variable and what it accepts.
+//! let err = Settings::from_vars(|name| (name == "GRIDKEY_BUILD_JOBS_MODE").then(|| "fast".to_owned())).unwrap_err();
+//! assert!(err.to_string().starts_with("GRIDKEY_BUILD_JOBS_MODE=\"fast\" is not valid"));
+//! ```
+
+#![warn(missing_docs)]
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// Variable choosing the build-jobs mode.
+pub const ENV_MODE: &str = "GRIDKEY_BUILD_JOBS_MODE";
+/// Variable giving the worker count.
+pub const ENV_JOBS: &str = "GRIDKEY_BUILD_JOBS";
+/// Variable giving the cache directory.
+pub const ENV_CACHE_DIR: &str = "GRIDKEY_CACHE_DIR";
+/// Variable giving the per-task timeout of process mode, in seconds.
+pub const ENV_TIMEOUT: &str = "GRIDKEY_BUILD_TIMEOUT";
+/// Variable giving the C compiler command.
+pub const ENV_CC: &str = "CC";
+/// Switch: recompute the digest of every stored table on every open.
+pub const ENV_VERIFY_TABLES: &str = "GRIDKEY_VERIFY_TABLES";
+/// Switch: translate again on every translation-cache hit and compare byte for byte.
+pub const ENV_VERIFY_CACHE_HITS: &str = "GRIDKEY_VERIFY_CACHE_HITS";
+/// Test hook of the fault matrix (ADR 0012): stop or fail a cache write.
+pub const ENV_FAULT: &str = "GRIDKEY_FAULT";
+/// Default cache directory, relative to the current directory.
+pub const DEFAULT_CACHE_DIR: &str = ".gridkey_cache";
+/// Default C compiler command.
+pub const DEFAULT_CC: &str = "cc";
+/// Largest worker count taken from the number of cores.
+pub const MAX_DEFAULT_JOBS: usize = 32;
+
+/// The variables of the compiler's environment that reach it; every other variable is cleared
+/// when the compiler runs, so a worker's own environment cannot change a build (ADR 0013).
+/// `PATH` also resolves the compiler command.
+pub const COMPILER_ENV: &[&str] = &[
+    "PATH",
+    "TMPDIR",
+    "LANG",
+    "LC_ALL",
+    "COMPILER_PATH",
+    "LIBRARY_PATH",
+    "CPATH",
+    "C_INCLUDE_PATH",
+    "GCC_EXEC_PREFIX",
+    "SOURCE_DATE_EPOCH",
+];
+
+/// One variable that changes what gridkey does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Variable {
+    /// Its name.
+    pub name: &'static str,
+    /// What it changes.
+    pub meaning: &'static str,
+    /// Its default, in words.
+    pub default: &'static str,
+}
+
+/// Every variable [`Settings::from_vars`] reads, with meaning and default (the README table
+/// lists each; a test checks it). The compiler's allowlisted environment, [`COMPILER_ENV`],
+/// is read besides these.
+pub const VARIABLES: &[Variable] = &[
+    Variable { name: ENV_MODE, meaning: "`serial`, `thread` or `process`", default: "`process`" },
+    Variable {
+        name: ENV_JOBS,
+        meaning: "number of workers; 0 or less means serial",
+        default: "available cores, at most 32",
+    },
+    Variable {
+        name: ENV_CACHE_DIR,
+        meaning: "cache directory (`tables-v1/`, `translation-v1/`, `build-v1/`)",
+        default: "`.gridkey_cache`",
+    },
+    Variable {
+        name: ENV_TIMEOUT,
+        meaning: "seconds a process-mode task may run before its worker is killed and replaced",
+        default: "off",
+    },
+    Variable { name: ENV_CC, meaning: "C compiler command (words split on whitespace)", default: "`cc`" },
+    Variable {
+        name: ENV_VERIFY_CACHE_HITS,
+        meaning: "switch: translate again on every cache hit and compare byte for byte",
+        default: "off",
+    },
+    Variable {
+        name: ENV_VERIFY_TABLES,
+        meaning: "switch: every open of a stored table recomputes its digest",
+        default: "off",
+    },
+    Variable {
+        name: ENV_FAULT,
+        meaning: "test hook of the fault matrix: stop or fail a cache write",
+        default: "unset",
+    },
+];
+
+/// Errors of parsing settings.
+#[derive(Debug, thiserror::Error)]
+pub enum SettingsError {
+    /// A variable (or the flag that replaces it) has a value outside those accepted.
+    #[error("{var}={value:?} is not valid: expected {accepted}")]
+    BadSetting {
+        /// The variable.
+        var: &'static str,
+        /// The value found.
+        value: String,
+        /// The accepted values.
+        accepted: &'static str,
+    },
+    /// The compiler command names a program that is not found.
+    #[error("C compiler {program:?} ({var}) is not found on PATH {path:?}; install it or set {var} to a compiler")]
+    CompilerNotFound {
+        /// The variable that named it.
+        var: &'static str,
+        /// The program word.
+        program: String,
+        /// The search path used.
+        path: String,
+    },
+}
+
+/// How build jobs run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum BuildJobsMode {
+    /// In the calling thread, one after the other.
+    Serial,
+    /// In a pool of threads of this process.
+    Thread,
+    /// In a pool of `gridkey worker` processes.
+    Process,
+}
+
+impl BuildJobsMode {
+    /// All modes, in the order of their names.
+    pub const ALL: [BuildJobsMode; 3] = [BuildJobsMode::Serial, BuildJobsMode::Thread, BuildJobsMode::Process];
+
+    /// `serial`, `thread` or `process`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            BuildJobsMode::Serial => "serial",
+            BuildJobsMode::Thread => "thread",
+            BuildJobsMode::Process => "process",
+        }
+    }
+}
+
+impl fmt::Display for BuildJobsMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for BuildJobsMode {
+    type Err = SettingsError;
+
+    /// Parses `serial`, `thread` or `process`, ignoring surrounding whitespace.
+    ///
+    /// Errors: [`SettingsError::BadSetting`] naming [`ENV_MODE`].
+    fn from_str(value: &str) -> Result<Self, SettingsError> {
+        match value.trim() {
+            "serial" => Ok(BuildJobsMode::Serial),
+            "thread" => Ok(BuildJobsMode::Thread),
+            "process" => Ok(BuildJobsMode::Process),
+            _ => Err(SettingsError::BadSetting {
+                var: ENV_MODE,
+                value: value.to_owned(),
+                accepted: "serial, thread or process",
+            }),
+        }
+    }
+}
+
+/// Mode, worker count and per-task timeout of a runner.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BuildJobs {
+    /// The mode; [`BuildJobsMode::Serial`] whenever the count asked for was 0 or less.
+    pub mode: BuildJobsMode,
+    /// Number of threads or worker processes (1 when serial).
+    pub jobs: usize,
+    /// Per-task timeout of process mode; `None`: no limit. Serial and thread modes cannot stop
+    /// a task and ignore it (ADR 0010).
+    pub timeout: Option<Duration>,
+}
+
+impl BuildJobs {
+    /// `mode` with `jobs` workers and no timeout; 0 or fewer workers means serial.
+    pub fn new(mode: BuildJobsMode, jobs: i64) -> Self {
+        if jobs <= 0 || mode == BuildJobsMode::Serial {
+            Self { mode: BuildJobsMode::Serial, jobs: 1, timeout: None }
+        } else {
+            Self { mode, jobs: usize::try_from(jobs).unwrap_or(usize::MAX), timeout: None }
+        }
+    }
+
+    /// The same settings with a per-task timeout (`None`: no limit).
+    pub fn with_timeout(self, timeout: Option<Duration>) -> Self {
+        Self { timeout, ..self }
+    }
+}
+
+impl Default for BuildJobs {
+    /// Process mode with [`default_jobs`] workers, no timeout.
+    fn default() -> Self {
+        Self::new(BuildJobsMode::Process, default_jobs() as i64)
+    }
+}
+
+/// The available cores, at most [`MAX_DEFAULT_JOBS`].
+pub fn default_jobs() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get()).min(MAX_DEFAULT_JOBS)
+}
+
+/// The C compiler: the command words, the variables that reach it, and what the command was
+/// resolved to in the parent (ADR 0013). Travels with every task, so a worker never resolves
+/// the compiler from its own `PATH`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CompilerSettings {
+    /// The command, split on whitespace (`["ccache", "gcc"]`); never empty.
+    pub command: Vec<String>,
+    /// The compiler's environment: the variables of [`COMPILER_ENV`] that were set. The
+    /// compiler runs with exactly these.
+    pub env: BTreeMap<String, String>,
+    /// What the command resolved to, filled by [`CompilerSettings::resolve`] in the parent.
+    pub resolved: Option<ResolvedCompiler>,
+}
+
+/// A compiler command resolved once, in the parent.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResolvedCompiler {
+    /// The absolute path of the program the first command word names. Recorded, never keyed:
+    /// identical compilers at different paths share builds.
+    pub program: PathBuf,
+    /// The compiler's identity as the frontend computes it (for the reference frontend, a digest
+    /// of the executable, its `--version` and `-dumpmachine` output); empty until computed.
+    pub identity: String,
+}
+
+impl CompilerSettings {
+    /// The command `words` (split on whitespace) with the allowlisted variables of `lookup`.
+    ///
+    /// Errors: [`SettingsError::BadSetting`] naming [`ENV_CC`] for a blank command.
+    pub fn from_command(words: &str, lookup: impl Fn(&str) -> Option<String>) -> Result<Self, SettingsError> {
+        let command: Vec<String> = words.split_whitespace().map(str::to_owned).collect();
+        if command.is_empty() {
+            return Err(SettingsError::BadSetting {
+                var: ENV_CC,
+                value: words.to_owned(),
+                accepted: "a compiler command such as cc, gcc or \"ccache gcc\" (unset it for cc)",
+            });
+        }
+        let env = COMPILER_ENV.iter().filter_map(|&name| lookup(name).map(|v| (name.to_owned(), v))).collect();
+        Ok(Self { command, env, resolved: None })
+    }
+
+    /// The command as one line, for messages.
+    pub fn command_line(&self) -> String {
+        self.command.join(" ")
+    }
+
+    /// Resolves the first command word to an absolute path: as given when it contains a `/`,
+    /// else searched on the allowlisted `PATH`; `cwd` anchors relative paths. Stores the
+    /// result in [`Self::resolved`] (identity left empty for the frontend to fill).
+    ///
+    /// Errors: [`SettingsError::CompilerNotFound`] naming the program and the search path.
+    pub fn resolve(&mut self, cwd: &Path) -> Result<&ResolvedCompiler, SettingsError> {
+        let word = &self.command[0];
+        let path = self.env.get("PATH").cloned().unwrap_or_default();
+        let not_found = || SettingsError::CompilerNotFound { var: ENV_CC, program: word.clone(), path: path.clone() };
+        let program = if word.contains('/') {
+            let p = cwd.join(word);
+            if !p.is_file() {
+                return Err(not_found());
+            }
+            p
+        } else {
+            which::which_in(word, Some(&path), cwd).map_err(|_| not_found())?
+        };
+        Ok(self.resolved.insert(ResolvedCompiler { program, identity: String::new() }))
+    }
+}
+
+impl Default for CompilerSettings {
+    /// [`DEFAULT_CC`] with an empty environment.
+    fn default() -> Self {
+        Self { command: vec![DEFAULT_CC.to_owned()], env: BTreeMap::new(), resolved: None }
+    }
+}
+
+/// Test hooks the binary ships (ADR 0012): typed here so that no library reads them from the
+/// environment.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TestHooks {
+    /// The fault of the fault matrix, in the text form `gridkey_fs::Fault::parse` reads
+    /// (`GRIDKEY_FAULT`); `None` in normal use.
+    pub fault: Option<String>,
+}
+
+/// Everything that changes what gridkey does, parsed once (see the crate docs).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Settings {
+    /// Runner mode, worker count, timeout ([`ENV_MODE`], [`ENV_JOBS`], [`ENV_TIMEOUT`]).
+    pub build_jobs: BuildJobs,
+    /// The cache directory ([`ENV_CACHE_DIR`]); holds `tables-v1/`, `translation-v1/`, `build-v1/`.
+    pub cache_dir: PathBuf,
+    /// Recompute the digest of every stored table on every open ([`ENV_VERIFY_TABLES`]).
+    pub verify_tables: bool,
+    /// Translate again on every translation-cache hit and compare ([`ENV_VERIFY_CACHE_HITS`]).
+    pub verify_cache_hits: bool,
+    /// The C compiler ([`ENV_CC`] and [`COMPILER_ENV`]).
+    pub compiler: CompilerSettings,
+    /// Test hooks ([`ENV_FAULT`]).
+    pub test_hooks: TestHooks,
+}
+
+impl Default for Settings {
+    /// What [`Settings::from_vars`] gives when no variable is set.
+    fn default() -> Self {
+        Self {
+            build_jobs: BuildJobs::default(),
+            cache_dir: PathBuf::from(DEFAULT_CACHE_DIR),
+            verify_tables: false,
+            verify_cache_hits: false,
+            compiler: CompilerSettings::default(),
+            test_hooks: TestHooks::default(),
+        }
+    }
+}
+
+impl Settings {
+    /// Parses every variable of [`VARIABLES`] (and [`COMPILER_ENV`]) through `lookup`, which
+    /// returns a variable's value or `None` when it is unset. An empty value counts as unset,
+    /// except for `CC`, where a blank command is an error. Pure: reads nothing else.
+    ///
+    /// Errors: [`SettingsError::BadSetting`] naming the first variable whose value is not
+    /// accepted, and what it accepts.
+    pub fn from_vars(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, SettingsError> {
+        let set = |name: &str| lookup(name).filter(|v| !v.trim().is_empty());
+        let mode = match set(ENV_MODE) {
+            Some(v) => v.parse()?,
+            None => BuildJobsMode::Process,
+        };
+        let jobs = match set(ENV_JOBS) {
+            Some(v) => v.trim().parse::<i64>().map_err(|_| SettingsError::BadSetting {
+                var: ENV_JOBS,
+                value: v.clone(),
+                accepted: "an integer (0 or less means serial)",
+            })?,
+            None => default_jobs() as i64,
+        };
+        let timeout = match set(ENV_TIMEOUT) {
+            Some(v) => parse_timeout(&v)?,
+            None => None,
+        };
+        let compiler = match lookup(ENV_CC) {
+            Some(words) => CompilerSettings::from_command(&words, &lookup)?,
+            None => CompilerSettings::from_command(DEFAULT_CC, &lookup)?,
+        };
+        Ok(Self {
+            build_jobs: BuildJobs::new(mode, jobs).with_timeout(timeout),
+            cache_dir: set(ENV_CACHE_DIR).map_or_else(|| PathBuf::from(DEFAULT_CACHE_DIR), PathBuf::from),
+            verify_tables: parse_switch(ENV_VERIFY_TABLES, lookup(ENV_VERIFY_TABLES).as_deref())?,
+            verify_cache_hits: parse_switch(ENV_VERIFY_CACHE_HITS, lookup(ENV_VERIFY_CACHE_HITS).as_deref())?,
+            compiler,
+            test_hooks: TestHooks { fault: set(ENV_FAULT) },
+        })
+    }
+
+    /// [`Self::from_vars`] over the process environment: the one public reader of it, for
+    /// embedders (the binary and the Python package have their own edges that also apply
+    /// flags and arguments).
+    ///
+    /// Errors: as [`Self::from_vars`].
+    pub fn from_env() -> Result<Self, SettingsError> {
+        Self::from_vars(|name| std::env::var(name).ok())
+    }
+}
+
+/// Parses a per-task timeout: seconds (a decimal number); 0 means no limit.
+///
+/// Errors: [`SettingsError::BadSetting`] naming [`ENV_TIMEOUT`].
+pub fn parse_timeout(value: &str) -> Result<Option<Duration>, SettingsError> {
+    let bad = || SettingsError::BadSetting {
+        var: ENV_TIMEOUT,
+        value: value.to_owned(),
+        accepted: "a number of seconds (0 or unset: no limit)",
+    };
+    let seconds: f64 = value.trim().parse().map_err(|_| bad())?;
+    if !seconds.is_finite() || seconds < 0.0 {
+        return Err(bad());
+    }
+    Ok((seconds > 0.0).then(|| Duration::from_secs_f64(seconds)))
+}
+
+/// Reads an on/off switch: unset, empty, `0`, `false`, `no`, `off` are off; `1`, `true`, `yes`,
+/// `on` are on (any case, surrounding whitespace ignored).
+///
+/// Errors: [`SettingsError::BadSetting`] naming `var` for any other value.
+pub fn parse_switch(var: &'static str, value: Option<&str>) -> Result<bool, SettingsError> {
+    match value.map(|v| v.trim().to_ascii_lowercase()).as_deref() {
+        None | Some("" | "0" | "false" | "no" | "off") => Ok(false),
+        Some("1" | "true" | "yes" | "on") => Ok(true),
+        Some(_) => Err(SettingsError::BadSetting {
+            var,
+            value: value.unwrap_or_default().to_owned(),
+            accepted: "1, true, yes or on to switch it on; 0, false, no, off or nothing to switch it off",
+        }),
+    }
+}

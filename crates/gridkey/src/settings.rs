@@ -1,0 +1,54 @@
+//! The binary's edge (ADR 0013): the one place `gridkey` reads its process environment. Flags
+//! replace their variables, so a bad value left in the environment does not matter when the
+//! flag is given; everything else is [`Settings::from_vars`] over the environment.
+
+use std::path::PathBuf;
+
+use gridkey_settings::{BuildJobsMode, Settings, SettingsError, ENV_CACHE_DIR, ENV_JOBS, ENV_MODE, ENV_VERIFY_TABLES};
+
+/// Variable that asks for plain progress lines instead of a bar.
+pub const ENV_NO_PROGRESS: &str = "GRIDKEY_NO_PROGRESS";
+
+/// The flags that replace a variable.
+#[derive(Clone, Debug, Default)]
+pub struct Flags {
+    /// `--mode`: replaces `GRIDKEY_BUILD_JOBS_MODE`.
+    pub mode: Option<BuildJobsMode>,
+    /// `--jobs`: replaces `GRIDKEY_BUILD_JOBS`.
+    pub jobs: Option<i64>,
+    /// `--cache-dir`: replaces `GRIDKEY_CACHE_DIR`.
+    pub cache_dir: Option<PathBuf>,
+    /// `--verify`: switches `GRIDKEY_VERIFY_TABLES` on whatever the variable says.
+    pub verify: bool,
+}
+
+/// The settings of this run: `flags` first, then the process environment.
+///
+/// Errors: the first variable (not replaced by a flag) whose value is not accepted.
+pub fn settings(flags: &Flags) -> Result<Settings, SettingsError> {
+    let mut settings = Settings::from_vars(|name| match name {
+        ENV_MODE if flags.mode.is_some() => flags.mode.map(|m| m.as_str().to_owned()),
+        ENV_JOBS if flags.jobs.is_some() => flags.jobs.map(|n| n.to_string()),
+        ENV_CACHE_DIR if flags.cache_dir.is_some() => None,
+        ENV_VERIFY_TABLES if flags.verify => Some("1".to_owned()),
+        _ => std::env::var(name).ok(),
+    })?;
+    if let Some(dir) = &flags.cache_dir {
+        settings.cache_dir = dir.clone();
+    }
+    Ok(settings)
+}
+
+/// The cache directory alone (for the commands that need nothing else): `--cache-dir`, else
+/// `GRIDKEY_CACHE_DIR`, else the default; other variables are not looked at.
+pub fn cache_dir(flag: Option<PathBuf>) -> PathBuf {
+    flag.or_else(|| std::env::var_os(ENV_CACHE_DIR).filter(|v| !v.is_empty()).map(PathBuf::from))
+        .unwrap_or_else(|| PathBuf::from(gridkey_settings::DEFAULT_CACHE_DIR))
+}
+
+/// Whether plain progress lines are asked for: `NO_COLOR` or [`ENV_NO_PROGRESS`] set and not
+/// empty.
+pub fn plain_progress() -> bool {
+    let set = |name: &str| std::env::var_os(name).is_some_and(|v| !v.is_empty());
+    set("NO_COLOR") || set(ENV_NO_PROGRESS)
+}
