@@ -12,9 +12,9 @@ use redis::{Connection, RedisError, RedisResult, Value};
 use serde::{Deserialize, Serialize};
 
 use crate::object::{self, hex, Kind, Reject};
-use crate::settings::RemoteSettings;
 use crate::trust::Trust;
 use crate::RemoteError;
+use gridkey_settings::RemoteSettings;
 
 /// Takes the lease unless the object is there or the lease is held: 2 present, 1 taken, 0 held.
 const CLAIM: &str = "if redis.call('EXISTS', KEYS[1]) == 1 then return 2 end \
@@ -130,6 +130,16 @@ pub struct TierStats {
     pub round_trips: u64,
 }
 
+impl TierStats {
+    /// Adds `other`'s counters to these (totals over runs).
+    pub fn add(&mut self, other: &TierStats) {
+        for ((_, slot), (_, n)) in stat_fields_mut(self).into_iter().zip(stat_fields(other)) {
+            *slot += n;
+        }
+        self.lease_wait_seconds += other.lease_wait_seconds;
+    }
+}
+
 #[derive(Default)]
 struct Counters {
     hits: AtomicU64,
@@ -236,6 +246,7 @@ impl Remote {
     /// errors of [`Trust::load`].
     pub fn connect(settings: &RemoteSettings) -> Result<Remote, RemoteError> {
         let shown_url = settings.shown_url();
+
         let client = redis::Client::open(settings.url.as_str())
             .map_err(|e| RemoteError::Url { url: shown_url.clone(), reason: e.to_string() })?;
         let trust = Trust::load(settings.signing_key.as_deref(), settings.trusted_keys.as_deref())?;
@@ -629,7 +640,11 @@ impl Remote {
     /// Adds this run's counters to the server-side totals (`<namespace>:stats-v1`, one hash
     /// shared by every client) in one round trip; `gridkey cache stats` reads them back with
     /// [`Remote::server_stats`].
+    /// A read-only client publishes nothing: it writes nothing to the server.
     pub fn publish_stats(&self) {
+        if !self.is_writer() {
+            return;
+        }
         let s = self.stats();
         let name = format!("{}:stats-v1", self.shared.settings.namespace);
         let mut pipe = redis::pipe();

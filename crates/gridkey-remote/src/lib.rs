@@ -14,8 +14,8 @@
 //! never a hit. Correctness never depends on a lease: any object that checks is accepted. A
 //! server that is down, slow or dies costs at most one timeout per [`Remote`] (the tier is then
 //! off, with one warning); only a misconfiguration is an error, at [`Remote::connect`]. The
-//! crate reads no environment variable: [`RemoteSettings::from_vars`] is a pure function of the
-//! lookup it is given.
+//! crate reads no environment variable: it takes [`RemoteSettings`], parsed at the edge with the
+//! other settings (`gridkey_settings`).
 //!
 //! # Example
 //!
@@ -45,32 +45,20 @@ use std::path::PathBuf;
 
 mod client;
 pub mod object;
-mod settings;
+mod tier;
 pub mod trust;
 
 pub use client::{Claim, Fetched, KindStats, ObjectKey, Remote, ServerStats, Stored, TierStats, Waited};
 /// The Ed25519 implementation of signatures and keys ([`Trust::new`] takes its types).
 pub use ed25519_dalek;
+pub use gridkey_settings::{RemoteSettings, Role};
 pub use object::{Kind, Reject};
-pub use settings::{
-    RemoteSettings, Role, ENV_CONNECT_TIMEOUT, ENV_LEASE_TTL, ENV_LEASE_WAIT, ENV_MAX_OBJECT, ENV_NAMESPACE,
-    ENV_SIGNING_KEY, ENV_TIMEOUT, ENV_TRUSTED_KEYS, ENV_URL, ENV_WRITER, VARIABLES,
-};
+pub use tier::{library_key, RemoteTier};
 pub use trust::Trust;
 
 /// Errors of the shared tier: all of them misconfigurations, found at start.
 #[derive(Debug, thiserror::Error)]
 pub enum RemoteError {
-    /// A variable has a value outside those accepted.
-    #[error("{var}={value:?} is not valid: expected {accepted}")]
-    BadSetting {
-        /// The variable.
-        var: &'static str,
-        /// The value found.
-        value: String,
-        /// What it accepts.
-        accepted: &'static str,
-    },
     /// The URL cannot be used.
     #[error("shared cache URL {url} cannot be used: {reason}; give GRIDKEY_REMOTE_URL (or --remote) as redis://[:PASSWORD@]HOST:PORT[/DB]")]
     Url {

@@ -145,11 +145,9 @@ pub fn compile(
     let translate_seconds = started.elapsed().as_secs_f64();
 
     let started = Instant::now();
-    let cc = &config.compiler.command;
-    let mut flags = opts.cflags();
-    flags.extend(SHARED_FLAGS.iter().map(|f| (*f).to_owned()));
+    let flags = build_flags(&opts);
     let dir = config.cache_dir.join(BUILD_DIR);
-    let artifact = dir.join(format!("{}.so", build_key(&source, cc, &flags)));
+    let artifact = dir.join(format!("{}.so", build_key(&source, &config.compiler.command, &flags)));
     let built = if library_usable(&artifact, program) {
         false
     } else {
@@ -166,6 +164,68 @@ pub fn compile(
         artifact,
         miss_reason,
     })
+}
+
+/// The compiler flags of a build with `opts`: the optimisation level, then `-shared -fPIC`.
+fn build_flags(opts: &crate::StencilOptions) -> Vec<String> {
+    let mut flags = opts.cflags();
+    flags.extend(SHARED_FLAGS.iter().map(|f| (*f).to_owned()));
+    flags
+}
+
+/// The build key ([`build_key`]) of the library that [`compile`] builds from `source` with
+/// `options` and `compiler`: what names it in `<cache_dir>/build-v1/<build key>.so`.
+///
+/// Errors: [`check_options`] errors.
+pub fn library_build_key(
+    source: &str,
+    options: &TranslationOptions,
+    compiler: &CompilerSettings,
+) -> Result<String, StencilError> {
+    let opts = check_options(options)?;
+    Ok(build_key(source, &compiler.command, &build_flags(&opts)))
+}
+
+/// The identity of the C compiler, for sharing libraries between machines (the build key leaves
+/// the compiler's version out): xxh3_128 (32 hex digits) over the bytes of the executable the
+/// command resolved to, and the output of the command with `--version` and with `-dumpmachine`,
+/// run with the compiler's environment only. Two machines share a library only when this is
+/// equal.
+///
+/// Errors: [`StencilError::Compiler`] when the compiler cannot be read or run, or fails.
+pub fn compiler_identity(compiler: &CompilerSettings) -> Result<String, StencilError> {
+    let fail = |status, why: String| StencilError::Compiler {
+        cc: compiler.command_line(),
+        program: "(compiler identity)".to_owned(),
+        status,
+        stderr_tail: why,
+    };
+    let Some((word, pre_args)) = compiler.command.split_first() else {
+        return Err(fail(None, "the compiler command is empty".to_owned()));
+    };
+    let exe = compiler.resolved.as_ref().map_or_else(|| PathBuf::from(word), |r| r.program.clone());
+    let mut h = Xxh3::new();
+    let mut part = |b: &[u8]| {
+        h.update(&(b.len() as u64).to_le_bytes());
+        h.update(b);
+    };
+    part(b"gridkey-stencil compiler identity v1");
+    let bytes = fs::read(&exe).map_err(|e| fail(None, format!("cannot read {}: {e}", exe.display())))?;
+    part(xxhash_rust::xxh3::xxh3_128(&bytes).to_le_bytes().as_slice());
+    for flag in ["--version", "-dumpmachine"] {
+        let out = Command::new(&exe)
+            .env_clear()
+            .envs(&compiler.env)
+            .args(pre_args)
+            .arg(flag)
+            .output()
+            .map_err(|e| fail(None, format!("cannot run {} {flag}: {e}", exe.display())))?;
+        if !out.status.success() {
+            return Err(fail(out.status.code(), format!("{flag}: {}", String::from_utf8_lossy(&out.stderr).trim())));
+        }
+        part(&out.stdout);
+    }
+    Ok(format!("{:032x}", h.digest128()))
 }
 
 /// The build-cache key of a library: xxh3_128 (32 hex digits) over [`BUILD_FORMAT_VERSION`],

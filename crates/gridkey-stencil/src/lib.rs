@@ -37,7 +37,10 @@ mod icon;
 mod infer;
 mod ir;
 
-pub use compile::{build_key, compile, CompileConfig, CompileOutcome, BUILD_DIR, BUILD_FORMAT_VERSION};
+pub use compile::{
+    build_key, compile, compiler_identity, library_build_key, CompileConfig, CompileOutcome, BUILD_DIR,
+    BUILD_FORMAT_VERSION,
+};
 pub use emit::{check_options, emit_c, translate, StencilOptions, ABI_VERSION, OPT_LEVEL};
 pub use error::{Need, Side, StencilError};
 pub use exec::{dimension_sizes, evaluate_reference, make_inputs, max_relative_error, Fields, Kernel};

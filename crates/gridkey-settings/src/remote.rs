@@ -1,53 +1,65 @@
-//! The remote tier's settings, parsed once at the edge by a pure function of the variables.
+//! The settings of the shared tier on Redis (crate `gridkey-remote`), parsed with the rest.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::RemoteError;
+use crate::{parse_switch, SettingsError, Variable};
 
 /// The Redis URL of the shared tier; unset or blank: no shared tier.
-pub const ENV_URL: &str = "GRIDKEY_REMOTE_URL";
+pub const ENV_REMOTE_URL: &str = "GRIDKEY_REMOTE_URL";
 /// Switch: this client uploads objects and takes leases (a designated writer).
-pub const ENV_WRITER: &str = "GRIDKEY_REMOTE_WRITER";
+pub const ENV_REMOTE_WRITER: &str = "GRIDKEY_REMOTE_WRITER";
 /// File of the writer's Ed25519 signing key.
-pub const ENV_SIGNING_KEY: &str = "GRIDKEY_REMOTE_SIGNING_KEY";
+pub const ENV_REMOTE_SIGNING_KEY: &str = "GRIDKEY_REMOTE_SIGNING_KEY";
 /// File of the public keys whose signatures a reader accepts.
-pub const ENV_TRUSTED_KEYS: &str = "GRIDKEY_REMOTE_TRUSTED_KEYS";
+pub const ENV_REMOTE_TRUSTED_KEYS: &str = "GRIDKEY_REMOTE_TRUSTED_KEYS";
 /// Seconds to wait for a connection.
-pub const ENV_CONNECT_TIMEOUT: &str = "GRIDKEY_REMOTE_CONNECT_TIMEOUT";
+pub const ENV_REMOTE_CONNECT_TIMEOUT: &str = "GRIDKEY_REMOTE_CONNECT_TIMEOUT";
 /// Seconds to wait for a reply (and for a write to be taken).
-pub const ENV_TIMEOUT: &str = "GRIDKEY_REMOTE_TIMEOUT";
+pub const ENV_REMOTE_TIMEOUT: &str = "GRIDKEY_REMOTE_TIMEOUT";
 /// Seconds a lease lives without a heartbeat.
-pub const ENV_LEASE_TTL: &str = "GRIDKEY_REMOTE_LEASE_TTL";
+pub const ENV_REMOTE_LEASE_TTL: &str = "GRIDKEY_REMOTE_LEASE_TTL";
 /// Seconds at most to wait for another writer's lease before translating here.
-pub const ENV_LEASE_WAIT: &str = "GRIDKEY_REMOTE_LEASE_WAIT";
+pub const ENV_REMOTE_LEASE_WAIT: &str = "GRIDKEY_REMOTE_LEASE_WAIT";
 /// Largest object, in bytes, that is uploaded or downloaded.
-pub const ENV_MAX_OBJECT: &str = "GRIDKEY_REMOTE_MAX_OBJECT";
+pub const ENV_REMOTE_MAX_OBJECT: &str = "GRIDKEY_REMOTE_MAX_OBJECT";
 /// Prefix of every Redis key name.
-pub const ENV_NAMESPACE: &str = "GRIDKEY_REMOTE_NAMESPACE";
+pub const ENV_REMOTE_NAMESPACE: &str = "GRIDKEY_REMOTE_NAMESPACE";
 
-/// Every variable of the remote tier: name, meaning, default (README "Usage" lists each).
-pub const VARIABLES: &[(&str, &str, &str)] = &[
-    (
-        ENV_URL,
-        "Redis URL of the shared tier, `redis://[:PASSWORD@]HOST:PORT[/DB]` or `redis+unix:///PATH`",
-        "unset: no shared tier",
-    ),
-    (ENV_WRITER, "`1`: this client uploads objects and takes leases (a designated writer)", "off: read-only"),
-    (ENV_SIGNING_KEY, "file of the writer's Ed25519 signing key; uploads are signed with it", "unset: unsigned"),
-    (
-        ENV_TRUSTED_KEYS,
-        "file of trusted public keys; only objects signed by one of them are used",
-        "unset: any object that checks",
-    ),
-    (ENV_CONNECT_TIMEOUT, "seconds to wait for a connection", "1"),
-    (ENV_TIMEOUT, "seconds to wait for a reply", "2"),
-    (ENV_LEASE_TTL, "seconds a lease lives without its holder's heartbeat", "10"),
-    (ENV_LEASE_WAIT, "seconds at most to wait on another writer's lease", "60"),
-    (ENV_MAX_OBJECT, "largest object uploaded or downloaded, in bytes", "67108864"),
-    (ENV_NAMESPACE, "prefix of every Redis key name", "gridkey"),
+/// The variables of the shared tier, in the order of [`crate::VARIABLES`].
+pub(crate) const REMOTE_VARIABLES: [Variable; 10] = [
+    Variable {
+        name: ENV_REMOTE_URL,
+        meaning: "Redis URL of the shared tier, `redis://[:PASSWORD@]HOST:PORT[/DB]` or `redis+unix:///PATH` (what `--remote` sets)",
+        default: "unset: no shared tier",
+    },
+    Variable {
+        name: ENV_REMOTE_WRITER,
+        meaning: "switch: this client uploads objects and takes leases, a designated writer (what `--remote-writer` sets)",
+        default: "off: read-only",
+    },
+    Variable {
+        name: ENV_REMOTE_SIGNING_KEY,
+        meaning: "file of the writer's Ed25519 signing key (`gridkey cache keygen` writes one); uploads are signed",
+        default: "unset: unsigned",
+    },
+    Variable {
+        name: ENV_REMOTE_TRUSTED_KEYS,
+        meaning: "file of trusted public keys, one per line; only objects signed by one of them are used",
+        default: "unset: any object that checks",
+    },
+    Variable { name: ENV_REMOTE_CONNECT_TIMEOUT, meaning: "seconds to wait for a connection to the shared tier", default: "1" },
+    Variable { name: ENV_REMOTE_TIMEOUT, meaning: "seconds to wait for each reply of the shared tier", default: "2" },
+    Variable { name: ENV_REMOTE_LEASE_TTL, meaning: "seconds a lease lives without its holder's heartbeat", default: "10" },
+    Variable { name: ENV_REMOTE_LEASE_WAIT, meaning: "seconds at most to wait on another writer's lease", default: "60" },
+    Variable {
+        name: ENV_REMOTE_MAX_OBJECT,
+        meaning: "largest object uploaded to or downloaded from the shared tier, in bytes",
+        default: "67108864 (64 MiB)",
+    },
+    Variable { name: ENV_REMOTE_NAMESPACE, meaning: "prefix of every Redis key name of the shared tier", default: "`gridkey`" },
 ];
 
 /// Whether this client writes to the shared tier.
@@ -59,8 +71,8 @@ pub enum Role {
     Writer,
 }
 
-/// The settings of the shared tier (README "Usage", ADR 0015).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+/// The settings of the shared tier (README "The shared tier", ADR 0015).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RemoteSettings {
     /// The Redis URL, as given (it may carry a password; [`RemoteSettings::shown_url`] hides it).
     pub url: String,
@@ -102,42 +114,46 @@ impl RemoteSettings {
     }
 
     /// The settings given by the variables that `lookup` returns, or `None` when
-    /// [`ENV_URL`] is unset or blank. Pure: `lookup` is the only source.
+    /// [`ENV_REMOTE_URL`] is unset or blank. Pure: `lookup` is the only source.
     ///
-    /// Errors: [`RemoteError::BadSetting`] naming the variable and what it accepts.
-    pub fn from_vars(lookup: impl Fn(&str) -> Option<String>) -> Result<Option<RemoteSettings>, RemoteError> {
-        let Some(url) = lookup(ENV_URL).map(|u| u.trim().to_owned()).filter(|u| !u.is_empty()) else {
+    /// Errors: [`SettingsError::BadSetting`] naming the variable and what it accepts.
+    pub fn from_vars(lookup: impl Fn(&str) -> Option<String>) -> Result<Option<RemoteSettings>, SettingsError> {
+        let Some(url) = lookup(ENV_REMOTE_URL).map(|u| u.trim().to_owned()).filter(|u| !u.is_empty()) else {
             return Ok(None);
         };
         let mut s = RemoteSettings::new(url);
-        if switch(ENV_WRITER, lookup(ENV_WRITER))? {
+        if parse_switch(ENV_REMOTE_WRITER, lookup(ENV_REMOTE_WRITER).as_deref())? {
             s.role = Role::Writer;
         }
         let path = |var| lookup(var).filter(|p| !p.trim().is_empty()).map(PathBuf::from);
-        s.signing_key = path(ENV_SIGNING_KEY);
-        s.trusted_keys = path(ENV_TRUSTED_KEYS);
+        s.signing_key = path(ENV_REMOTE_SIGNING_KEY);
+        s.trusted_keys = path(ENV_REMOTE_TRUSTED_KEYS);
         for (var, field) in [
-            (ENV_CONNECT_TIMEOUT, &mut s.connect_timeout),
-            (ENV_TIMEOUT, &mut s.timeout),
-            (ENV_LEASE_TTL, &mut s.lease_ttl),
-            (ENV_LEASE_WAIT, &mut s.lease_wait),
+            (ENV_REMOTE_CONNECT_TIMEOUT, &mut s.connect_timeout),
+            (ENV_REMOTE_TIMEOUT, &mut s.timeout),
+            (ENV_REMOTE_LEASE_TTL, &mut s.lease_ttl),
+            (ENV_REMOTE_LEASE_WAIT, &mut s.lease_wait),
         ] {
             if let Some(value) = lookup(var) {
                 *field = seconds(var, &value)?;
             }
         }
-        if let Some(value) = lookup(ENV_MAX_OBJECT) {
+        if let Some(value) = lookup(ENV_REMOTE_MAX_OBJECT) {
             s.max_object_bytes = value
                 .trim()
                 .parse()
                 .ok()
                 .filter(|&n: &u64| n > 0)
-                .ok_or_else(|| bad(ENV_MAX_OBJECT, &value, "a positive number of bytes"))?;
+                .ok_or_else(|| bad(ENV_REMOTE_MAX_OBJECT, &value, "a positive number of bytes"))?;
         }
-        if let Some(value) = lookup(ENV_NAMESPACE) {
+        if let Some(value) = lookup(ENV_REMOTE_NAMESPACE) {
             let ok = !value.is_empty() && value.bytes().all(|b| b.is_ascii_graphic());
             if !ok {
-                return Err(bad(ENV_NAMESPACE, &value, "a non-empty name of printable characters without spaces"));
+                return Err(bad(
+                    ENV_REMOTE_NAMESPACE,
+                    &value,
+                    "a non-empty name of printable characters without spaces",
+                ));
             }
             s.namespace = value;
         }
@@ -155,23 +171,11 @@ impl RemoteSettings {
     }
 }
 
-fn bad(var: &'static str, value: &str, accepted: &'static str) -> RemoteError {
-    RemoteError::BadSetting { var, value: value.to_owned(), accepted }
+fn bad(var: &'static str, value: &str, accepted: &'static str) -> SettingsError {
+    SettingsError::BadSetting { var, value: value.to_owned(), accepted }
 }
 
-fn switch(var: &'static str, value: Option<String>) -> Result<bool, RemoteError> {
-    match value.as_deref().map(|v| v.trim().to_ascii_lowercase()).as_deref() {
-        None | Some("" | "0" | "false" | "no" | "off") => Ok(false),
-        Some("1" | "true" | "yes" | "on") => Ok(true),
-        Some(_) => Err(bad(
-            var,
-            value.as_deref().unwrap_or_default(),
-            "1, true, yes or on to switch it on; 0, false, no, off or nothing to switch it off",
-        )),
-    }
-}
-
-fn seconds(var: &'static str, value: &str) -> Result<Duration, RemoteError> {
+fn seconds(var: &'static str, value: &str) -> Result<Duration, SettingsError> {
     value
         .trim()
         .parse::<f64>()
@@ -182,7 +186,7 @@ fn seconds(var: &'static str, value: &str) -> Result<Duration, RemoteError> {
 }
 
 /// `url` with the password of its user-info part replaced by `***`.
-pub(crate) fn redact(url: &str) -> String {
+pub fn redact(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else { return url.to_owned() };
     let authority_end = rest.find('/').unwrap_or(rest.len());
     match rest[..authority_end].rfind('@') {

@@ -5,11 +5,15 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use gridkey_remote::{RemoteError, RemoteSettings, Role, VARIABLES};
+use gridkey_settings::{RemoteSettings, Role, Settings, SettingsError, VARIABLES};
 
-fn check(vars: &[(&str, &str)]) -> Result<Option<RemoteSettings>, RemoteError> {
+fn check(vars: &[(&str, &str)]) -> Result<Option<RemoteSettings>, SettingsError> {
     let map: HashMap<String, String> = vars.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
-    RemoteSettings::from_vars(|var| map.get(var).cloned())
+    let remote = RemoteSettings::from_vars(|var| map.get(var).cloned());
+    // The same, parsed as part of the settings.
+    let all = Settings::from_vars(|var| map.get(var).cloned()).map(|s| s.remote);
+    assert_eq!(format!("{remote:?}"), format!("{all:?}"));
+    remote
 }
 
 #[test]
@@ -28,8 +32,9 @@ fn defaults_are_read_only_unsigned_and_short_timeouts() {
     assert_eq!((s.lease_ttl, s.lease_wait), (Duration::from_secs(10), Duration::from_secs(60)));
     assert_eq!((s.max_object_bytes, s.namespace.as_str()), (64 << 20, "gridkey"));
     // The documented defaults are these.
-    let documented: Vec<&str> = VARIABLES.iter().map(|(_, _, d)| *d).collect();
-    assert_eq!(documented[4..], ["1", "2", "10", "60", "67108864", "gridkey"]);
+    let documented: Vec<&str> =
+        VARIABLES.iter().filter(|v| v.name.starts_with("GRIDKEY_REMOTE_")).map(|v| v.default).collect();
+    assert_eq!(documented[4..], ["1", "2", "10", "60", "67108864 (64 MiB)", "`gridkey`"]);
 }
 
 #[test]
@@ -58,9 +63,8 @@ fn every_variable_is_read() {
     assert_eq!((s.max_object_bytes, s.namespace.as_str()), (1000, "site-a"));
     assert_eq!(s.shown_url(), "redis://:***@cache.site:6380/2");
     // VARIABLES lists exactly the variables read here.
-    let names: Vec<&str> = VARIABLES.iter().map(|(n, _, _)| *n).collect();
+    let names: Vec<&str> = VARIABLES.iter().map(|v| v.name).filter(|n| n.starts_with("GRIDKEY_REMOTE_")).collect();
     assert_eq!(names.len(), 10);
-    assert!(names.iter().all(|n| n.starts_with("GRIDKEY_REMOTE_")));
 }
 
 #[test]
@@ -79,7 +83,7 @@ fn bad_values_name_the_variable() {
         ("GRIDKEY_REMOTE_NAMESPACE", ""),
     ] {
         match check(&[url, (var, value)]) {
-            Err(e @ RemoteError::BadSetting { .. }) => {
+            Err(e @ SettingsError::BadSetting { .. }) => {
                 let text = e.to_string();
                 assert!(text.starts_with(&format!("{var}={value:?} is not valid: expected ")), "{text}");
             }
