@@ -11,6 +11,11 @@
 //! Real full disks and read-only file systems come from small tmpfs mounts when this process
 //! may mount (root); otherwise the same faults are injected through the writer's I/O layer
 //! (`GRIDKEY_FAULT=enospc:...`, see `gridkey_store::fault`) and the row says so.
+//!
+//! The shared tier's rows (`faults/remote.rs`) run against a real `redis-server`, installed
+//! when missing.
+
+mod remote;
 
 use std::fs;
 use std::io::{BufRead, BufReader, Write};
@@ -155,6 +160,9 @@ pub fn faults(root: &Path, bin: PathBuf) -> Result<bool> {
         "mapped tables and live temp kept",
         Matrix::gc_while_mapped,
     );
+
+    // 8. The shared tier (ADR 0015, ADR 0016).
+    remote::rows(&mut m)?;
 
     println!(
         "\n{} s; tmpfs mounts {}",

@@ -13,12 +13,15 @@
 //! `cargo xtask memory` (worker start time and per-worker memory with mapped tables) and
 //! `cargo xtask kill-demo` (a worker killed in the middle of `gridkey run`): see their modules.
 //! `cargo xtask faults` is the fault matrix of ADR 0012 (see `faults.rs`).
+//! `cargo xtask cluster --nodes N`: N simulated nodes on one Redis server, cold and warm starts
+//! and the server killed mid-run (see `cluster.rs`).
 //! `cargo xtask with-redis -- CMD ARGS...` runs CMD with a real Redis server of its own on loopback
 //! (`GRIDKEY_TEST_REDIS_URL`), installing Debian's `redis-server` when missing (see `redis_server.rs`).
 //! `cargo xtask bench [--quick]` measures digest, compile-time views, keys, payload and build
 //! jobs against their limits and writes `target/gridkey-bench.json` (see `bench.rs`).
 
 mod bench;
+mod cluster;
 mod faults;
 mod kill_demo;
 mod memory;
@@ -51,6 +54,7 @@ fn main() -> ExitCode {
         Some("modes") => modes(&args[1..]),
         Some("bench") => bench::bench(&args[1..]),
         Some("memory") => build_gridkey().and_then(|bin| memory::memory(&args[1..], &bin)),
+        Some("cluster") => build_gridkey().and_then(|bin| cluster::cluster(&args[1..], &bin)),
         Some("with-redis") => {
             return redis_server::with_redis(&args[1..]).unwrap_or_else(|e| {
                 eprintln!("xtask: error: {e:#}");
@@ -66,7 +70,7 @@ fn main() -> ExitCode {
         },
         _ => {
             eprintln!(
-                "usage: cargo xtask modes [--grid FILE]\n       cargo xtask bench [--quick]\n       cargo xtask faults [--bin GRIDKEY]\n       cargo xtask memory [--scale N] [--workers W] [--starts S]\n       cargo xtask kill-demo [--grid FILE]\n       cargo xtask with-redis -- CMD ARGS..."
+                "usage: cargo xtask modes [--grid FILE]\n       cargo xtask bench [--quick]\n       cargo xtask faults [--bin GRIDKEY]\n       cargo xtask memory [--scale N] [--workers W] [--starts S]\n       cargo xtask kill-demo [--grid FILE]\n       cargo xtask cluster --nodes N [--grid FILE] [--mode M] [--jobs J] [--rounds R] [--loopback]\n       cargo xtask with-redis -- CMD ARGS..."
             );
             return ExitCode::from(2);
         }

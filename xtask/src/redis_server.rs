@@ -75,6 +75,7 @@ pub struct RedisServer {
     binary: PathBuf,
     port: u16,
     password: Option<String>,
+    bind: Vec<String>,
     dir: tempfile::TempDir,
 }
 
@@ -84,11 +85,20 @@ impl RedisServer {
     ///
     /// Errors: it cannot be started or does not answer within 10 s.
     pub fn start(binary: &Path, password: Option<&str>) -> Result<RedisServer> {
+        Self::start_on(binary, password, &["127.0.0.1"])
+    }
+
+    /// [`RedisServer::start`] listening on the addresses `bind` (loopback first: the driver
+    /// talks to it there).
+    ///
+    /// Errors: as [`RedisServer::start`].
+    pub fn start_on(binary: &Path, password: Option<&str>, bind: &[&str]) -> Result<RedisServer> {
         let mut server = RedisServer {
             child: None,
             binary: binary.to_path_buf(),
             port: free_port()?,
             password: password.map(str::to_owned),
+            bind: bind.iter().map(|b| (*b).to_owned()).collect(),
             dir: tempfile::tempdir()?,
         };
         server.restart()?;
@@ -101,7 +111,9 @@ impl RedisServer {
     pub fn restart(&mut self) -> Result<()> {
         self.kill();
         let mut cmd = Command::new(&self.binary);
-        cmd.args(["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+        cmd.args(["--port", &self.port.to_string(), "--save", "", "--appendonly", "no"])
+            .arg("--bind")
+            .args(&self.bind)
             .args(["--maxclients", "10000", "--loglevel", "warning"])
             .arg("--dir")
             .arg(self.dir.path())

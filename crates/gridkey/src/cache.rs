@@ -130,7 +130,7 @@ pub fn stats(cache_dir: &Path) -> Result<Vec<StoreStats>, AppError> {
 }
 
 /// File of the local tier's counters, summed over runs, in the cache directory.
-pub const LOCAL_STATS_FILE: &str = "stats-v1.json";
+pub const LOCAL_STATS_FILE: &str = "tier-stats-v1";
 
 /// The counters of one tier, for a run (`gridkey run --json`, `tiers`) or summed over runs
 /// (`gridkey cache stats`).
@@ -202,11 +202,12 @@ pub fn local_stats(cache_dir: &Path) -> (gridkey_remote::TierStats, u64) {
 }
 
 /// Adds one run's counters of the local tier to [`LOCAL_STATS_FILE`], under an exclusive lock
-/// of `stats-v1.lock` so that concurrent runs add up, written atomically.
+/// of `tier-stats-v1.lock` so that concurrent runs add up, written atomically.
 ///
 /// Errors: the lock or the file cannot be written.
 pub fn record_local_stats(cache_dir: &Path, run: &gridkey_remote::TierStats) -> io::Result<()> {
-    let lock = fs::OpenOptions::new().create(true).truncate(false).write(true).open(cache_dir.join("stats-v1.lock"))?;
+    let lock =
+        fs::OpenOptions::new().create(true).truncate(false).write(true).open(cache_dir.join("tier-stats-v1.lock"))?;
     gridkey_store::lock::lock_exclusive(&lock)?;
     let (mut stats, runs) = local_stats(cache_dir);
     stats.add(run);

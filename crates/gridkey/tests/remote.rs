@@ -41,7 +41,8 @@ fn grid() -> PathBuf {
 
 /// `gridkey run --json` in serial mode into `cache` with the shared tier `url` in `ns`.
 fn run(cache: &Path, url: &str, ns: &str, extra: &[&str], env: &[(&str, &str)]) -> (Output, Value) {
-    let mut args = vec!["run", "--grid", grid().to_str().unwrap(), "--cache-dir", cache.to_str().unwrap()];
+    let grid = grid();
+    let mut args = vec!["run", "--grid", grid.to_str().unwrap(), "--cache-dir", cache.to_str().unwrap()];
     args.extend(["--mode", "serial", "--json", "--remote", url]);
     args.extend_from_slice(extra);
     let mut vars = vec![("GRIDKEY_REMOTE_NAMESPACE", ns), ("GRIDKEY_REMOTE_TIMEOUT", "0.5")];
@@ -205,7 +206,8 @@ fn cache_push_seeds_the_shared_tier_from_a_local_cache() {
     let Some(url) = shared_url("cache_push_seeds_the_shared_tier_from_a_local_cache") else { return };
     let ns = namespace("push");
     let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let local = gridkey_command(&["run", "--mode", "serial", "--grid", grid().to_str().unwrap(), "--cache-dir"], &[])
+    let grid = grid();
+    let local = gridkey_command(&["run", "--mode", "serial", "--grid", grid.to_str().unwrap(), "--cache-dir"], &[])
         .arg(a.path())
         .output()
         .unwrap();
