@@ -375,7 +375,7 @@ pub fn cluster(args: &[String], bin: &Path) -> Result<bool> {
     let probe = RedisProbe { server: &server };
     let killed = c.wave(&fresh, true, |started| {
         // Kill the server as soon as the first object is uploaded (or after 60 s).
-        while started.elapsed() < Duration::from_secs(60) && probe.dbsize() < 2 {
+        while started.elapsed() < Duration::from_secs(60) && probe.objects() == 0 {
             std::thread::sleep(Duration::from_millis(2));
         }
         killed_at = Some(started.elapsed().as_secs_f64());
@@ -415,11 +415,12 @@ struct RedisProbe<'a> {
 }
 
 impl RedisProbe<'_> {
-    fn dbsize(&self) -> i64 {
-        match self.server.command(&["DBSIZE"]) {
-            Ok(redis::Value::Int(n)) => n,
-            _ => 0,
-        }
+    /// Objects on the server (leases and counters are not objects).
+    fn objects(&self) -> usize {
+        self.server
+            .connection()
+            .and_then(|mut c| Ok(redis::cmd("KEYS").arg("gridkey:obj-v1:*").query::<Vec<String>>(&mut c)?))
+            .map_or(0, |names| names.len())
     }
 
     fn kill(&self) {
