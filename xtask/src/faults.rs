@@ -58,10 +58,12 @@ struct Matrix {
     survived: usize,
     lost: usize,
     can_mount: bool,
+    /// Only the rows whose name contains this (`--only TEXT`).
+    only: Option<String>,
 }
 
 /// Runs the matrix; `Ok(true)` when every fault was survived.
-pub fn faults(root: &Path, bin: PathBuf) -> Result<bool> {
+pub fn faults(root: &Path, bin: PathBuf, only: Option<String>) -> Result<bool> {
     let work = tempfile::tempdir()?;
     let can_mount = try_mount(&work.path().join("probe"), "size=64k").is_ok_and(|m| {
         let _ = unmount(&m);
@@ -76,6 +78,7 @@ pub fn faults(root: &Path, bin: PathBuf) -> Result<bool> {
         survived: 0,
         lost: 0,
         can_mount,
+        only,
     };
     let started = Instant::now();
     println!("{:<58} {:<44} seen", "fault", "expected");
@@ -179,6 +182,9 @@ pub fn faults(root: &Path, bin: PathBuf) -> Result<bool> {
 
 impl Matrix {
     fn row(&mut self, fault: &str, expected: &str, check: impl FnOnce(&mut Matrix) -> Result<Seen>) {
+        if self.only.as_ref().is_some_and(|only| !fault.contains(only.as_str())) {
+            return;
+        }
         let seen =
             check(self).unwrap_or_else(|e| Seen { survived: false, lost: false, text: format!("driver error: {e:#}") });
         self.tried += 1;

@@ -64,13 +64,16 @@ fn main() -> ExitCode {
         Some("kill-demo") => build_gridkey().and_then(|bin| kill_demo::kill_demo(&args[1..], &bin)),
         Some("faults") => match &args[1..] {
             // Another build of the binary, e.g. an older commit's, to see which faults it survives.
-            [flag, bin] if flag == "--bin" => faults::faults(&root(), PathBuf::from(bin)),
-            [] => build_gridkey().and_then(|bin| faults::faults(&root(), bin)),
-            other => Err(anyhow::anyhow!("unexpected arguments {other:?}: expected [--bin GRIDKEY]")),
+            [flag, bin] if flag == "--bin" => faults::faults(&root(), PathBuf::from(bin), None),
+            [flag, only] if flag == "--only" => {
+                build_gridkey().and_then(|bin| faults::faults(&root(), bin, Some(only.clone())))
+            }
+            [] => build_gridkey().and_then(|bin| faults::faults(&root(), bin, None)),
+            other => Err(anyhow::anyhow!("unexpected arguments {other:?}: expected [--bin GRIDKEY] or [--only TEXT]")),
         },
         _ => {
             eprintln!(
-                "usage: cargo xtask modes [--grid FILE]\n       cargo xtask bench [--quick]\n       cargo xtask faults [--bin GRIDKEY]\n       cargo xtask memory [--scale N] [--workers W] [--starts S]\n       cargo xtask kill-demo [--grid FILE]\n       cargo xtask cluster --nodes N [--grid FILE] [--mode M] [--jobs J] [--rounds R] [--loopback]\n       cargo xtask with-redis -- CMD ARGS..."
+                "usage: cargo xtask modes [--grid FILE]\n       cargo xtask bench [--quick]\n       cargo xtask faults [--bin GRIDKEY | --only TEXT]\n       cargo xtask memory [--scale N] [--workers W] [--starts S]\n       cargo xtask kill-demo [--grid FILE]\n       cargo xtask cluster --nodes N [--grid FILE] [--mode M] [--jobs J] [--rounds R] [--loopback]\n       cargo xtask with-redis -- CMD ARGS..."
             );
             return ExitCode::from(2);
         }

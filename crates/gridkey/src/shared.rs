@@ -96,9 +96,13 @@ impl SharedRun {
         let keys: Vec<[u8; 16]> = missing.iter().map(|&i| *inputs[i].key().as_bytes()).collect();
         let fetched = remote.get_many(Kind::TranslationEntry, &keys);
         for (&i, f) in missing.iter().zip(fetched) {
-            if let Fetched::Hit(payload) = f {
-                routes[i] = Some(self.write_back(local, &inputs[i], &payload, writer));
-            }
+            routes[i] = match f {
+                Fetched::Hit(payload) => Some(self.write_back(local, &inputs[i], &payload, writer)),
+                // A bad object under the key: translate here and, as a writer, replace it; no
+                // claim, which would only find the same object again.
+                Fetched::Rejected(_) => Some(Route::Here { upload: writer && remote.is_on() }),
+                Fetched::Absent | Fetched::Off => None,
+            };
         }
         // 2. Claims for the rest.
         let missing: Vec<usize> = (0..inputs.len()).filter(|&i| routes[i].is_none()).collect();
