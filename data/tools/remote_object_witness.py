@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Independent witness for gridkey's remote object format v1 (ADR 0016).
+"""Independent witness for gridkey's remote object format v1 (ADR 0019).
 
 Builds the two fixed objects of crates/gridkey-remote/tests/object.rs
 (`the_format_is_pinned_by_an_independent_witness`) by the rules of the format and prints each

@@ -1,5 +1,6 @@
 //! `cargo xtask bench [--quick]`: digest, compile-time views, keys, payload and build jobs,
-//! each measured against its limit in the same run (README "Performance", ADR 0008).
+//! each measured against its limit in the same run (README "Performance"; ADR 0008 for the
+//! digest, ADR 0011 for the view build).
 //!
 //! Every case reports the median of its repetitions in seconds and a `ratio` against the limit
 //! named in the case (a plain read, a one-shot xxh3, a plain write, serial mode), because
@@ -562,7 +563,7 @@ fn frame_of(provider: &Arc<CompileTimeOffsetProvider>, cache_dir: &Path) -> Resu
         provider: provider.clone(),
         settings: gridkey::task_settings(&crate::settings_for(cache_dir, BuildJobs::new(BuildJobsMode::Serial, 1)))?,
     };
-    let message = ToWorker::Task { id: 0, task: WireTask::from_task(&task).map_err(anyhow::Error::msg)? };
+    let message = ToWorker::Task { id: 0, task: Box::new(WireTask::from_task(&task).map_err(anyhow::Error::msg)?) };
     let mut frame = Vec::new();
     write_frame(&mut frame, &message)?;
     let postcard = postcard::to_stdvec(&message)?;

@@ -10,7 +10,9 @@
 //!
 //! Real full disks and read-only file systems come from small tmpfs mounts when this process
 //! may mount (root); otherwise the same faults are injected through the writer's I/O layer
-//! (`GRIDKEY_FAULT=enospc:...`, see `gridkey_store::fault`) and the row says so.
+//! (`GRIDKEY_FAULT=enospc:...`, parsed by the binary into a `gridkey_fs::Fault`) and the row says
+//! so. Every persistent file (table, translation entry, kernel library) is written through
+//! `gridkey_fs::write_atomic`, so each is killed and starved the same way.
 //!
 //! The shared tier's rows (`faults/remote.rs`) run against a real `redis-server`, installed
 //! when missing.
@@ -28,9 +30,9 @@ use std::time::{Duration, Instant, SystemTime};
 use anyhow::{bail, Context, Result};
 use gridkey_digest::{digest_table, Dtype, TableDigest};
 use gridkey_fingerprint::{decode_entry, encode_entry, KeyInputs, TranslationKey, ENTRY_FORMAT_VERSION};
+use gridkey_fs::{PausePoint, TEMP_PREFIX};
 use gridkey_offsets::{compile_time_offset_provider, Entry};
-use gridkey_store::fault::PausePoint;
-use gridkey_store::{StoreError, TableStore, TEMP_PREFIX};
+use gridkey_store::{StoreError, TableStore};
 use ndarray::ArrayView2;
 use ndarray_npy::ViewNpyExt;
 
@@ -84,7 +86,7 @@ pub fn faults(root: &Path, bin: PathBuf, only: Option<String>) -> Result<bool> {
     println!("{:<58} {:<44} seen", "fault", "expected");
 
     // 1. SIGKILL in the middle of writing a table and a translation entry, at every point.
-    for (what, filter) in [("table", "tables-v1"), ("translation entry", ".bin")] {
+    for (what, filter) in [("table", "tables-v1"), ("translation entry", ".bin"), ("kernel library", ".so")] {
         for point in PausePoint::ALL {
             let expected = "no partial final file; temp removed by gc; rerun ok";
             m.row(&format!("SIGKILL writing a {what}, point {}", point.as_str()), expected, |m| {
@@ -121,7 +123,10 @@ pub fn faults(root: &Path, bin: PathBuf, only: Option<String>) -> Result<bool> {
         m.disk_full_injected("tables-v1")
     });
     m.row("ENOSPC injected in the writer: translation entry", "clear error, nothing left behind", |m| {
-        m.disk_full_injected("translation-v1")
+        m.disk_full_injected("translation-v2")
+    });
+    m.row("ENOSPC injected in the writer: kernel library", "clear error, nothing left behind", |m| {
+        m.disk_full_injected(".so")
     });
 
     // 5. Cache directories.
@@ -164,7 +169,7 @@ pub fn faults(root: &Path, bin: PathBuf, only: Option<String>) -> Result<bool> {
         Matrix::gc_while_mapped,
     );
 
-    // 8. The shared tier (ADR 0015, ADR 0016).
+    // 8. The shared tier (ADR 0018, ADR 0019).
     remote::rows(&mut m)?;
 
     println!(
@@ -533,7 +538,7 @@ impl Matrix {
     fn modified_in_place(&mut self) -> Result<Seen> {
         let cache = self.fresh("modified");
         let grid = gridkey_grid::read_grid(&self.grid)?;
-        let provider = crate::runtime_variants(&grid)?
+        let provider = gridkey::layouts::runtime_layouts(grid.provider())?
             .into_iter()
             .find(|(name, _)| *name == "host copy")
             .context("host-copy variant")?
@@ -572,7 +577,7 @@ impl Matrix {
 
     fn gc_while_mapped(&mut self) -> Result<Seen> {
         let cache = self.fresh("gc-live");
-        let (mut child, temp) = self.paused(&cache, "pause:created:translation-v1")?;
+        let (mut child, temp) = self.paused(&cache, "pause:created:translation-v2")?;
         let during = self
             .gridkey(&["cache", "gc", "--cache-dir", s(&cache), "--max-size", "0", "--temp-age", "0", "--json"], &[])?;
         let tables_during = files_with_ext(&cache.join(gridkey_store::TABLES_DIR), "npy").len();
@@ -797,7 +802,10 @@ fn check_final_files(cache: &Path) -> Vec<String> {
             Some("json") if in_store(gridkey_fingerprint::TRANSLATION_DIR) => {
                 serde_json::from_slice::<KeyInputs>(&bytes).is_ok_and(|k| k.key().to_hex() == stem(&path))
             }
-            Some("so") if in_store(gridkey_stencil::BUILD_DIR) => bytes.starts_with(b"\x7fELF"),
+            // Written by gridkey_fs like every entry: whole and read-only.
+            Some("so") if in_store(gridkey_stencil::BUILD_DIR) => {
+                bytes.starts_with(b"\x7fELF") && fs::metadata(&path).is_ok_and(|m| m.permissions().readonly())
+            }
             _ => true,
         };
         if !ok {

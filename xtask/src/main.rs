@@ -1,5 +1,8 @@
 //! `cargo xtask`: project automation.
 //!
+//! `cargo xtask test` is the README's test command: it sets up the virtual environment and the
+//! Redis server the tests need and runs every test with them required (see `test.rs`).
+//!
 //! `cargo xtask modes [--grid FILE]` is the mode-equivalence proof of README "The proof":
 //! 1. the key of every program is identical across the three build-jobs modes, and across
 //!    runtime tables given in C order, Fortran order, as int64 and through the host-copy source;
@@ -17,15 +20,21 @@
 //! and the server killed mid-run (see `cluster.rs`).
 //! `cargo xtask with-redis -- CMD ARGS...` runs CMD with a real Redis server of its own on loopback
 //! (`GRIDKEY_TEST_REDIS_URL`), installing Debian's `redis-server` when missing (see `redis_server.rs`).
+//! `cargo xtask py-test` and `cargo xtask py-bench` test and measure the Python package (see
+//! `py.rs`).
 //! `cargo xtask bench [--quick]` measures digest, compile-time views, keys, payload and build
 //! jobs against their limits and writes `target/gridkey-bench.json` (see `bench.rs`).
+//! `cargo xtask gt4py [--reduced]` is the proof on GT4Py 1.2.3 with `gridkey.gt4py` (see `gt4py.rs`).
 
 mod bench;
 mod cluster;
 mod faults;
+mod gt4py;
 mod kill_demo;
 mod memory;
+mod py;
 mod redis_server;
+mod test;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -37,12 +46,9 @@ use gridkey::{RunConfig, RunReport, Settings, StencilHandler};
 use gridkey_fingerprint::TranslationOptions;
 use gridkey_grid::{read_grid, Grid};
 use gridkey_jobs::{BuildJobs, BuildJobsMode, Runner, WorkerCommand};
-use gridkey_offsets::{
-    compile_time_offset_provider, Connectivity, Entry, HostCopySource, IndexTable, OffsetProvider, TableSource,
-};
+use gridkey_offsets::{compile_time_offset_provider, Entry};
 use gridkey_stencil::Program;
 use gridkey_store::TableStore;
-use ndarray::{Array2, ShapeBuilder};
 
 pub(crate) fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask sits in the workspace root").to_path_buf()
@@ -51,8 +57,12 @@ pub(crate) fn root() -> PathBuf {
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
+        Some("test") if args.len() == 1 => test::test(&root(), &target_dir()),
         Some("modes") => modes(&args[1..]),
         Some("bench") => bench::bench(&args[1..]),
+        Some("py-test") => py::py_test_command(&args[1..]),
+        Some("py-bench") => py::py_bench(&args[1..]),
+        Some("gt4py") => gt4py::gt4py(&args[1..]),
         Some("memory") => build_gridkey().and_then(|bin| memory::memory(&args[1..], &bin)),
         Some("cluster") => build_gridkey().and_then(|bin| cluster::cluster(&args[1..], &bin)),
         Some("with-redis") => {
@@ -73,7 +83,7 @@ fn main() -> ExitCode {
         },
         _ => {
             eprintln!(
-                "usage: cargo xtask modes [--grid FILE]\n       cargo xtask bench [--quick]\n       cargo xtask faults [--bin GRIDKEY | --only TEXT]\n       cargo xtask memory [--scale N] [--workers W] [--starts S]\n       cargo xtask kill-demo [--grid FILE]\n       cargo xtask cluster --nodes N [--grid FILE] [--mode M] [--jobs J] [--rounds R] [--loopback]\n       cargo xtask with-redis -- CMD ARGS..."
+                "usage: cargo xtask test\n       cargo xtask modes [--grid FILE]\n       cargo xtask bench [--quick]\n       cargo xtask faults [--bin GRIDKEY | --only TEXT]\n       cargo xtask memory [--scale N] [--workers W] [--starts S]\n       cargo xtask kill-demo [--grid FILE]\n       cargo xtask py-test [--python PYTHON] [--fresh]\n       cargo xtask py-bench [--python PYTHON] [--quick]\n       cargo xtask gt4py [--reduced] [--python PYTHON]\n       cargo xtask cluster --nodes N [--grid FILE] [--mode M] [--jobs J] [--rounds R] [--loopback]\n       cargo xtask with-redis -- CMD ARGS..."
             );
             return ExitCode::from(2);
         }
@@ -111,7 +121,7 @@ fn build_gridkey() -> Result<PathBuf> {
 }
 
 /// The cargo target directory: `CARGO_TARGET_DIR`, or `target/` in the workspace root.
-fn target_dir() -> PathBuf {
+pub(crate) fn target_dir() -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root().join("target"), PathBuf::from)
 }
 
@@ -151,7 +161,7 @@ fn modes(args: &[String]) -> Result<bool> {
     // (1) Keys across runtime layouts, and (3) C source against the runtime tables.
     let mut sources_identical = 0;
     let mut source_checks = 0;
-    for (variant, provider) in runtime_variants(&grid)? {
+    for (variant, provider) in gridkey::layouts::runtime_layouts(grid.provider())? {
         let cache = tempfile::tempdir()?;
         let store = TableStore::open(cache.path())?.verifying(true);
         let ct = compile_time_offset_provider(&provider, &store)?;
@@ -161,7 +171,7 @@ fn modes(args: &[String]) -> Result<bool> {
             }
         }
         for program in &programs {
-            let key = gridkey_stencil::key_inputs(program, &options, &ct).key();
+            let key = gridkey_stencil::key_inputs(program, &options, &ct)?.key();
             keys.entry(program.name().to_owned()).or_default().insert(format!("tables {variant}"), key.to_hex());
             let compiled = gridkey_stencil::translate(program, &ct, &options)?;
             let direct = gridkey_stencil::emit_c(
@@ -268,42 +278,4 @@ fn check_verified(report: &RunReport) -> bool {
         println!("  {} mode: {} did not verify: {}", report.mode, p.program, p.error.as_deref().unwrap_or("-"));
     }
     report.all_verified()
-}
-
-/// The grid's runtime provider with its tables in C order, Fortran order, as int64, and
-/// behind a host-copy source; dimension entries as they are.
-fn runtime_variants(grid: &Grid) -> Result<Vec<(&'static str, OffsetProvider)>> {
-    type Make = fn(&ndarray::ArcArray2<i32>) -> Arc<dyn TableSource>;
-    let makers: [(&'static str, Make); 4] = [
-        ("C order", |a| Arc::new(IndexTable::I32(a.as_standard_layout().into_owned().into_shared()))),
-        ("Fortran order", |a| {
-            let mut f = Array2::<i32>::zeros(a.raw_dim().f());
-            f.assign(a);
-            Arc::new(IndexTable::I32(f.into_shared()))
-        }),
-        ("int64", |a| Arc::new(IndexTable::I64(a.mapv(i64::from).into_shared()))),
-        ("host copy", |a| Arc::new(HostCopySource::new(IndexTable::I32(a.clone())))),
-    ];
-    let mut out = Vec::new();
-    for (name, make) in makers {
-        let mut provider = OffsetProvider::new();
-        for (offset, entry) in grid.provider().entries() {
-            let entry = match entry {
-                Entry::Dimension(d) => Entry::Dimension(d.clone()),
-                Entry::Gather(c) => {
-                    let IndexTable::I32(a) = c.host_table(offset)? else { bail!("grid tables are int32") };
-                    Entry::Gather(Arc::new(Connectivity::new(
-                        c.domain().clone(),
-                        c.local().clone(),
-                        c.codomain().clone(),
-                        c.skip_value(),
-                        make(&a),
-                    )?))
-                }
-            };
-            provider.push(offset.clone(), entry)?;
-        }
-        out.push((name, provider));
-    }
-    Ok(out)
 }

@@ -1,4 +1,4 @@
-//! Table digest, format v1 (DESIGN 4.1, ADR 0001).
+//! Table digest, format v1 (ADR 0001; docs/design.md "Formats").
 //!
 //! A [`TableDigest`] names the *logical content* of an integer neighbour table: its dtype (as a
 //! little-endian NumPy typestr), its shape and its elements in C (row-major) order, each
@@ -11,6 +11,37 @@
 //!
 //! printed as 32 lowercase hex digits, the same text as Python
 //! `xxhash.xxh3_128(...).hexdigest()` (see `data/tools/table_digest_witness.py`).
+//!
+//! # Example
+//!
+//! What a frontend does with a neighbour table it holds (here a `C2E` table of two cells with
+//! three edges each): digest it in whatever layout it has. The same logical table in Fortran
+//! order, or as raw big-endian bytes, has the same digest.
+//!
+//! ```
+//! use gridkey_digest::ndarray::{Array2, ShapeBuilder};
+//! use gridkey_digest::{digest_raw, digest_table, ByteOrder, Dtype, MemoryOrder, TableDigest};
+//!
+//! let elements: Vec<i32> = vec![0, 1, 2, 2, 3, 4];
+//! let c_order = Array2::from_shape_vec((2, 3), elements.clone())?;
+//! let digest: TableDigest = digest_table(c_order.view());
+//! assert_eq!(digest.to_hex().len(), 32);
+//!
+//! // The same table, column-major: memory order never reaches the digest.
+//! let mut fortran = Array2::<i32>::zeros((2, 3).f());
+//! fortran.assign(&c_order);
+//! assert_eq!(digest_table(fortran.view()), digest);
+//!
+//! // The same table as raw big-endian bytes (a netCDF variable, say).
+//! let be: Vec<u8> = elements.iter().flat_map(|x| x.to_be_bytes()).collect();
+//! assert_eq!(digest_raw(&be, Dtype::I32, ByteOrder::Big, MemoryOrder::C, &[2, 3])?, digest);
+//!
+//! // The digest text parses back; another shape of the same bytes is another digest.
+//! assert_eq!(digest.to_hex().parse::<TableDigest>()?, digest);
+//! let reshaped = Array2::from_shape_vec((3, 2), elements)?;
+//! assert_ne!(digest_table(reshaped.view()), digest);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 //!
 //! # Architecture invariant
 //!
@@ -34,6 +65,10 @@ use std::str::FromStr;
 use ndarray::{ArrayView, ArrayViewD, Dimension, IxDyn, ShapeBuilder};
 use twox_hash::XxHash3_128;
 
+/// The `ndarray` that [`digest_table`] takes views of, so that a caller builds its tables
+/// without pinning the same version itself.
+pub use ndarray;
+
 /// Version of the digest format implemented here; part of every store directory name
 /// (`tables-v1/`) and hashed into every translation key.
 pub const DIGEST_FORMAT_VERSION: u32 = 1;
@@ -41,7 +76,8 @@ pub const DIGEST_FORMAT_VERSION: u32 = 1;
 /// Size in bytes of the buffer through which non-contiguous or big-endian tables are hashed.
 pub const BUFFER_BYTES: usize = 64 * 1024;
 
-/// Errors of table digesting.
+/// Errors of table digesting (ADR 0005). Digesting an ndarray view never fails; only raw
+/// buffers of the wrong length and digest texts that do not parse do.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum DigestError {
     /// The raw byte buffer does not hold exactly `shape.product() * itemsize` bytes.
@@ -66,7 +102,8 @@ pub enum DigestError {
     },
 }
 
-/// The 128-bit digest of a table (format v1). Displays as 32 lowercase hex digits.
+/// The 128-bit digest of a table (format v1, ADR 0001). Displays as 32 lowercase hex digits,
+/// the text of Python `xxhash.xxh3_128(...).hexdigest()`; parses from 32 hex digits.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct TableDigest([u8; 16]);
 
@@ -115,6 +152,8 @@ impl FromStr for TableDigest {
     type Err = DigestError;
 
     /// Parses 32 hex digits (upper or lower case).
+    ///
+    /// Errors: [`DigestError::Parse`] naming the text.
     fn from_str(text: &str) -> Result<Self, DigestError> {
         let err = || DigestError::Parse { text: text.to_owned() };
         if text.len() != 32 || !text.is_ascii() {
@@ -170,7 +209,7 @@ impl fmt::Display for Dtype {
     }
 }
 
-/// Byte order of a raw table buffer.
+/// Byte order of a raw table buffer given to [`digest_raw`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ByteOrder {
     /// Least significant byte first (x86, ARM, the digest's own order).
@@ -179,7 +218,7 @@ pub enum ByteOrder {
     Big,
 }
 
-/// Memory order of a raw table buffer.
+/// Memory order of a raw table buffer given to [`digest_raw`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MemoryOrder {
     /// Row-major: the last index varies fastest.

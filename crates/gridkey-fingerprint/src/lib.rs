@@ -1,5 +1,5 @@
-//! Translation key format v1 (ADR 0003), the persistent translation cache (ADR 0012) and the
-//! cache protocol every frontend calls ([`translate_cached`]).
+//! Translation key format v2 (ADR 0003, ADR 0020), the persistent translation cache (ADR 0012)
+//! and the cache protocol every frontend calls ([`translate_cached`]).
 //!
 //! # What goes into a key
 //!
@@ -10,7 +10,7 @@
 //! | input | why |
 //! |---|---|
 //! | [`KEY_FORMAT_VERSION`] and the table digest format version | a format change must change every key |
-//! | frontend name and version | another compiler, another translation |
+//! | frontend name, version and fingerprint (a digest of its translation code, ADR 0020) | another compiler, or the same version rebuilt with other translation code, another translation |
 //! | program name and the program's stable encoding | the program itself |
 //! | translation options (sorted by name) | they shape the emitted code |
 //! | every offset-provider entry, in order: its name, then `Dimension{name, kind}` or `Gather{domain, local, codomain, skip_value, dtype, shape, table digest}` | translation reads the tables (domain inference) |
@@ -38,6 +38,46 @@
 //! its key-input record into every writable tier, and with `verify_hits` translates again on a
 //! hit and compares byte for byte.
 //!
+//! # Example
+//!
+//! What a frontend does with a compile-time view: key a program and let the cache protocol
+//! decide whether to translate. A second request with the same inputs is a hit, and the same
+//! tables converted into another cache directory give the same key.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use gridkey_fingerprint::{translate_cached, Frontend, KeyInputs, Request, Tiers, TranslationOptions};
+//! use gridkey_offsets::{compile_time_offset_provider, Connectivity, Dimension, Entry, IndexTable, OffsetProvider, TableStore};
+//!
+//! let c2e = IndexTable::from_vec_i32(2, 3, vec![0, 1, 2, 2, 3, 4])?;
+//! let mut provider = OffsetProvider::new();
+//! let c2e = Connectivity::from_host(Dimension::horizontal("Cell"), Dimension::local("C2EDim"), Dimension::horizontal("Edge"), None, c2e)?;
+//! provider.push("C2E", Entry::Gather(Arc::new(c2e)))?;
+//! let cache = tempfile::tempdir()?;
+//! let view = compile_time_offset_provider(&provider, &TableStore::open(cache.path())?)?;
+//!
+//! let frontend = Frontend { name: "my-frontend".to_owned(), version: "1.0.0".to_owned() };
+//! let options = TranslationOptions::from([("opt_level".to_owned(), "2".to_owned())]);
+//! let inputs = KeyInputs::new(&frontend, "div", b"the program's stable encoding", &options, &view);
+//! let key = inputs.key();
+//!
+//! let tiers = Tiers::local(cache.path())?;
+//! let accept = |_: &[u8]| Ok::<(), String>(());
+//! let request = Request { inputs: &inputs, verify_hits: false, accept: &accept };
+//! let first = translate_cached(&tiers, &request, || Ok::<_, std::io::Error>(b"/* C source */".to_vec()))?;
+//! assert!(first.translated() && first.key == key);
+//! let second = translate_cached(&tiers, &request, || -> Result<Vec<u8>, std::io::Error> {
+//!     unreachable!("a hit does not translate")
+//! })?;
+//! assert_eq!((second.hit.as_deref(), &second.payload), (Some("local"), &first.payload));
+//!
+//! // No path enters a key: the same tables in another cache directory, the same key.
+//! let elsewhere = tempfile::tempdir()?;
+//! let view2 = compile_time_offset_provider(&provider, &TableStore::open(elsewhere.path())?)?;
+//! assert_eq!(KeyInputs::new(&frontend, "div", b"the program's stable encoding", &options, &view2).key(), key);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
 //! # Architecture invariant
 //!
 //! Nothing that varies by runner, machine, path, time, memory order or array library enters a
@@ -64,11 +104,12 @@ use serde::{Deserialize, Serialize};
 use xxhash_rust::xxh3::{xxh3_128, xxh3_64};
 
 /// Version of the translation key encoding; hashed first into every key and part of the cache
-/// directory name (`translation-v1/`). Changing a key input without bumping it is a bug.
-pub const KEY_FORMAT_VERSION: u32 = 1;
+/// directory name (`translation-v2/`). Changing a key input without bumping it is a bug.
+/// Version 2 adds the frontend fingerprint (ADR 0020).
+pub const KEY_FORMAT_VERSION: u32 = 2;
 
 /// Name of the translation cache directory under the cache directory.
-pub const TRANSLATION_DIR: &str = "translation-v1";
+pub const TRANSLATION_DIR: &str = "translation-v2";
 
 /// Version marker of a translation cache entry file.
 pub const ENTRY_FORMAT_VERSION: u32 = 1;
@@ -76,7 +117,8 @@ pub const ENTRY_FORMAT_VERSION: u32 = 1;
 /// Magic bytes that start every translation cache entry.
 pub const ENTRY_MAGIC: &[u8; 4] = b"GKTE";
 
-/// Errors of keys and the translation cache.
+/// Errors of keys and the translation cache (ADR 0005). A lookup never fails: what cannot be
+/// read is a [`Miss`]; only creating the directory, writing an entry and parsing a key do.
 #[derive(Debug, thiserror::Error)]
 pub enum FingerprintError {
     /// The cache directory could not be created.
@@ -114,7 +156,10 @@ pub enum FingerprintError {
     },
 }
 
-/// The explicit, stable encoding of key inputs: little-endian integers, u64 lengths.
+/// The explicit, stable encoding of key inputs (translation key format v1, ADR 0003):
+/// little-endian integers, byte strings as a u64 length then the bytes, tags as one byte; no
+/// `usize`, no `HashMap` iteration, no `std::hash::Hash`. [`Self::finish`] is xxh3_128 (seed
+/// 0) of the bytes fed, the same as `data/tools/translation_key_witness.py` computes.
 pub struct KeyEncoder {
     // The encoding is a few hundred bytes, fed as many small fields: collecting them and hashing
     // once is the same xxh3_128 as streaming them, at a fraction of the per-field cost.
@@ -128,7 +173,7 @@ impl Default for KeyEncoder {
 }
 
 impl KeyEncoder {
-    /// Adds one byte.
+    /// Adds one byte (a tag).
     pub fn u8(&mut self, x: u8) {
         self.bytes.push(x);
     }
@@ -159,7 +204,7 @@ impl KeyEncoder {
         self.bytes(s.as_bytes());
     }
 
-    /// The key of everything fed so far.
+    /// The key of everything fed so far: xxh3_128 of the encoded bytes.
     pub fn finish(&self) -> TranslationKey {
         TranslationKey(xxh3_128(&self.bytes).to_be_bytes())
     }
@@ -171,7 +216,7 @@ pub trait KeyEncode {
     fn encode_key(&self, e: &mut KeyEncoder);
 }
 
-/// The 128-bit translation key (format v1); displays as 32 lowercase hex digits.
+/// The 128-bit translation key (format v2); displays as 32 lowercase hex digits.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct TranslationKey([u8; 16]);
 
@@ -223,19 +268,25 @@ impl FromStr for TranslationKey {
     }
 }
 
-/// The frontend (compiler) that translates: its name and version.
+/// The frontend (compiler) that translates: its name, version and fingerprint (ADR 0020).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Frontend {
-    /// Name, e.g. `gridkey-stencil`.
+    /// Name, e.g. `gridkey-stencil`; another frontend, another key.
     pub name: String,
     /// Version; a new version changes every key.
     pub version: String,
+    /// A digest of the code that shapes what the frontend emits (for gridkey-stencil, 32 hex
+    /// digits over its translation sources, `gridkey_stencil::FRONTEND_FINGERPRINT`): a rebuilt
+    /// frontend whose translation changed gets new keys under the same version. It must depend
+    /// on that code only, never on the path, profile or toolchain it was built with.
+    pub fingerprint: String,
 }
 
 /// Translation options: named settings that shape the emitted code, sorted by name.
 pub type TranslationOptions = BTreeMap<String, String>;
 
-/// One offset-provider entry as a key input.
+/// One offset-provider entry as a key input, taken from the compile-time view (ADR 0003):
+/// the canonical dtype and shape and the table digest, never the runtime table's layout.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum OffsetInput {
@@ -309,15 +360,15 @@ pub struct KeyInputs {
     pub key_format_version: u32,
     /// The table digest format version (`gridkey_digest::DIGEST_FORMAT_VERSION`).
     pub digest_format_version: u32,
-    /// The frontend.
+    /// The frontend that translates (name and version).
     pub frontend: Frontend,
-    /// The program's name.
+    /// The program's name (also what `gridkey explain --miss` groups entries by).
     pub program: String,
-    /// The program's stable encoding, as lowercase hex (hashed as bytes).
+    /// The program's stable encoding, as lowercase hex; the key hashes this text (ADR 0003).
     pub program_encoding: String,
-    /// Translation options.
+    /// Translation options, hashed sorted by name.
     pub options: TranslationOptions,
-    /// The offset-provider entries, in order.
+    /// The offset-provider entries, in provider order (order is an input).
     pub offsets: Vec<OffsetInput>,
 }
 
@@ -376,7 +427,7 @@ impl KeyInputs {
         }
     }
 
-    /// The key of these inputs.
+    /// The key of these inputs, [`TranslationKey::of`]`(self)`.
     pub fn key(&self) -> TranslationKey {
         TranslationKey::of(self)
     }
@@ -388,7 +439,7 @@ impl KeyEncode for KeyInputs {
         let KeyInputs {
             key_format_version,
             digest_format_version,
-            frontend: Frontend { name, version },
+            frontend: Frontend { name, version, fingerprint },
             program,
             program_encoding,
             options,
@@ -398,6 +449,7 @@ impl KeyEncode for KeyInputs {
         e.u32(*digest_format_version);
         e.str(name);
         e.str(version);
+        e.str(fingerprint);
         e.str(program);
         e.str(program_encoding);
         e.u64(options.len() as u64);
@@ -412,7 +464,7 @@ impl KeyEncode for KeyInputs {
     }
 }
 
-/// Why a lookup missed.
+/// Why a lookup missed; a miss is never an error (ADR 0012): the caller translates and puts.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Miss {
     /// No entry under this key.
@@ -422,7 +474,7 @@ pub enum Miss {
     Invalid(String),
 }
 
-/// The persistent translation cache: `<cache>/translation-v1/<hex[0..2]>/<hex>.bin`, each
+/// The persistent translation cache: `<cache>/translation-v2/<hex[0..2]>/<hex>.bin`, each
 /// entry with its key-input record `<hex>.json` beside it.
 ///
 /// Entry format (ENTRY_FORMAT_VERSION 1): `b"GKTE"`, version u32 LE, the 16 key bytes,
@@ -430,30 +482,38 @@ pub enum Miss {
 #[derive(Clone, Debug)]
 pub struct TranslationCache {
     dir: PathBuf,
+    fault: Option<gridkey_fs::Fault>,
 }
 
 impl TranslationCache {
-    /// Opens (creating if needed) `<cache_dir>/translation-v1`.
+    /// Opens (creating if needed) `<cache_dir>/translation-v2`.
     ///
     /// Errors: [`FingerprintError::Directory`].
     pub fn open(cache_dir: &Path) -> Result<Self, FingerprintError> {
         let dir = cache_dir.join(TRANSLATION_DIR);
         fs::create_dir_all(&dir).map_err(|source| FingerprintError::Directory { path: dir.clone(), source })?;
-        Ok(Self { dir })
+        Ok(Self { dir, fault: None })
     }
 
-    /// The cache directory, `<cache_dir>/translation-v1`.
+    /// This cache with `fault` (the fault matrix's hook, parsed by the caller at its edge;
+    /// `None` in normal use) passed to every write it makes ([`gridkey_fs::write_atomic`]).
+    pub fn with_fault(mut self, fault: Option<gridkey_fs::Fault>) -> Self {
+        self.fault = fault;
+        self
+    }
+
+    /// The cache directory, `<cache_dir>/translation-v2`.
     pub fn dir(&self) -> &Path {
         &self.dir
     }
 
-    /// Path of the entry for `key`.
+    /// Path of the entry for `key`: `<dir>/<hex[0..2]>/<hex>.bin`.
     pub fn entry_path(&self, key: &TranslationKey) -> PathBuf {
         let hex = key.to_hex();
         self.dir.join(&hex[..2]).join(format!("{hex}.bin"))
     }
 
-    /// Path of the key-input record for `key`.
+    /// Path of the key-input record for `key`: `<dir>/<hex[0..2]>/<hex>.json`.
     pub fn record_path(&self, key: &TranslationKey) -> PathBuf {
         self.entry_path(key).with_extension("json")
     }
@@ -471,7 +531,8 @@ impl TranslationCache {
     }
 
     /// Stores `payload` under the key of `inputs`, with the record of `inputs` beside it.
-    /// Both are written atomically (temp file, `sync_all`, rename), the record first; when the
+    /// Both are written atomically ([`gridkey_fs::write_atomic`]: temp file, `sync_all`,
+    /// read-only, rename, directory sync), the record first; when the
     /// entry cannot be written (full disk) the record is removed again, so nothing is left.
     ///
     /// Errors: [`FingerprintError::Write`].
@@ -480,7 +541,7 @@ impl TranslationCache {
         let record_path = self.write_record(inputs, &key)?;
         let path = self.entry_path(&key);
         let entry = encode_entry(&key, payload);
-        if let Err(source) = gridkey_store::write_atomic(&path, |out| out.write_all(&entry)) {
+        if let Err(source) = gridkey_fs::write_atomic(&path, self.fault.as_ref(), |out| out.write_all(&entry)) {
             // Leave nothing behind (ADR 0012): a record without its entry serves no one. A
             // concurrent writer of the same key that lost its record rewrites it on its next miss.
             if !path.is_file() {
@@ -498,7 +559,7 @@ impl TranslationCache {
     pub fn write_record(&self, inputs: &KeyInputs, key: &TranslationKey) -> Result<PathBuf, FingerprintError> {
         let record = serde_json::to_vec_pretty(inputs).expect("key inputs serialise");
         let record_path = self.record_path(key);
-        gridkey_store::write_atomic(&record_path, |out| out.write_all(&record))
+        gridkey_fs::write_atomic(&record_path, self.fault.as_ref(), |out| out.write_all(&record))
             .map_err(|source| FingerprintError::Write { path: record_path.clone(), source })?;
         Ok(record_path)
     }
@@ -535,7 +596,10 @@ impl TranslationCache {
     }
 }
 
-/// The bytes of an entry file for `payload` under `key`.
+/// The bytes of an entry file for `payload` under `key`, entry format
+/// [`ENTRY_FORMAT_VERSION`]: [`ENTRY_MAGIC`], the version (u32 LE), the 16 key bytes, the
+/// payload length (u64 LE), the payload, then xxh3_64 of all of that (u64 LE); 40 bytes more
+/// than the payload.
 pub fn encode_entry(key: &TranslationKey, payload: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(payload.len() + 40);
     out.extend_from_slice(ENTRY_MAGIC);
@@ -548,7 +612,12 @@ pub fn encode_entry(key: &TranslationKey, payload: &[u8]) -> Vec<u8> {
     out
 }
 
-/// The payload of entry bytes, checked against `key`; the error says what is wrong.
+/// The payload of entry bytes from [`encode_entry`], checked against `key`: magic, version,
+/// key, length and checksum.
+///
+/// Errors: a text saying what is wrong (too short, bad magic, another version or key, a length
+/// that does not match, a checksum mismatch); [`TranslationCache::get`] makes it a
+/// [`Miss::Invalid`].
 pub fn decode_entry<'a>(key: &TranslationKey, bytes: &'a [u8]) -> Result<&'a [u8], String> {
     const HEAD: usize = 4 + 4 + 16 + 8;
     if bytes.len() < HEAD + 8 {
@@ -610,6 +679,7 @@ pub fn diff_inputs(a: &KeyInputs, b: &KeyInputs) -> Vec<InputChange> {
     push("digest format version", a.digest_format_version.to_string(), b.digest_format_version.to_string());
     push("frontend name", a.frontend.name.clone(), b.frontend.name.clone());
     push("frontend version", a.frontend.version.clone(), b.frontend.version.clone());
+    push("frontend fingerprint", a.frontend.fingerprint.clone(), b.frontend.fingerprint.clone());
     push("program name", a.program.clone(), b.program.clone());
     push(
         "program encoding digest",

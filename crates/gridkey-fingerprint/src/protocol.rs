@@ -26,7 +26,7 @@ pub trait Tier: Send + Sync {
     }
 
     /// Told when this tier served a hit for `inputs`: the local tier rewrites a key-input record
-    /// that was deleted, so that `gridkey explain` finds the entry again.
+    /// that was deleted or cannot be read, so that `gridkey explain` finds the entry again.
     fn served(&self, _inputs: &KeyInputs, _key: &TranslationKey) {}
 }
 
@@ -44,7 +44,7 @@ impl Tier for TranslationCache {
     }
 
     fn served(&self, inputs: &KeyInputs, key: &TranslationKey) {
-        if !self.record_path(key).is_file() {
+        if self.record(key).is_none() {
             // Best effort: a record that cannot be written leaves the entry as it was.
             let _ = self.write_record(inputs, key);
         }
@@ -64,19 +64,19 @@ impl fmt::Debug for Tiers {
 }
 
 impl Tiers {
-    /// The given tiers, looked up in this order.
+    /// The given tiers, looked up in this order (put the local cache first).
     pub fn new(tiers: Vec<Box<dyn Tier>>) -> Self {
         Self { tiers }
     }
 
     /// One local tier: the [`TranslationCache`] of `cache_dir`.
     ///
-    /// Errors: [`FingerprintError::Directory`] when `<cache_dir>/translation-v1` cannot be created.
+    /// Errors: [`FingerprintError::Directory`] when `<cache_dir>/translation-v2` cannot be created.
     pub fn local(cache_dir: &std::path::Path) -> Result<Self, FingerprintError> {
         Ok(Self::new(vec![Box::new(TranslationCache::open(cache_dir)?)]))
     }
 
-    /// Adds `tier` after the others.
+    /// Adds `tier` after the others: it is looked up last.
     pub fn push(&mut self, tier: Box<dyn Tier>) {
         self.tiers.push(tier);
     }
@@ -103,10 +103,10 @@ pub struct Request<'a> {
     pub accept: &'a dyn Fn(&[u8]) -> Result<(), String>,
 }
 
-/// What [`translate_cached`] did.
+/// What [`translate_cached`] did: the key, the payload, and where it came from.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Cached {
-    /// The key of the request's inputs.
+    /// The key of the request's inputs ([`KeyInputs::key`]).
     pub key: TranslationKey,
     /// The translation: from a tier on a hit, fresh on a miss.
     pub payload: Vec<u8>,
@@ -120,7 +120,7 @@ pub struct Cached {
 }
 
 impl Cached {
-    /// Whether this was a miss that translated.
+    /// Whether this was a miss that translated (`hit` is `None`).
     pub fn translated(&self) -> bool {
         self.hit.is_none()
     }

@@ -1,11 +1,11 @@
-//! Translation key format v1 (ADR 0003): every included input changes the key, every excluded
+//! Translation key format v2 (ADR 0003, ADR 0020): every included input changes the key, every excluded
 //! input does not, and the translation cache turns any bad entry into a miss.
 
 use std::sync::Arc;
 
 use gridkey_fingerprint::{
     decode_entry, encode_entry, Frontend, KeyInputs, Miss, OffsetInput, TranslationCache, TranslationKey,
-    TranslationOptions, ENTRY_FORMAT_VERSION,
+    TranslationOptions, ENTRY_FORMAT_VERSION, KEY_FORMAT_VERSION, TRANSLATION_DIR,
 };
 use gridkey_offsets::{
     compile_time_offset_provider, CompileTimeOffsetProvider, Connectivity, Dimension, DimensionKind, Entry, IndexTable,
@@ -16,7 +16,7 @@ use ndarray::{Array2, ShapeBuilder};
 use proptest::prelude::*;
 
 fn frontend() -> Frontend {
-    Frontend { name: "test-frontend".into(), version: "1.0.0".into() }
+    Frontend { name: "test-frontend".into(), version: "1.0.0".into(), fingerprint: "5e1f".repeat(8) }
 }
 
 fn runtime(c2e: Arc<dyn TableSource>, e2c: Arc<dyn TableSource>) -> OffsetProvider {
@@ -76,6 +76,8 @@ fn every_included_input_changes_the_key() {
     check_differs("digest format version", |k| k.digest_format_version += 1);
     check_differs("frontend name", |k| k.frontend.name.push('x'));
     check_differs("frontend version", |k| k.frontend.version = "1.0.1".into());
+    // The same version rebuilt with other translation code (ADR 0020).
+    check_differs("frontend fingerprint", |k| k.frontend.fingerprint = "0".repeat(32));
     check_differs("program name", |k| k.program = "grad_n".into());
     check_differs("program encoding", |k| k.program_encoding.push_str("00"));
     check_differs("option value", |k| {
@@ -204,7 +206,7 @@ fn the_key_of_a_fixed_input_is_pinned() {
     // Golden value from the independent witness data/tools/translation_key_witness.py; a format
     // change shows up as a diff of it (bump KEY_FORMAT_VERSION with it).
     let inputs = KeyInputs {
-        key_format_version: 1,
+        key_format_version: 2,
         digest_format_version: 1,
         frontend: frontend(),
         program: "div".into(),
@@ -224,7 +226,9 @@ fn the_key_of_a_fixed_input_is_pinned() {
             },
         ],
     };
-    assert_eq!(inputs.key().to_hex(), include_str!("../../../data/golden/translation-key-v1.txt").trim());
+    assert_eq!(inputs.key().to_hex(), include_str!("../../../data/golden/translation-key-v2.txt").trim());
+    assert_eq!(inputs.key_format_version, KEY_FORMAT_VERSION, "a new key format needs a new golden key");
+    assert_eq!(TRANSLATION_DIR, format!("translation-v{KEY_FORMAT_VERSION}"), "the directory names the format");
 }
 
 fn cache() -> (tempfile::TempDir, TranslationCache, KeyInputs) {

@@ -45,7 +45,7 @@ impl Tier for Memory {
 struct Failed;
 
 fn inputs(program: &str) -> KeyInputs {
-    let frontend = Frontend { name: "test".into(), version: "1".into() };
+    let frontend = Frontend { name: "test".into(), version: "1".into(), fingerprint: "f".repeat(32) };
     KeyInputs::new(&frontend, program, b"encoding", &BTreeMap::new(), &CompileTimeOffsetProvider::new())
 }
 

@@ -8,7 +8,7 @@ use gridkey_offsets::OffsetsError;
 use crate::GridKind;
 
 /// What the usual fix is, appended to errors about the file as a whole.
-const PASS_GRID: &str = "pass --grid with a netCDF-3 ICON or MPAS grid";
+const PASS_GRID: &str = "pass --grid with an ICON, MPAS or UGRID grid (netCDF-3 or netCDF-4)";
 
 /// Everything that can go wrong while reading a grid. Every variant names the file; messages
 /// say what was expected and what was found, and end without a period.
@@ -23,14 +23,11 @@ pub enum GridError {
         source: io::Error,
     },
 
-    /// The file is not netCDF-3 (classic or 64-bit offset): e.g. an HDF5-based netCDF-4 file, a
-    /// CDF-5 file, an empty or a text file. Decided from the first bytes of the file.
-    #[error(
-        "{} is not a netCDF-3 file: {found}; {PASS_GRID}, or convert a netCDF-4 or CDF-5 file with \
-         `nccopy -k '64-bit offset' IN OUT`",
-        path.display()
-    )]
-    NotNetcdf3 {
+    /// The file is not netCDF (CDF-1, CDF-2, CDF-5 or HDF5-based netCDF-4): e.g. an empty or a
+    /// text file. Decided from the first bytes of the file (and, for HDF5, the places a user block
+    /// may move the superblock to).
+    #[error("{} is not a netCDF file: {found}; {PASS_GRID}", path.display())]
+    NotNetcdf {
         /// The path as given.
         path: PathBuf,
         /// What the first bytes say the file is.
@@ -65,21 +62,23 @@ pub enum GridError {
         file_len: u64,
     },
 
-    /// The `netcdf3` reader (the pure-Rust netCDF-3 crate) refused the file or failed to read a
-    /// variable.
-    #[error("{}: the netCDF-3 reader failed: {reason}", path.display())]
+    /// The netCDF reader (`netcdf-reader`, pure Rust, with `hdf5-reader` for netCDF-4) refused
+    /// the file or failed to read a variable: a damaged file, or a netCDF-4 feature it lacks.
+    #[error(
+        "{}: the netCDF reader cannot read the file: {reason}; the file is damaged or not netCDF, copy it again",
+        path.display()
+    )]
     Netcdf {
         /// The path as given.
         path: PathBuf,
-        /// The reader's error, as text: `netcdf3::ReadError` holds `Rc`s, and a `GridError` must
-        /// be `Send + Sync` to cross threads and into `anyhow`.
+        /// The reader's error, as text (so that a `GridError` stays `Send + Sync` and owns no
+        /// reader types).
         reason: String,
     },
 
-    /// The `netcdf3` reader panicked on this file. The header walk is meant to make this
-    /// impossible; the reader runs under `catch_unwind` so that a case it missed is still an
-    /// error and not a crash.
-    #[error("{}: the netCDF-3 reader crashed on this file ({message}); the file is probably damaged", path.display())]
+    /// The netCDF reader panicked on this file. It runs under `catch_unwind` so that a case its
+    /// own checks and ours missed is still an error and not a crash.
+    #[error("{}: the netCDF reader crashed on this file ({message}); the file is probably damaged", path.display())]
     ReaderPanicked {
         /// The path as given.
         path: PathBuf,
@@ -87,14 +86,75 @@ pub enum GridError {
         message: String,
     },
 
-    /// The file is netCDF-3 but has neither `edge_of_cell` (ICON) nor `edgesOnCell` (MPAS).
+    /// A variable is larger, once read, than the file could hold: the data of a netCDF-3 file
+    /// lies in the file, and a netCDF-4 variable decodes to at most
+    /// [`crate::MAX_INFLATION`] times the file's length (deflate's limit). Checked from the
+    /// header, before anything is allocated.
     #[error(
-        "{} is neither an ICON grid (no variable `edge_of_cell`) nor an MPAS grid (no variable `edgesOnCell`); {PASS_GRID}",
+        "{}: variable `{variable}` would take {bytes} bytes once read, more than the {limit} bytes a file of this size \
+         can hold; the file is damaged",
+        path.display()
+    )]
+    TooLarge {
+        /// The path as given.
+        path: PathBuf,
+        /// The variable.
+        variable: String,
+        /// Its size once read (elements times element size), saturated at `u64::MAX`.
+        bytes: u64,
+        /// The most it may take.
+        limit: u64,
+    },
+
+    /// The file is netCDF but has neither `edge_of_cell` (ICON), `edgesOnCell` (MPAS) nor a
+    /// variable with `cf_role = "mesh_topology"` (UGRID).
+    #[error(
+        "{} is neither an ICON grid (no variable `edge_of_cell`), an MPAS grid (no variable `edgesOnCell`) nor a \
+         UGRID mesh (no variable with cf_role = \"mesh_topology\"); {PASS_GRID}",
         path.display()
     )]
     NotAGrid {
         /// The path as given.
         path: PathBuf,
+    },
+
+    /// The file holds several UGRID 2-D mesh topologies and it is not said which one to read.
+    #[error("{} holds {} UGRID 2-D mesh topologies ({}); pass a file with one mesh", path.display(), names.len(), names.join(", "))]
+    SeveralMeshes {
+        /// The path as given.
+        path: PathBuf,
+        /// The topology variables found.
+        names: Vec<String>,
+    },
+
+    /// An attribute a grid needs is missing or has an unusable value, e.g. a UGRID topology
+    /// without `face_node_connectivity`, `topology_dimension = 1` or a non-integer `start_index`.
+    #[error("{}: attribute `{attribute}` of variable `{variable}` is {found}, expected {expected}", path.display())]
+    BadAttribute {
+        /// The path as given.
+        path: PathBuf,
+        /// The variable that holds (or should hold) the attribute.
+        variable: String,
+        /// The attribute.
+        attribute: String,
+        /// What was found (`missing`, or the value).
+        found: String,
+        /// What is accepted.
+        expected: String,
+    },
+
+    /// A dimension has more elements than an int32 neighbour table can index (2^31 - 1).
+    #[error(
+        "{}: dimension `{dimension}` has {size} elements, more than the 2147483647 that int32 neighbour tables can index",
+        path.display()
+    )]
+    TooManyElements {
+        /// The path as given.
+        path: PathBuf,
+        /// The dimension.
+        dimension: String,
+        /// Its size.
+        size: u64,
     },
 
     /// A dimension the grid kind needs (ICON `cell`, `edge`, `vertex`; MPAS `nCells`, `nEdges`,
@@ -122,16 +182,18 @@ pub enum GridError {
         needed_for: String,
     },
 
-    /// A variable has a type other than `int` (netCDF `NC_INT`, 32-bit).
+    /// A variable has a type other than the one required: `int` (netCDF `NC_INT`, 32-bit) for
+    /// ICON and MPAS tables, an integer type for UGRID connectivity.
     #[error("{}: variable `{variable}` has type {found}, expected {expected}", path.display())]
     WrongType {
         /// The path as given.
         path: PathBuf,
         /// The variable.
         variable: String,
-        /// The type required (CDL name, `int`).
+        /// The type required: `int`, or `an integer type`.
         expected: &'static str,
-        /// The type found (CDL name: `byte`, `char`, `short`, `int`, `float`, `double`).
+        /// The type found (CDL name: `byte`, `ubyte`, `char`, `short`, `ushort`, `int`, `uint`,
+        /// `int64`, `uint64`, `float`, `double`, `string`, or a user-defined type).
         found: String,
     },
 
@@ -149,12 +211,14 @@ pub enum GridError {
         found: String,
     },
 
-    /// A neighbour index is neither `0` (no neighbour) nor in `1..=codomain_size`. `row` and
-    /// `column` are the entry's position in the canonical `(n, k)` table (for ICON the file
-    /// stores it at `[column, row]`); it is the first bad entry in C order.
+    /// A neighbour index is neither "no neighbour" nor an index of the codomain: for ICON and
+    /// MPAS `0` or `1..=codomain_size`; for UGRID the `_FillValue` or
+    /// `start_index..start_index + codomain_size`. `row` and `column` are the entry's position in
+    /// the canonical `(n, k)` table (for ICON the file stores it at `[column, row]`); it is the
+    /// first bad entry in C order.
     #[error(
         "{}: variable `{variable}` ({offset}) has {value} at row {row}, column {column} (canonical (n, k) position), \
-         expected 1..={codomain_size} (a {codomain} index, 1-based) or 0 for no neighbour",
+         expected {expected}",
         path.display()
     )]
     IndexOutOfRange {
@@ -168,12 +232,14 @@ pub enum GridError {
         row: usize,
         /// Canonical column (the neighbour slot, 0-based).
         column: usize,
-        /// The raw value in the file.
-        value: i32,
+        /// The raw value in the file (any integer type fits an `i128`).
+        value: i128,
         /// The codomain name, e.g. `Edge`.
         codomain: String,
         /// The number of codomain elements (from the grid's dimension).
         codomain_size: usize,
+        /// The values accepted, e.g. `1..=30720 (an index into Edge, 1-based) or 0 for no neighbour`.
+        expected: String,
     },
 
     /// An MPAS neighbour count (`nEdgesOnCell`) is negative or larger than the table's
@@ -195,6 +261,46 @@ pub enum GridError {
         max: usize,
         /// The table variable the count applies to.
         table: String,
+    },
+
+    /// One UGRID connectivity variable is unusable on its own: a face whose nodes have a fill
+    /// value before the last node, fewer than three nodes or a node twice; an edge without two
+    /// nodes or with the same nodes as another edge; an edge shared by more than two faces.
+    #[error("{}: variable `{variable}` gives {at} {found}, expected {expected}", path.display())]
+    BadEntry {
+        /// The path as given.
+        path: PathBuf,
+        /// The variable.
+        variable: String,
+        /// The element, e.g. `face 7` or `edge 3` (0-based, as in the canonical tables).
+        at: String,
+        /// What the variable gives it, e.g. `the nodes [4, -1, 9]`.
+        found: String,
+        /// What a 2-D mesh needs.
+        expected: String,
+    },
+
+    /// Two UGRID connectivity variables contradict each other (ADR 0015, cross-table
+    /// validation): e.g. `face_edge_connectivity` gives a face an edge whose nodes are not the
+    /// face's, or `face_face_connectivity` disagrees with `edge_face_connectivity`.
+    #[error(
+        "{}: variable `{variable}` contradicts {other} at {at}: it gives {found}, expected {expected}; the tables \
+         do not describe one mesh, fix or regenerate the file",
+        path.display()
+    )]
+    Contradiction {
+        /// The path as given.
+        path: PathBuf,
+        /// The variable found wrong.
+        variable: String,
+        /// The variables it was checked against, e.g. `` `Mesh2_face_nodes` and `Mesh2_edge_nodes` ``.
+        other: String,
+        /// One offending element, e.g. `face 3` (0-based).
+        at: String,
+        /// What the variable gives there.
+        found: String,
+        /// What the other variables imply.
+        expected: String,
     },
 
     /// Building the offset provider failed. Cannot happen with the dimensions and names this

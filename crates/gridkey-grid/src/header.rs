@@ -1,13 +1,14 @@
-//! A bounds-checked walk over a netCDF-3 header, run before `netcdf3::FileReader` sees the file.
+//! The signature of a grid file, and a bounds-checked walk over a netCDF-3 header, run before the
+//! netCDF reader (`netcdf-reader`) sees a CDF-1 or CDF-2 file.
 //!
-//! Why it exists: `netcdf3` 0.6 trusts the counts and sizes in a header. A damaged file can make
-//! it reserve memory for 2^31 dimensions (`Vec::with_capacity`, an abort, not a panic), subtract
-//! a variable's begin offset from the file size (an overflow panic in debug builds) or allocate a
-//! variable of many gigabytes before the first read fails. This walk checks every count, length
-//! and offset against the bytes the file really has, and that every variable's data lies inside
-//! the file, so that the reader only ever sees headers whose numbers are plausible. It enforces
-//! only what protects the reader; the rest of the format (names, unlimited dimension rules) is
-//! left to `netcdf3`, whose errors are typed.
+//! Why the walk exists: a reader that trusts the counts and sizes in a header can be made to
+//! reserve memory for 2^31 dimensions, subtract a variable's begin offset from the file size or
+//! allocate a variable of many gigabytes before the first read fails. This walk checks every
+//! count, length and offset against the bytes the file really has, and that every variable's
+//! data lies inside the file, so that the reader only ever sees headers whose numbers are
+//! plausible and a cut-off file is named as such ([`HeaderProblem::Truncated`]). It enforces only
+//! what protects the reader; the rest of the format (names, unlimited dimension rules) is left to
+//! the reader, whose errors are typed.
 //!
 //! Format: the netCDF classic format specification (CDF-1 and CDF-2, "64-bit offset"):
 //! `magic numrecs dim_list gatt_list var_list`, big-endian, every string and value list padded
@@ -20,7 +21,7 @@ use std::io::{BufReader, Read};
 const MAGIC_CLASSIC: &[u8; 4] = b"CDF\x01";
 /// First bytes of a netCDF-3 file, version 2 (64-bit offset).
 const MAGIC_OFFSET64: &[u8; 4] = b"CDF\x02";
-/// First bytes of a CDF-5 file (64-bit data): netCDF-3 family, but not readable by `netcdf3`.
+/// First bytes of a CDF-5 file (64-bit data), the third netCDF classic format.
 const MAGIC_CDF5: &[u8; 4] = b"CDF\x05";
 /// First bytes of an HDF5 file, which is what a netCDF-4 file is.
 const MAGIC_HDF5: &[u8; 8] = b"\x89HDF\r\n\x1a\n";
@@ -33,10 +34,25 @@ const STREAMING: u32 = u32::MAX;
 /// What the first bytes of a file say it is.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Signature {
-    /// netCDF-3, classic (1) or 64-bit offset (2): readable.
+    /// netCDF-3, classic (1) or 64-bit offset (2): the header walk runs, then the reader.
     Netcdf3,
+    /// CDF-5 (64-bit data): the reader's own bounds checks apply.
+    Cdf5,
+    /// HDF5, which is what a netCDF-4 file is.
+    Hdf5,
     /// Anything else, described for an error message.
     Other(String),
+}
+
+/// Where an HDF5 superblock may start: 0, or after a user block of 512 bytes or any doubling
+/// of that (the HDF5 file format specification, "Superblock").
+pub(crate) fn hdf5_superblock_offsets(file_len: u64) -> impl Iterator<Item = u64> {
+    std::iter::successors(Some(512u64), |o| o.checked_mul(2)).take_while(move |o| o.saturating_add(8) <= file_len)
+}
+
+/// Whether `bytes` (8 of them) are the HDF5 signature.
+pub(crate) fn is_hdf5_magic(bytes: &[u8]) -> bool {
+    bytes.starts_with(MAGIC_HDF5)
 }
 
 /// Classifies a file from its first (up to 8) bytes and its length.
@@ -48,12 +64,10 @@ pub(crate) fn signature(first: &[u8], file_len: u64) -> Signature {
         return Signature::Netcdf3;
     }
     if first.starts_with(MAGIC_CDF5) {
-        return Signature::Other(
-            "it is a CDF-5 (64-bit data) file, which the pure-Rust netCDF-3 reader does not support".to_owned(),
-        );
+        return Signature::Cdf5;
     }
     if first.starts_with(MAGIC_HDF5) {
-        return Signature::Other("it is an HDF5 file (netCDF-4)".to_owned());
+        return Signature::Hdf5;
     }
     if first.starts_with(b"CDF") && first.len() >= 4 {
         return Signature::Other(format!("it starts with `CDF` but has the unknown version byte {}", first[3]));
@@ -64,7 +78,8 @@ pub(crate) fn signature(first: &[u8], file_len: u64) -> Signature {
         .map(|&b| if b.is_ascii_graphic() || b == b' ' { char::from(b).to_string() } else { format!("\\x{b:02x}") })
         .collect();
     Signature::Other(format!(
-        "it starts with \"{shown}\" instead of the netCDF-3 signature \"CDF\\x01\" or \"CDF\\x02\""
+        "it starts with \"{shown}\" instead of a netCDF signature (\"CDF\\x01\", \"CDF\\x02\", \"CDF\\x05\" or the \
+         HDF5 signature of netCDF-4)"
     ))
 }
 

@@ -1,55 +1,104 @@
-//! Real grid files (ICON, MPAS) as runtime offset providers (DESIGN 3; `data/grids/README.md`).
+//! Real grid files (ICON, MPAS, UGRID) as runtime offset providers (ARCHITECTURE.md
+//! "gridkey-grid"; `data/grids/README.md`; ADR 0014, ADR 0015).
 //!
-//! [`read_grid`] opens a netCDF-3 file (classic or 64-bit offset) with `netcdf3`, the pure-Rust
-//! netCDF-3 reader (no C library), recognises the model from its variables (ICON:
-//! `edge_of_cell`; MPAS: `edgesOnCell`), reads only the connectivity variables it needs and
-//! returns a [`Grid`]: the sizes, a runtime [`OffsetProvider`] and a [`TableInfo`] per table.
+//! [`read_grid`] opens a netCDF file of any format (CDF-1, CDF-2, CDF-5 or HDF5-based
+//! netCDF-4) with `netcdf-reader`, a pure-Rust reader (no C library), recognises the model from
+//! its variables (ICON: `edge_of_cell`; MPAS: `edgesOnCell`; UGRID: a variable with
+//! `cf_role = "mesh_topology"`), reads only the connectivity variables it needs and returns a
+//! [`Grid`]: the sizes, a runtime [`OffsetProvider`] and a [`TableInfo`] per table.
 //!
-//! | offset | ICON variable | MPAS variable | domain -> codomain |
-//! |---|---|---|---|
-//! | `C2E` | `edge_of_cell` | `edgesOnCell` | Cell -> Edge |
-//! | `C2V` | `vertex_of_cell` | `verticesOnCell` | Cell -> Vertex |
-//! | `C2E2C` | `neighbor_cell_index` | `cellsOnCell` | Cell -> Cell |
-//! | `E2C` | `adjacent_cell_of_edge` | `cellsOnEdge` | Edge -> Cell |
-//! | `E2V` | `edge_vertices` | `verticesOnEdge` | Edge -> Vertex |
-//! | `V2E` | `edges_of_vertex` | `edgesOnVertex` | Vertex -> Edge |
-//! | `V2C` | `cells_of_vertex` | `cellsOnVertex` | Vertex -> Cell |
-//! | `V2E2V` | `vertices_of_vertex` | (none) | Vertex -> Vertex |
+//! | offset | ICON variable | MPAS variable | UGRID (ADR 0015) | domain -> codomain |
+//! |---|---|---|---|---|
+//! | `C2E` | `edge_of_cell` | `edgesOnCell` | `face_edge_connectivity` or derived | Cell -> Edge |
+//! | `C2V` | `vertex_of_cell` | `verticesOnCell` | `face_node_connectivity` | Cell -> Vertex |
+//! | `C2E2C` | `neighbor_cell_index` | `cellsOnCell` | `face_face_connectivity` or derived | Cell -> Cell |
+//! | `E2C` | `adjacent_cell_of_edge` | `cellsOnEdge` | `edge_face_connectivity` or derived | Edge -> Cell |
+//! | `E2V` | `edge_vertices` | `verticesOnEdge` | `edge_node_connectivity` or derived | Edge -> Vertex |
+//! | `V2E` | `edges_of_vertex` | `edgesOnVertex` | derived | Vertex -> Edge |
+//! | `V2C` | `cells_of_vertex` | `cellsOnVertex` | derived | Vertex -> Cell |
+//! | `V2E2V` | `vertices_of_vertex` | (none) | (none) | Vertex -> Vertex |
 //!
-//! Files store 1-based indices with `0` for "no neighbour". ICON stores a table neighbour axis
-//! first, `(k, n)` (e.g. `edge_of_cell(nv, cell)`), and it is transposed; MPAS stores `(n, k)`,
-//! and in the cell tables (`C2E`, `C2V`, `C2E2C`) the entries of cell `c` past
-//! `nEdgesOnCell[c]` are padding: they become `-1` whatever their raw value.
+//! ICON and MPAS files store 1-based indices with `0` for "no neighbour". ICON stores a table
+//! neighbour axis first, `(k, n)` (e.g. `edge_of_cell(nv, cell)`), and it is transposed; MPAS
+//! stores `(n, k)`, and in the cell tables (`C2E`, `C2V`, `C2E2C`) the entries of cell `c` past
+//! `nEdgesOnCell[c]` are padding: they become `-1` whatever their raw value. UGRID meshes give
+//! each connectivity variable its own `start_index`, `_FillValue` (any integer type) and
+//! dimension order; the tables a file lacks are derived from face-node (and edge-node)
+//! connectivity with uxarray's conventions, and the tables a file has are checked against each
+//! other (ADR 0015).
+//!
+//! ```
+//! # fn main() -> Result<(), gridkey_grid::GridError> {
+//! let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../data/grids/quad-hexagon.grid.nc");
+//! let grid = gridkey_grid::read_grid(std::path::Path::new(path))?;
+//! assert_eq!(grid.kind(), gridkey_grid::GridKind::Ugrid);
+//! assert_eq!((grid.sizes().cells, grid.sizes().edges, grid.sizes().vertices), (4, 19, 16));
+//! let c2e = grid.table_info("C2E").unwrap();
+//! assert_eq!((c2e.shape, c2e.derived), ([4, 6], true));
+//! # Ok(())
+//! # }
+//! ```
 //!
 //! # Architecture invariant
 //!
 //! Output tables are canonical: `(n, k)`, int32, C order, 0-based, `-1` skip; every index is
 //! checked against its codomain size; no table is returned that was not checked.
 //!
-//! A raw value `x` becomes `x - 1` when `1 <= x <= size` of the codomain (the grid dimension
-//! `cell`/`edge`/`vertex` for ICON, `nCells`/`nEdges`/`nVertices` for MPAS) and `-1` when
-//! `x == 0`; anything else is [`GridError::IndexOutOfRange`], naming the variable and the first
-//! bad entry. Before the reader sees a file, a bounds-checked walk over its header checks every
-//! count, length and offset against the file's real size, so that damaged or truncated files
-//! are typed errors and never a panic, an abort or a huge allocation.
+//! For ICON and MPAS a raw value `x` becomes `x - 1` when `1 <= x <= size` of the codomain (the
+//! grid dimension `cell`/`edge`/`vertex` for ICON, `nCells`/`nEdges`/`nVertices` for MPAS) and
+//! `-1` when `x == 0`; anything else is [`GridError::IndexOutOfRange`], naming the variable and
+//! the first bad entry. Every file goes through one wrapper of the reader: a bounds-checked walk
+//! over netCDF-3 headers, every variable's size checked against what the file can hold before it
+//! is allocated, positional reads instead of a mapping, and the reader under `catch_unwind`, so
+//! that damaged or truncated files are typed errors and never a panic, an abort or a huge
+//! allocation.
+//!
+//! # Example
+//!
+//! What a frontend does with a grid file: read it into a runtime offset provider and convert
+//! that once into its compile-time view (here the MPAS-Ocean grid shipped in `data/grids`).
+//!
+//! ```
+//! use gridkey_grid::{read_grid, GridKind};
+//! use gridkey_offsets::{compile_time_offset_provider, TableStore};
+//!
+//! let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../data/grids/oQU480.231010.nc");
+//! let grid = read_grid(&path)?;
+//! assert_eq!(grid.kind(), GridKind::Mpas);
+//! let sizes = grid.sizes();
+//! assert_eq!((sizes.cells, sizes.edges, sizes.vertices), (1791, 5754, 3947));
+//! let c2e = grid.table_info("C2E").expect("every grid has C2E");
+//! assert_eq!((c2e.domain.as_str(), c2e.codomain.as_str(), c2e.shape[0]), ("Cell", "Edge", 1791));
+//!
+//! let cache = tempfile::tempdir()?;
+//! let view = compile_time_offset_provider(grid.provider(), &TableStore::open(cache.path())?)?;
+//! assert_eq!(view.len(), grid.provider().len());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
 #![warn(missing_docs)]
+// A GridError carries what its message needs (the path, variable names, the values found and
+// expected: up to 160 bytes). It is returned at most once per grid read, never in a loop, and
+// callers that keep it box it (gridkey's `AppError::Grid`).
+#![allow(clippy::result_large_err)]
 
 mod error;
 mod header;
+mod netcdf;
+mod ugrid;
 
 use std::fmt;
-use std::fs::File;
-use std::io::Read;
-use std::panic::{self, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use gridkey_offsets::{host_connectivity, Dimension, DimensionKind, Entry, OffsetProvider};
 use ndarray::Array2;
-use netcdf3::{DataSet, DataType, FileReader, ReadError};
+use netcdf_reader::{NcType, NcVariable};
 
 pub use error::GridError;
+pub use netcdf::MAX_INFLATION;
+
+use netcdf::{cdl_type, NcReader, RawInts};
 
 /// The model a grid file comes from, recognised from its variables.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -59,14 +108,20 @@ pub enum GridKind {
     /// MPAS (has `edgesOnCell`): tables stored `(n, k)`, 1-based, `0` = no neighbour, cell
     /// tables padded past `nEdgesOnCell`.
     Mpas,
+    /// A UGRID 1.0 2-D mesh (has a variable with `cf_role = "mesh_topology"`): faces are cells,
+    /// nodes are vertices; `start_index`, `_FillValue` and dimension order per variable; the
+    /// tables the file lacks are derived (ADR 0015).
+    Ugrid,
 }
 
 impl GridKind {
-    /// Lowercase name: `"icon"` or `"mpas"` (as in `data/golden/table-digests-v1.json`).
+    /// Lowercase name: `"icon"`, `"mpas"` or `"ugrid"` (as in
+    /// `data/golden/table-digests-v1.json`).
     pub const fn as_str(self) -> &'static str {
         match self {
             GridKind::Icon => "icon",
             GridKind::Mpas => "mpas",
+            GridKind::Ugrid => "ugrid",
         }
     }
 }
@@ -78,7 +133,8 @@ impl fmt::Display for GridKind {
 }
 
 /// The number of cells, edges and vertices of a grid, from the file's dimensions (ICON `cell`,
-/// `edge`, `vertex`; MPAS `nCells`, `nEdges`, `nVertices`). Every index is checked against these.
+/// `edge`, `vertex`; MPAS `nCells`, `nEdges`, `nVertices`; UGRID the face and node dimensions,
+/// and the edge dimension or the number of edges derived). Every index is checked against these.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct GridSizes {
     /// Number of cells.
@@ -94,8 +150,11 @@ pub struct GridSizes {
 pub struct TableInfo {
     /// The offset name, e.g. `C2E`.
     pub offset: String,
-    /// The variable it was read from, e.g. `edge_of_cell`.
+    /// The variable it was read from, e.g. `edge_of_cell`; for a derived table the variables it
+    /// was derived from, e.g. `Mesh2_face_nodes` or `face_node_connectivity, edge_node_connectivity`.
     pub variable: String,
+    /// Whether the table was derived from others (UGRID, ADR 0015) instead of read from the file.
+    pub derived: bool,
     /// The domain dimension name: `Cell`, `Edge` or `Vertex`.
     pub domain: String,
     /// The codomain dimension name: `Cell`, `Edge` or `Vertex`.
@@ -104,8 +163,7 @@ pub struct TableInfo {
     pub shape: [usize; 2],
     /// How many entries are `-1` (no neighbour).
     pub skip_count: usize,
-    /// The smallest entry (`-1` when `skip_count > 0`). A table is never empty: netCDF-3 fixed
-    /// dimensions have at least one element.
+    /// The smallest entry (`-1` when `skip_count > 0`; `-1` for an empty table).
     pub min: i32,
     /// The largest entry, at most the codomain size minus one.
     pub max: i32,
@@ -168,14 +226,14 @@ impl Grid {
 
 /// A mesh location: domain or codomain of a table.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Location {
+pub(crate) enum Location {
     Cell,
     Edge,
     Vertex,
 }
 
 impl Location {
-    fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Location::Cell => "Cell",
             Location::Edge => "Edge",
@@ -184,35 +242,51 @@ impl Location {
     }
 
     /// The file dimension that counts this location.
-    fn dim(self, kind: GridKind) -> &'static str {
-        match (kind, self) {
-            (GridKind::Icon, Location::Cell) => "cell",
-            (GridKind::Icon, Location::Edge) => "edge",
-            (GridKind::Icon, Location::Vertex) => "vertex",
-            (GridKind::Mpas, Location::Cell) => "nCells",
-            (GridKind::Mpas, Location::Edge) => "nEdges",
-            (GridKind::Mpas, Location::Vertex) => "nVertices",
+    fn dim(self, model: Model) -> &'static str {
+        match (model, self) {
+            (Model::Icon, Location::Cell) => "cell",
+            (Model::Icon, Location::Edge) => "edge",
+            (Model::Icon, Location::Vertex) => "vertex",
+            (Model::Mpas, Location::Cell) => "nCells",
+            (Model::Mpas, Location::Edge) => "nEdges",
+            (Model::Mpas, Location::Vertex) => "nVertices",
         }
     }
 
     /// The usual name of the neighbour axis of a table from this location (messages only: the
     /// neighbour axis is not required to have this name).
-    fn usual_neighbour_dim(self, kind: GridKind) -> &'static str {
-        match (kind, self) {
-            (GridKind::Icon, Location::Cell) => "nv",
-            (GridKind::Icon, Location::Edge) => "nc",
-            (GridKind::Icon, Location::Vertex) => "ne",
-            (GridKind::Mpas, Location::Cell) => "maxEdges",
-            (GridKind::Mpas, Location::Edge) => "TWO",
-            (GridKind::Mpas, Location::Vertex) => "vertexDegree",
+    fn usual_neighbour_dim(self, model: Model) -> &'static str {
+        match (model, self) {
+            (Model::Icon, Location::Cell) => "nv",
+            (Model::Icon, Location::Edge) => "nc",
+            (Model::Icon, Location::Vertex) => "ne",
+            (Model::Mpas, Location::Cell) => "maxEdges",
+            (Model::Mpas, Location::Edge) => "TWO",
+            (Model::Mpas, Location::Vertex) => "vertexDegree",
         }
     }
 
-    fn size(self, sizes: GridSizes) -> usize {
+    pub(crate) fn size(self, sizes: GridSizes) -> usize {
         match self {
             Location::Cell => sizes.cells,
             Location::Edge => sizes.edges,
             Location::Vertex => sizes.vertices,
+        }
+    }
+}
+
+/// The two models whose files name their variables and dimensions themselves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Model {
+    Icon,
+    Mpas,
+}
+
+impl Model {
+    fn kind(self) -> GridKind {
+        match self {
+            Model::Icon => GridKind::Icon,
+            Model::Mpas => GridKind::Mpas,
         }
     }
 }
@@ -293,41 +367,49 @@ const MPAS_MARKER: &str = "edgesOnCell";
 /// MPAS: the number of valid entries per row of the cell tables.
 const MPAS_COUNT: &str = "nEdgesOnCell";
 
-/// Reads the ICON or MPAS grid in the netCDF-3 file `path` (classic or 64-bit offset) into a
-/// [`Grid`] with canonical tables: shape `(n, k)`, int32, C order, 0-based, `-1` for no
-/// neighbour, every index checked against the size of its codomain (see the crate docs for
-/// the variables, the provider order and the skip-value rule).
+/// Reads the ICON, MPAS or UGRID grid in the netCDF file `path` (CDF-1, CDF-2, CDF-5 or
+/// netCDF-4) into a [`Grid`] with canonical tables: shape `(n, k)`, int32, C order, 0-based,
+/// `-1` for no neighbour, every index checked against the size of its codomain (see the crate
+/// docs for the variables, the provider order and the skip-value rule; ADR 0015 for UGRID).
 ///
 /// Only the connectivity variables (and MPAS `nEdgesOnCell`) are read, each once.
 ///
 /// Errors, in the order they are checked: [`GridError::Open`] (missing, not a regular file,
-/// unreadable); [`GridError::NotNetcdf3`] (empty, text, HDF5/netCDF-4, CDF-5);
-/// [`GridError::Malformed`] and [`GridError::Truncated`] (header walk);
-/// [`GridError::Netcdf`] / [`GridError::ReaderPanicked`] (the `netcdf3` reader);
-/// [`GridError::NotAGrid`]; [`GridError::MissingDimension`]; then per table
-/// [`GridError::MissingVariable`], [`GridError::WrongType`], [`GridError::WrongShape`],
-/// [`GridError::CountOutOfRange`] (MPAS) and [`GridError::IndexOutOfRange`].
+/// unreadable); [`GridError::NotNetcdf`] (empty, text); [`GridError::Malformed`] and
+/// [`GridError::Truncated`] (netCDF-3 header walk); [`GridError::Netcdf`] /
+/// [`GridError::ReaderPanicked`] (the reader); [`GridError::NotAGrid`]; for ICON and MPAS
+/// [`GridError::MissingDimension`], then per table [`GridError::MissingVariable`],
+/// [`GridError::WrongType`], [`GridError::WrongShape`], [`GridError::TooLarge`],
+/// [`GridError::CountOutOfRange`] (MPAS) and [`GridError::IndexOutOfRange`]; for UGRID those
+/// and [`GridError::SeveralMeshes`], [`GridError::BadAttribute`],
+/// [`GridError::TooManyElements`], [`GridError::BadEntry`] and [`GridError::Contradiction`].
 /// Never panics, whatever the file holds. The file must not change while it is read (it is
-/// opened twice: once for the header walk, once by the reader).
+/// opened twice for a netCDF-3 file: once for the header walk, once by the reader).
 pub fn read_grid(path: &Path) -> Result<Grid, GridError> {
-    let ctx = Ctx { path };
-    ctx.precheck()?;
-    let mut reader = ctx.guarded(|| FileReader::open(path))?;
-
-    let kind = if reader.data_set().has_var(ICON_MARKER) {
-        GridKind::Icon
-    } else if reader.data_set().has_var(MPAS_MARKER) {
-        GridKind::Mpas
+    let nc = NcReader::open(path)?;
+    if nc.var(ICON_MARKER).is_some() {
+        read_model_grid(&nc, Model::Icon)
+    } else if nc.var(MPAS_MARKER).is_some() {
+        read_model_grid(&nc, Model::Mpas)
+    } else if let Some(topology) = ugrid::find_topology(&nc)? {
+        ugrid::read(&nc, topology)
     } else {
-        return Err(GridError::NotAGrid { path: path.to_path_buf() });
-    };
+        Err(GridError::NotAGrid { path: path.to_path_buf() })
+    }
+}
+
+/// An ICON or MPAS grid: the variables of [`TABLES`].
+fn read_model_grid(nc: &NcReader, model: Model) -> Result<Grid, GridError> {
+    let ctx = Ctx { path: nc.path() };
+    let kind = model.kind();
     let dim_size = |location: Location| {
-        let dimension = location.dim(kind);
-        reader.data_set().dim_size(dimension).ok_or_else(|| GridError::MissingDimension {
-            path: path.to_path_buf(),
+        let dimension = location.dim(model);
+        let size = nc.dim_size(dimension).ok_or_else(|| GridError::MissingDimension {
+            path: ctx.path(),
             kind,
             dimension: dimension.to_owned(),
-        })
+        })?;
+        ctx.index_size(dimension, size)
     };
     let sizes = GridSizes {
         cells: dim_size(Location::Cell)?,
@@ -335,34 +417,33 @@ pub fn read_grid(path: &Path) -> Result<Grid, GridError> {
         vertices: dim_size(Location::Vertex)?,
     };
 
-    let counts = match kind {
-        GridKind::Icon => None,
-        GridKind::Mpas => Some(ctx.read_counts(&mut reader)?),
+    let counts = match model {
+        Model::Icon => None,
+        Model::Mpas => Some(ctx.read_counts(nc)?),
     };
 
-    let mut provider = OffsetProvider::new();
-    let mut tables = Vec::new();
+    let mut tables = Tables::default();
     for spec in &TABLES {
-        let variable = match kind {
-            GridKind::Icon => spec.icon,
-            GridKind::Mpas => match spec.mpas {
+        let variable = match model {
+            Model::Icon => spec.icon,
+            Model::Mpas => match spec.mpas {
                 Some(v) => v,
                 None => continue,
             },
         };
-        let [n, k] = ctx.check_table_variable(reader.data_set(), kind, spec, variable)?;
-        let raw = ctx.guarded(|| reader.read_var_i32(variable))?;
+        let (var, [n, k]) = ctx.check_table_variable(nc, model, spec, variable)?;
+        let raw = ctx.read_i32(nc, var)?;
         if raw.len() != n * k {
             return Err(GridError::WrongShape {
-                path: path.to_path_buf(),
+                path: ctx.path(),
                 variable: variable.to_owned(),
                 expected: format!("{} values", n * k),
                 found: format!("{} values read", raw.len()),
             });
         }
-        let layout = match kind {
-            GridKind::Icon => Layout::NeighbourFirst,
-            GridKind::Mpas => Layout::DomainFirst,
+        let layout = match model {
+            Model::Icon => Layout::NeighbourFirst,
+            Model::Mpas => Layout::DomainFirst,
         };
         let row_counts = match (&counts, spec.domain) {
             (Some(c), Location::Cell) => {
@@ -374,54 +455,92 @@ pub fn read_grid(path: &Path) -> Result<Grid, GridError> {
         let codomain_size = spec.codomain.size(sizes);
         let canonical =
             canonicalize(&raw, layout, n, k, codomain_size, row_counts).map_err(|bad| GridError::IndexOutOfRange {
-                path: path.to_path_buf(),
+                path: ctx.path(),
                 variable: variable.to_owned(),
                 offset: spec.offset.to_owned(),
                 row: bad.row,
                 column: bad.column,
-                value: bad.value,
+                value: i128::from(bad.value),
                 codomain: spec.codomain.name().to_owned(),
                 codomain_size,
+                expected: format!(
+                    "1..={codomain_size} (an index into {}, 1-based) or 0 for no neighbour",
+                    spec.codomain.name()
+                ),
             })?;
         drop(raw);
+        let table = TableFrom { offset: spec.offset, variable: variable.to_owned(), derived: false };
+        tables.push(&ctx, table, spec.domain, spec.codomain, canonical)?;
+    }
+    tables.finish(&ctx, kind, sizes)
+}
 
-        tables.push(TableInfo {
-            offset: spec.offset.to_owned(),
-            variable: variable.to_owned(),
-            domain: spec.domain.name().to_owned(),
-            codomain: spec.codomain.name().to_owned(),
+/// Where a table comes from, for its [`TableInfo`].
+pub(crate) struct TableFrom {
+    pub(crate) offset: &'static str,
+    pub(crate) variable: String,
+    pub(crate) derived: bool,
+}
+
+/// The provider and table facts of a grid being read, in provider order.
+#[derive(Default)]
+pub(crate) struct Tables {
+    provider: OffsetProvider,
+    infos: Vec<TableInfo>,
+}
+
+impl Tables {
+    /// Adds a gather `from.offset` over `table`, with a skip value exactly when it has a `-1`.
+    pub(crate) fn push(
+        &mut self,
+        ctx: &Ctx<'_>,
+        from: TableFrom,
+        domain: Location,
+        codomain: Location,
+        table: Canonical,
+    ) -> Result<(), GridError> {
+        let [n, k] = [table.table.nrows(), table.table.ncols()];
+        self.infos.push(TableInfo {
+            offset: from.offset.to_owned(),
+            variable: from.variable,
+            derived: from.derived,
+            domain: domain.name().to_owned(),
+            codomain: codomain.name().to_owned(),
             shape: [n, k],
-            skip_count: canonical.skip_count,
-            min: canonical.min,
-            max: canonical.max,
+            skip_count: table.skip_count,
+            min: table.min,
+            max: table.max,
         });
-        let skip_value = (canonical.skip_count > 0).then_some(-1);
+        let skip_value = (table.skip_count > 0).then_some(-1);
         let connectivity = host_connectivity(
-            Dimension::horizontal(spec.domain.name()),
-            Dimension::local(format!("{}Dim", spec.offset)),
-            Dimension::horizontal(spec.codomain.name()),
+            Dimension::horizontal(domain.name()),
+            Dimension::local(format!("{}Dim", from.offset)),
+            Dimension::horizontal(codomain.name()),
             skip_value,
-            canonical.table,
+            table.table,
         )
         .map_err(|source| ctx.provider_error(source))?;
-        provider
-            .push(spec.offset, Entry::Gather(Arc::new(connectivity)))
-            .map_err(|source| ctx.provider_error(source))?;
+        self.provider
+            .push(from.offset, Entry::Gather(Arc::new(connectivity)))
+            .map_err(|source| ctx.provider_error(source))
     }
-    provider
-        .push("Koff", Entry::Dimension(Dimension::new("K", DimensionKind::Vertical)))
-        .map_err(|source| ctx.provider_error(source))?;
 
-    Ok(Grid { kind, path: path.to_path_buf(), sizes, provider, tables })
+    /// Adds `Koff` -> `K` (vertical) and returns the grid.
+    pub(crate) fn finish(mut self, ctx: &Ctx<'_>, kind: GridKind, sizes: GridSizes) -> Result<Grid, GridError> {
+        self.provider
+            .push("Koff", Entry::Dimension(Dimension::new("K", DimensionKind::Vertical)))
+            .map_err(|source| ctx.provider_error(source))?;
+        Ok(Grid { kind, path: ctx.path(), sizes, provider: self.provider, tables: self.infos })
+    }
 }
 
 /// The file being read, for errors.
-struct Ctx<'a> {
-    path: &'a Path,
+pub(crate) struct Ctx<'a> {
+    pub(crate) path: &'a Path,
 }
 
 impl Ctx<'_> {
-    fn path(&self) -> PathBuf {
+    pub(crate) fn path(&self) -> PathBuf {
         self.path.to_path_buf()
     }
 
@@ -429,123 +548,103 @@ impl Ctx<'_> {
         GridError::Provider { path: self.path(), source }
     }
 
-    /// Opens the file, classifies its first bytes and walks its header.
-    fn precheck(&self) -> Result<(), GridError> {
-        let open_err = |source| GridError::Open { path: self.path(), source };
-        let meta = std::fs::metadata(self.path).map_err(open_err)?;
-        if !meta.is_file() {
-            let what = if meta.is_dir() { "it is a directory" } else { "it is not a regular file" };
-            return Err(open_err(std::io::Error::other(what)));
+    /// A dimension size as the count of a location: int32 tables must be able to index it.
+    pub(crate) fn index_size(&self, dimension: &str, size: u64) -> Result<usize, GridError> {
+        match usize::try_from(size) {
+            Ok(n) if size <= i32::MAX as u64 => Ok(n),
+            _ => Err(GridError::TooManyElements { path: self.path(), dimension: dimension.to_owned(), size }),
         }
-        let file = File::open(self.path).map_err(open_err)?;
-        let len = meta.len();
-        let mut first = Vec::with_capacity(8);
-        (&file).take(8).read_to_end(&mut first).map_err(open_err)?;
-        if let header::Signature::Other(found) = header::signature(&first, len) {
-            return Err(GridError::NotNetcdf3 { path: self.path(), found });
-        }
-        // The walk reads from the start of the file through its own handle.
-        let file = File::open(self.path).map_err(open_err)?;
-        header::check(&file, len).map_err(|problem| match problem {
-            header::HeaderProblem::Malformed(detail) => GridError::Malformed { path: self.path(), detail },
-            header::HeaderProblem::Truncated { variable, end } => {
-                GridError::Truncated { path: self.path(), variable, end, file_len: len }
-            }
-        })
     }
 
-    /// Runs a `netcdf3` call: its error wrapped with the path, a panic turned into an error.
-    fn guarded<T>(&self, f: impl FnOnce() -> Result<T, ReadError>) -> Result<T, GridError> {
-        match panic::catch_unwind(AssertUnwindSafe(f)) {
-            Ok(Ok(v)) => Ok(v),
-            Ok(Err(source)) => Err(GridError::Netcdf { path: self.path(), reason: format!("{source:?}") }),
-            Err(payload) => {
-                let message = payload
-                    .downcast_ref::<&str>()
-                    .map(|s| s.to_string())
-                    .or_else(|| payload.downcast_ref::<String>().cloned())
-                    .unwrap_or_else(|| "no message".to_owned());
-                Err(GridError::ReaderPanicked { path: self.path(), message })
-            }
+    /// Reads an `int` variable (its type checked before).
+    fn read_i32(&self, nc: &NcReader, var: &NcVariable) -> Result<Vec<i32>, GridError> {
+        match nc.read_ints(var)? {
+            RawInts::I32(v) => Ok(v),
+            _ => Err(GridError::WrongType {
+                path: self.path(),
+                variable: var.name.clone(),
+                expected: "int",
+                found: cdl_type(&var.dtype),
+            }),
         }
     }
 
     /// Checks that `variable` is a fixed-size 2-d `int` variable with the domain dimension where
-    /// the grid kind stores it; returns the canonical shape `(n, k)`.
-    fn check_table_variable(
+    /// the grid kind stores it; returns it and the canonical shape `(n, k)`.
+    fn check_table_variable<'n>(
         &self,
-        ds: &DataSet,
-        kind: GridKind,
+        nc: &'n NcReader,
+        model: Model,
         spec: &TableSpec,
         variable: &str,
-    ) -> Result<[usize; 2], GridError> {
-        let domain_dim = spec.domain.dim(kind);
-        let neighbour_dim = spec.domain.usual_neighbour_dim(kind);
-        let (expected, domain_axis) = match kind {
-            GridKind::Icon => {
+    ) -> Result<(&'n NcVariable, [usize; 2]), GridError> {
+        let domain_dim = spec.domain.dim(model);
+        let neighbour_dim = spec.domain.usual_neighbour_dim(model);
+        let (expected, domain_axis) = match model {
+            Model::Icon => {
                 (format!("({neighbour_dim}, {domain_dim}): the neighbour axis first, then `{domain_dim}`"), 1)
             }
-            GridKind::Mpas => {
+            Model::Mpas => {
                 (format!("({domain_dim}, {neighbour_dim}): `{domain_dim}` first, then the neighbour axis"), 0)
             }
         };
-        let dims = self.check_int_variable(ds, kind, variable, &format!("offset {}", spec.offset))?;
-        let fits = dims.len() == 2 && dims.iter().all(|d| !d.unlimited) && dims[domain_axis].name == domain_dim;
+        let var = self.check_int_variable(nc, model, variable, &format!("offset {}", spec.offset))?;
+        let dims = &var.dimensions;
+        let fits = dims.len() == 2 && dims.iter().all(|d| !d.is_unlimited) && dims[domain_axis].name == domain_dim;
         if !fits {
             return Err(GridError::WrongShape {
                 path: self.path(),
                 variable: variable.to_owned(),
                 expected,
-                found: describe(&dims),
+                found: describe(dims),
             });
         }
-        Ok([dims[domain_axis].size, dims[1 - domain_axis].size])
+        let n = self.index_size(domain_dim, dims[domain_axis].size)?;
+        let k = self.index_size(&dims[1 - domain_axis].name, dims[1 - domain_axis].size)?;
+        Ok((var, [n, k]))
     }
 
-    /// Checks that `variable` exists and is `int`; returns its dimensions.
-    fn check_int_variable(
+    /// Checks that `variable` exists and is `int`.
+    fn check_int_variable<'n>(
         &self,
-        ds: &DataSet,
-        kind: GridKind,
+        nc: &'n NcReader,
+        model: Model,
         variable: &str,
         needed_for: &str,
-    ) -> Result<Vec<DimInfo>, GridError> {
-        let var = ds.get_var(variable).ok_or_else(|| GridError::MissingVariable {
+    ) -> Result<&'n NcVariable, GridError> {
+        let var = nc.var(variable).ok_or_else(|| GridError::MissingVariable {
             path: self.path(),
-            kind,
+            kind: model.kind(),
             variable: variable.to_owned(),
             needed_for: needed_for.to_owned(),
         })?;
-        if var.data_type() != DataType::I32 {
+        if var.dtype != NcType::Int {
             return Err(GridError::WrongType {
                 path: self.path(),
                 variable: variable.to_owned(),
                 expected: "int",
-                found: cdl_type(var.data_type()).to_owned(),
+                found: cdl_type(&var.dtype),
             });
         }
-        Ok(var
-            .get_dims()
-            .iter()
-            .map(|d| DimInfo { name: d.name(), size: d.size(), unlimited: d.is_unlimited() })
-            .collect())
+        Ok(var)
     }
 
     /// Reads MPAS `nEdgesOnCell`, a fixed-size `int` variable over `nCells`.
-    fn read_counts(&self, reader: &mut FileReader) -> Result<Vec<i32>, GridError> {
+    fn read_counts(&self, nc: &NcReader) -> Result<Vec<i32>, GridError> {
         let needed_for = "the neighbour counts of the cell tables C2E, C2V and C2E2C";
-        let dims = self.check_int_variable(reader.data_set(), GridKind::Mpas, MPAS_COUNT, needed_for)?;
-        let cells = Location::Cell.dim(GridKind::Mpas);
-        if dims.len() != 1 || dims[0].unlimited || dims[0].name != cells {
+        let var = self.check_int_variable(nc, Model::Mpas, MPAS_COUNT, needed_for)?;
+        let dims = &var.dimensions;
+        let cells = Location::Cell.dim(Model::Mpas);
+        if dims.len() != 1 || dims[0].is_unlimited || dims[0].name != cells {
             return Err(GridError::WrongShape {
                 path: self.path(),
                 variable: MPAS_COUNT.to_owned(),
                 expected: format!("({cells})"),
-                found: describe(&dims),
+                found: describe(dims),
             });
         }
-        let counts = self.guarded(|| reader.read_var_i32(MPAS_COUNT))?;
-        if counts.len() != dims[0].size {
+        let counts = self.read_i32(nc, var)?;
+        if counts.len() as u64 != dims[0].size {
             return Err(GridError::WrongShape {
                 path: self.path(),
                 variable: MPAS_COUNT.to_owned(),
@@ -572,18 +671,12 @@ impl Ctx<'_> {
     }
 }
 
-struct DimInfo {
-    name: String,
-    size: usize,
-    unlimited: bool,
-}
-
 /// `(cell = 20480, nv = 3)`, unlimited dimensions marked.
-fn describe(dims: &[DimInfo]) -> String {
+pub(crate) fn describe(dims: &[netcdf_reader::NcDimension]) -> String {
     let parts: Vec<String> = dims
         .iter()
         .map(|d| {
-            if d.unlimited {
+            if d.is_unlimited {
                 format!("{} = {} (unlimited)", d.name, d.size)
             } else {
                 format!("{} = {}", d.name, d.size)
@@ -591,18 +684,6 @@ fn describe(dims: &[DimInfo]) -> String {
         })
         .collect();
     format!("({})", parts.join(", "))
-}
-
-/// The CDL name of a netCDF-3 type.
-fn cdl_type(t: DataType) -> &'static str {
-    match t {
-        DataType::I8 => "byte",
-        DataType::U8 => "char",
-        DataType::I16 => "short",
-        DataType::I32 => "int",
-        DataType::F32 => "float",
-        DataType::F64 => "double",
-    }
 }
 
 /// How a table is stored in the file.
@@ -616,11 +697,23 @@ enum Layout {
 
 /// A canonical table and its facts.
 #[derive(Debug)]
-struct Canonical {
-    table: Array2<i32>,
-    skip_count: usize,
-    min: i32,
-    max: i32,
+pub(crate) struct Canonical {
+    pub(crate) table: Array2<i32>,
+    pub(crate) skip_count: usize,
+    pub(crate) min: i32,
+    pub(crate) max: i32,
+}
+
+impl Canonical {
+    /// The facts of `table`, `(n, k)` from `values` in C order (`n * k` of them).
+    pub(crate) fn of(n: usize, k: usize, values: Vec<i32>) -> Canonical {
+        debug_assert_eq!(values.len(), n * k);
+        let skip_count = values.iter().filter(|&&x| x == -1).count();
+        let min = values.iter().copied().min().unwrap_or(-1);
+        let max = values.iter().copied().max().unwrap_or(-1);
+        let table = Array2::from_shape_vec((n, k), values).unwrap_or_else(|_| Array2::from_elem((n, k), -1));
+        Canonical { table, skip_count, min, max }
+    }
 }
 
 /// The first entry (C order of the canonical table) that is not a valid index.
@@ -722,8 +815,11 @@ mod tests {
         assert_eq!(signature(b"CDF\x02\0\0\0\0", 8), Signature::Netcdf3);
         assert_eq!(signature(b"CDF\x01", 4), Signature::Netcdf3);
         assert!(matches!(signature(b"", 0), Signature::Other(s) if s.contains("empty")));
-        assert!(matches!(signature(b"\x89HDF\r\n\x1a\n", 100), Signature::Other(s) if s.contains("HDF5")));
-        assert!(matches!(signature(b"CDF\x05\0\0\0\0", 100), Signature::Other(s) if s.contains("CDF-5")));
+        assert_eq!(signature(b"\x89HDF\r\n\x1a\n", 100), Signature::Hdf5);
+        assert_eq!(signature(b"CDF\x05\0\0\0\0", 100), Signature::Cdf5);
+        assert!(matches!(signature(b"CDF\x09", 100), Signature::Other(s) if s.contains("version byte 9")));
         assert!(matches!(signature(b"hello", 5), Signature::Other(s) if s.contains("\"hell\"")));
+        let offsets: Vec<u64> = header::hdf5_superblock_offsets(4096).collect();
+        assert_eq!(offsets, [512, 1024, 2048]);
     }
 }

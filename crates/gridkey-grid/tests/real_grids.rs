@@ -1,5 +1,7 @@
-//! The two real grids in `data/grids/`, table by table, against the golden values of the
-//! independent Python witness (`data/tools/table_digest_witness.py`, NumPy + xxhash + netCDF4).
+//! The real grids in `data/grids/` (ICON and MPAS netCDF-3, three UGRID netCDF-4 meshes), table
+//! by table, against the golden values of the independent Python witness
+//! (`data/tools/table_digest_witness.py`: NumPy, xxhash and netCDF4-python; uxarray for the
+//! tables derived from UGRID face-node connectivity).
 
 use std::path::Path;
 use std::time::Instant;
@@ -11,6 +13,7 @@ use serde_json::Value;
 
 const ICON: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../data/grids/icon_grid_0013_R02B04_R.nc");
 const MPAS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../data/grids/oQU480.231010.nc");
+const UGRID_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../data/grids/");
 const GOLDEN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../data/golden/table-digests-v1.json");
 
 fn golden(file_name: &str) -> Value {
@@ -129,9 +132,59 @@ fn mpas_qu480_matches_the_witness() {
     assert_eq!(grid.provider().gather("E2V").unwrap().skip_value(), None);
 }
 
+/// Reads a UGRID mesh of `data/grids` and checks it against the witness.
+fn check_ugrid(file_name: &str, sizes: GridSizes) -> Grid {
+    let path = format!("{UGRID_DIR}{file_name}");
+    let start = Instant::now();
+    let grid = read_grid(Path::new(&path)).expect("UGRID mesh reads");
+    eprintln!("{file_name} read in {:?}", start.elapsed());
+    assert_eq!(grid.kind(), GridKind::Ugrid);
+    assert_eq!(grid.sizes(), sizes);
+    assert_eq!(grid.tables().len(), 7, "UGRID has no V2E2V");
+    check_against_golden(&grid, file_name);
+    grid
+}
+
+#[test]
+fn cube_sphere_ne30_matches_the_witness() {
+    let grid = check_ugrid("outCSne30.ug", GridSizes { cells: 5400, edges: 10800, vertices: 5402 });
+    let c2v = grid.table_info("C2V").unwrap();
+    assert_eq!((c2v.variable.as_str(), c2v.derived), ("Mesh2_face_nodes", false));
+    for offset in ["C2E", "C2E2C", "E2C", "E2V", "V2E", "V2C"] {
+        assert!(grid.table_info(offset).unwrap().derived, "{offset}");
+    }
+    // A closed sphere: every edge has two faces; only the 8 cube corners have 3 edges, not 4.
+    assert_eq!(grid.table_info("E2C").unwrap().skip_count, 0);
+    assert_eq!(grid.table_info("V2E").unwrap().skip_count, 8);
+}
+
+#[test]
+fn latitude_longitude_1deg_matches_the_witness() {
+    let grid = check_ugrid("outRLL1deg.ug", GridSizes { cells: 64800, edges: 129240, vertices: 64442 });
+    // 720 polar triangles among quads; each pole node has all 360 of its triangles.
+    assert_eq!(grid.table_info("C2V").unwrap().skip_count, 720);
+    assert_eq!(grid.table_info("V2C").unwrap().shape, [64442, 360]);
+}
+
+#[test]
+fn quad_hexagon_with_int64_tables_matches_the_witness() {
+    let grid = check_ugrid("quad-hexagon.grid.nc", GridSizes { cells: 4, edges: 19, vertices: 16 });
+    // int64 face-node and edge-node tables, no attributes of their own: start 0, no fill.
+    let e2v = grid.table_info("E2V").unwrap();
+    assert_eq!((e2v.variable.as_str(), e2v.derived), ("edge_node_connectivity", false));
+    let IndexTable::I32(t) = grid.provider().gather("E2V").unwrap().host_table("E2V").unwrap() else {
+        panic!("E2V is not int32")
+    };
+    // The file's order and orientation are kept: edge 2 is stored (14, 4).
+    assert_eq!(t.row(2).to_vec(), [14, 4]);
+    // Boundary edges: 14 of the 19 have one face.
+    assert_eq!(grid.table_info("E2C").unwrap().skip_count, 14);
+}
+
 #[test]
 fn kind_names() {
     assert_eq!(GridKind::Icon.as_str(), "icon");
     assert_eq!(GridKind::Mpas.as_str(), "mpas");
     assert_eq!(GridKind::Mpas.to_string(), "mpas");
+    assert_eq!(GridKind::Ugrid.as_str(), "ugrid");
 }

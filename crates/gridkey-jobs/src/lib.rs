@@ -12,6 +12,59 @@
 //! in the task frame (protocol v4), so the handler sees the same settings in every mode, also in
 //! a pool reused after a setting changed.
 //!
+//! # Example
+//!
+//! What a frontend does: wrap its compile step in a [`TaskHandler`], make one
+//! [`CompilationTask`] per program over the compile-time view, and run the batch in the mode the
+//! settings ask for. Process mode starts `gridkey worker` processes (the binary's
+//! [`WorkerCommand`]); serial and thread mode, shown here, run in this process, and every mode
+//! hands the handler the same input.
+//!
+//! ```
+//! use std::collections::BTreeMap;
+//! use std::sync::Arc;
+//! use gridkey_jobs::{BuildJobs, BuildJobsMode, CompilationTask, Runner, Settings, TaskHandler, WorkerCommand};
+//! use gridkey_offsets::{compile_time_offset_provider, Connectivity, Dimension, Entry, IndexTable, OffsetProvider, TableStore};
+//!
+//! /// The frontend's compile step; this one reports what it sees of the compile-time view.
+//! struct Describe;
+//!
+//! impl TaskHandler for Describe {
+//!     type Output = String;
+//!     fn handle(&self, task: &CompilationTask) -> Result<String, String> {
+//!         let c2e = task.provider.gather("C2E").ok_or("no C2E in the provider")?;
+//!         Ok(format!("{}: C2E {:?} {}", task.program, c2e.shape(), c2e.digest()))
+//!     }
+//! }
+//!
+//! let c2e = IndexTable::from_vec_i32(2, 3, vec![0, 1, 2, 2, 3, 4])?;
+//! let c2e = Connectivity::from_host(Dimension::horizontal("Cell"), Dimension::local("C2EDim"), Dimension::horizontal("Edge"), None, c2e)?;
+//! let mut provider = OffsetProvider::new();
+//! provider.push("C2E", Entry::Gather(Arc::new(c2e)))?;
+//! let cache = tempfile::tempdir()?;
+//! let view = Arc::new(compile_time_offset_provider(&provider, &TableStore::open(cache.path())?)?);
+//! let settings = Arc::new(Settings { cache_dir: cache.path().to_path_buf(), ..Settings::default() });
+//! let tasks: Vec<CompilationTask> = ["div", "grad_n"]
+//!     .iter()
+//!     .map(|name| CompilationTask {
+//!         program: name.to_string(),
+//!         encoding: name.as_bytes().to_vec(),
+//!         options: BTreeMap::new(),
+//!         provider: view.clone(),
+//!         settings: settings.clone(),
+//!     })
+//!     .collect();
+//!
+//! let worker = WorkerCommand::gridkey("gridkey".into());
+//! let serial = Runner::new(BuildJobs::new(BuildJobsMode::Serial, 1), Arc::new(Describe), worker.clone());
+//! let thread = Runner::new(BuildJobs::new(BuildJobsMode::Thread, 2), Arc::new(Describe), worker);
+//! let a = serial.run_all(&tasks).into_iter().collect::<Result<Vec<String>, _>>()?;
+//! let b = thread.run_all(&tasks).into_iter().collect::<Result<Vec<String>, _>>()?;
+//! assert_eq!(a, b); // the same input in every mode, results in submission order
+//! assert!(a[0].starts_with("div: C2E [2, 3] ") && a[1].starts_with("grad_n: "));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
 //! # Architecture invariant
 //!
 //! Every mode compiles the same compile-time input: the handler sees the same
@@ -38,7 +91,8 @@ use serde::Serialize;
 
 pub use pool::{stop_all_workers, ProcessPool, WorkerCommand};
 
-/// Errors of the runners.
+/// Errors of the runners (ADR 0005). A failed task is not one of them: it is a [`TaskError`] in
+/// the results, and the runner stays usable.
 #[derive(Debug, thiserror::Error)]
 pub enum JobsError {
     /// A worker process could not be started or did not complete its handshake.
@@ -51,14 +105,15 @@ pub enum JobsError {
     },
 }
 
-/// One program to translate and build.
+/// One program to translate and build: what the handler sees, the same in every mode (in
+/// process mode it crosses as a [`protocol::WireTask`], tables by digest).
 #[derive(Clone, Debug)]
 pub struct CompilationTask {
     /// The program's name (for messages and the key).
     pub program: String,
     /// The program's stable encoding (the frontend's format).
     pub encoding: Vec<u8>,
-    /// Translation options, by name.
+    /// Translation options, by name (key inputs, ADR 0003).
     pub options: BTreeMap<String, String>,
     /// The compile-time offset provider: what translation sees.
     pub provider: Arc<CompileTimeOffsetProvider>,
@@ -75,7 +130,7 @@ pub trait TaskHandler: Send + Sync {
     fn handle(&self, task: &CompilationTask) -> Result<Self::Output, String>;
 }
 
-/// Why a task failed.
+/// Why a task failed (ADR 0010): the handler's own failure, or what happened to its worker.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 pub enum TaskFailure {
     /// The handler returned an error.
@@ -167,7 +222,7 @@ pub(crate) fn panic_text(panic: &Box<dyn std::any::Any + Send>) -> String {
         .unwrap_or_else(|| "a panic without a message".to_owned())
 }
 
-/// A build-jobs runner.
+/// A build-jobs runner in one of the three modes of [`BuildJobsMode`] (docs/design.md "Build jobs").
 pub enum Runner<H: TaskHandler> {
     /// Runs tasks one after the other in the calling thread.
     Serial(Arc<H>),
@@ -193,7 +248,7 @@ impl<H: TaskHandler + 'static> Runner<H> {
         }
     }
 
-    /// The mode of this runner.
+    /// The mode of this runner (serial, thread or process).
     pub fn mode(&self) -> BuildJobsMode {
         match self {
             Runner::Serial(_) => BuildJobsMode::Serial,
@@ -202,8 +257,11 @@ impl<H: TaskHandler + 'static> Runner<H> {
         }
     }
 
-    /// Runs every task; the results are in submission order. One task's failure does not
-    /// stop the others.
+    /// Runs every task; the results are in submission order, one per task. One task's failure
+    /// does not stop the others.
+    ///
+    /// Errors: none for the batch; each failed task is a [`TaskError`] naming its program and
+    /// the [`TaskFailure`].
     pub fn run_all(&self, tasks: &[CompilationTask]) -> Vec<Result<H::Output, TaskError>> {
         self.run_all_with(tasks, &NoProgress)
     }

@@ -57,7 +57,7 @@ pub fn stop_all_workers() -> usize {
 /// pool appends [`PARENT_ARG`] and its process id.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WorkerCommand {
-    /// Path of the program.
+    /// Path of the program (the `gridkey` binary; tests use `CARGO_BIN_EXE_gridkey`).
     pub program: PathBuf,
     /// Arguments, e.g. `["worker"]`.
     pub args: Vec<String>,
@@ -121,7 +121,10 @@ impl<O: DeserializeOwned + Send> ProcessPool<O> {
         self.idle.lock().unwrap_or_else(|p| p.into_inner()).iter().map(|w| w.pid).collect()
     }
 
-    /// Runs every task in the workers; results in submission order.
+    /// Runs every task in the workers; results in submission order, one per task.
+    ///
+    /// Errors: none for the batch; each failed task is a [`TaskError`] (a worker that could not
+    /// start, died, broke the protocol or ran past the timeout fails only the task it held).
     pub fn run_all(&self, tasks: &[CompilationTask]) -> Vec<Result<O, TaskError>> {
         self.run_all_with(tasks, &NoProgress)
     }
@@ -307,7 +310,7 @@ impl Worker {
         wire: &WireTask,
         timeout: Option<Duration>,
     ) -> Result<Result<Vec<u8>, WireFailure>, Fault> {
-        write_frame(&mut self.stdin, &ToWorker::Task { id, task: wire.clone() }).map_err(|_| Fault::Died)?;
+        write_frame(&mut self.stdin, &ToWorker::Task { id, task: Box::new(wire.clone()) }).map_err(|_| Fault::Died)?;
         let frame = match timeout {
             None => self.frames.recv().map_err(|_| Fault::Died)?,
             Some(limit) => match self.frames.recv_timeout(limit) {

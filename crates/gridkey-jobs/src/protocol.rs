@@ -28,13 +28,13 @@ use crate::{CompilationTask, Settings};
 
 /// Version of the worker protocol; checked in the handshake. Version 2: shapes as fixed-width
 /// little-endian u64; version 3: the task carries the typed settings (ADR 0013); version 4: the
-/// settings carry the shared tier's (`Settings::remote`, ADR 0015).
+/// settings carry the shared tier's (`Settings::remote`, ADR 0018).
 pub const PROTOCOL_VERSION: u32 = 4;
 
 /// Largest frame accepted, in bytes; anything longer is a protocol error, not an allocation.
 pub const MAX_FRAME_BYTES: u64 = 64 << 20;
 
-/// A dimension on the wire.
+/// A dimension on the wire: its name and kind as one byte.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WireDimension {
     /// Its name.
@@ -119,18 +119,19 @@ mod fixed_shape {
 pub struct WireTask {
     /// Program name.
     pub program: String,
-    /// Program encoding.
+    /// The program's stable encoding (the frontend's format).
     pub encoding: Vec<u8>,
-    /// Translation options.
+    /// Translation options, by name.
     pub options: BTreeMap<String, String>,
-    /// The compile-time provider's entries, in order.
+    /// The compile-time provider's entries, in order; gathers by reference to their table.
     pub offsets: Vec<WireOffset>,
     /// The parent's settings (the cache directory, where the worker finds the tables, is valid
     /// UTF-8).
     pub settings: Settings,
 }
 
-/// Why a task failed, on the wire.
+/// Why a task failed inside a live worker, on the wire (a dead worker sends nothing: the pool
+/// reports it as [`crate::TaskFailure::WorkerDied`]).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum WireFailure {
     /// The handler's error text.
@@ -141,21 +142,21 @@ pub enum WireFailure {
     Rehydrate(String),
 }
 
-/// Parent to worker.
+/// Parent to worker: one frame per task, one task at a time per worker.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ToWorker {
     /// Run this task and answer with [`FromWorker::Done`] carrying the same id.
     Task {
         /// The task's id within the batch.
         id: u64,
-        /// The task.
-        task: WireTask,
+        /// The task (boxed: it carries the settings, far larger than a shutdown).
+        task: Box<WireTask>,
     },
     /// Exit cleanly.
     Shutdown,
 }
 
-/// Worker to parent.
+/// Worker to parent: [`FromWorker::Hello`] first, then one [`FromWorker::Done`] per task.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum FromWorker {
     /// The first frame a worker sends.
@@ -259,7 +260,10 @@ impl WireTask {
     }
 }
 
-/// Writes one frame and flushes.
+/// Writes one frame (postcard, COBS-framed, `0`-terminated) and flushes.
+///
+/// Errors: the I/O error of writing or flushing (the other end is gone), or an encoding error
+/// as [`io::ErrorKind::Other`].
 pub fn write_frame<T: Serialize>(out: &mut impl Write, message: &T) -> io::Result<()> {
     let bytes = postcard::to_stdvec_cobs(message).map_err(io::Error::other)?;
     out.write_all(&bytes)?;
@@ -284,6 +288,8 @@ pub fn read_frame<T: for<'de> Deserialize<'de>, R: BufRead>(input: &mut R) -> io
 }
 
 /// Decodes one COBS frame (with its `0` terminator) in place.
+///
+/// Errors: [`io::ErrorKind::InvalidData`] naming what postcard could not decode.
 pub fn decode_frame<T: for<'de> Deserialize<'de>>(frame: &mut [u8]) -> io::Result<T> {
     postcard::from_bytes_cobs(frame).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("bad frame: {e}")))
 }

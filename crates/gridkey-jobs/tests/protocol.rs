@@ -45,7 +45,7 @@ fn task(cache: &Path, rows: usize) -> CompilationTask {
 
 fn frame_len(task: &CompilationTask) -> usize {
     let mut out = Vec::new();
-    write_frame(&mut out, &ToWorker::Task { id: 0, task: WireTask::from_task(task).unwrap() }).unwrap();
+    write_frame(&mut out, &ToWorker::Task { id: 0, task: Box::new(WireTask::from_task(task).unwrap()) }).unwrap();
     out.len()
 }
 
@@ -65,9 +65,9 @@ fn a_task_round_trips_and_rehydrates_the_same_provider() {
     let t = task(dir.path(), 100);
     let wire = WireTask::from_task(&t).unwrap();
     let mut buf = Vec::new();
-    write_frame(&mut buf, &ToWorker::Task { id: 9, task: wire.clone() }).unwrap();
+    write_frame(&mut buf, &ToWorker::Task { id: 9, task: Box::new(wire.clone()) }).unwrap();
     let back: ToWorker = read_frame(&mut Cursor::new(buf)).unwrap().unwrap();
-    assert_eq!(back, ToWorker::Task { id: 9, task: wire.clone() });
+    assert_eq!(back, ToWorker::Task { id: 9, task: Box::new(wire.clone()) });
     let again = wire.rehydrate().unwrap();
     assert_eq!(again.program, "div");
     assert_eq!(again.settings, t.settings);

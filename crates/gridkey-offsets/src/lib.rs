@@ -1,5 +1,6 @@
 //! Offset providers: the runtime one the user passes, the compile-time view translation sees,
-//! and the conversion between them (DESIGN 1, 2 and 7; ADR 0006).
+//! and the conversion between them (docs/design.md "The problem", "The pipeline" and
+//! "Contracts"; ADR 0006).
 //!
 //! An offset provider is an ordered map from offset names (`C2E`, `E2C`, `Koff`, ...) to either a
 //! [`Dimension`] or a gather connectivity. The runtime [`OffsetProvider`] holds [`Connectivity`]
@@ -9,24 +10,42 @@
 //! replaces every gather by a [`CompileTimeConnectivity`]: a read-only, C-order host table
 //! memory-mapped from the [`TableStore`] and named by its [`TableDigest`].
 //!
+//! # Example
+//!
+//! What a frontend does: build the runtime provider from the tables it holds (here plain
+//! vectors), convert it once into a [`TableStore`] in the cache directory, and hand the
+//! compile-time view to translation and keys; execution keeps the runtime provider.
+//!
 //! ```
 //! use std::sync::Arc;
-//! use gridkey_offsets::{compile_time_offset_provider, Connectivity, Dimension, Dtype, Entry, IndexTable, OffsetProvider};
+//! use gridkey_offsets::{
+//!     compile_time_offset_provider, Connectivity, Dimension, DimensionKind, Dtype, Entry, IndexTable,
+//!     OffsetProvider, TableStore,
+//! };
 //!
-//! // Two cells with three edges each, as plain vectors (C order); an int64 table whose
-//! // indices fit is stored as int32 (ADR 0006).
+//! // Two cells with three edges each, in C order; an int64 table whose indices fit is stored
+//! // as int32 (ADR 0006). E2C has a missing neighbour, marked by the skip value -1.
 //! let c2e = IndexTable::from_vec_i64(2, 3, vec![0, 1, 2, 2, 3, 4])?;
+//! let e2c = IndexTable::from_vec_i32(5, 2, vec![0, -1, 0, -1, 0, 1, 1, -1, 1, -1])?;
 //! let mut provider = OffsetProvider::new();
-//! let connectivity =
-//!     Connectivity::from_host(Dimension::horizontal("Cell"), Dimension::local("C2EDim"), Dimension::horizontal("Edge"), None, c2e)?;
-//! provider.push("C2E", Entry::Gather(Arc::new(connectivity)))?;
+//! let cell = || Dimension::horizontal("Cell");
+//! let edge = || Dimension::horizontal("Edge");
+//! provider.push("C2E", Entry::Gather(Arc::new(Connectivity::from_host(cell(), Dimension::local("C2EDim"), edge(), None, c2e)?)))?;
+//! provider.push("E2C", Entry::Gather(Arc::new(Connectivity::from_host(edge(), Dimension::local("E2CDim"), cell(), Some(-1), e2c)?)))?;
+//! provider.push("Koff", Entry::Dimension(Dimension::new("K", DimensionKind::Vertical)))?;
 //!
 //! let dir = tempfile::tempdir()?;
-//! let store = gridkey_store::TableStore::open(dir.path())?;
+//! let store = TableStore::open(dir.path())?;
 //! let view = compile_time_offset_provider(&provider, &store)?;
+//! assert_eq!(view.len(), 3); // every entry, in the same order
 //! let c2e = view.gather("C2E").expect("a gather");
 //! assert_eq!((c2e.dtype(), c2e.shape()), (Dtype::I32, [2, 3]));
-//! println!("C2E is table {}", c2e.digest().to_hex());
+//! assert!(c2e.table_path().starts_with(dir.path().join("tables-v1")));
+//! println!("C2E is table {}", c2e.digest());
+//!
+//! // Converting the same runtime provider again copies and hashes nothing (the memo).
+//! let again = compile_time_offset_provider(&provider, &store)?;
+//! assert!(Arc::ptr_eq(again.gather("C2E").unwrap(), c2e));
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
@@ -49,17 +68,20 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
-use gridkey_digest::{digest_table, TableDigest, TableElement, TableHasher, BUFFER_BYTES};
-use gridkey_store::{MappedTable, StoreError, TableSpec, TableStore, TableView};
+use gridkey_digest::{digest_table, TableElement, TableHasher, BUFFER_BYTES};
+use gridkey_store::{MappedTable, TableView};
 use ndarray::{ArcArray2, Array2, ArrayView2};
 
-pub use gridkey_digest::Dtype;
+pub use gridkey_digest::{Dtype, TableDigest};
 pub use gridkey_store::TableView as CompileTimeTable;
+/// The store a provider is converted into, what a compile-time table is opened as, and the
+/// store's error, so that a frontend names them without depending on `gridkey-store` itself.
+pub use gridkey_store::{StoreError, TableSpec, TableStore};
 /// The `ndarray` this crate's tables are made of, so that a caller builds an [`IndexTable`]
 /// without pinning the same version itself.
 pub use ndarray;
 
-/// Errors of offset providers and their conversion.
+/// Errors of offset providers and their conversion (ADR 0005); each names the offset.
 #[derive(Debug, thiserror::Error)]
 pub enum OffsetsError {
     /// The table store failed while converting or rehydrating connectivity `offset`.
@@ -121,7 +143,7 @@ pub enum OffsetsError {
     },
 }
 
-/// What a dimension indexes.
+/// What a dimension indexes; part of every key input that names a dimension (ADR 0003).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum DimensionKind {
     /// A horizontal mesh location: `Cell`, `Edge`, `Vertex`.
@@ -143,7 +165,8 @@ impl DimensionKind {
     }
 }
 
-/// A named dimension of a field or a connectivity.
+/// A named dimension of a field or a connectivity: its name and [`DimensionKind`], both key
+/// inputs.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Dimension {
     name: String,
@@ -177,8 +200,8 @@ impl Dimension {
     }
 }
 
-/// A runtime neighbour table `(n, max_neighbours)` on the host, in any memory order or
-/// strides; shared immutably, so it cannot change after it was used for compilation (DESIGN 7).
+/// A runtime neighbour table `(n, max_neighbours)` on the host, int32 or int64 elements, in any
+/// memory order or strides; shared immutably, so it cannot change after it was used for compilation (docs/design.md "Contracts").
 #[derive(Clone, Debug)]
 pub enum IndexTable {
     /// int32 elements.
@@ -208,7 +231,7 @@ impl IndexTable {
             .map_err(|_| OffsetsError::TableLength { rows, cols, len })
     }
 
-    /// The element type.
+    /// The element type: [`Dtype::I32`] or [`Dtype::I64`].
     pub fn dtype(&self) -> Dtype {
         match self {
             IndexTable::I32(_) => Dtype::I32,
@@ -418,7 +441,7 @@ impl Connectivity {
 
     connectivity_dimensions!();
 
-    /// Where the table lives.
+    /// Where the table lives: the host table itself, or a source that copies it to the host.
     pub fn source(&self) -> &Arc<dyn TableSource> {
         &self.source
     }
@@ -493,7 +516,7 @@ pub struct CompileTimeConnectivity {
 
 impl CompileTimeConnectivity {
     /// Opens the stored table `spec` and pairs it with its dimensions: how a worker rehydrates
-    /// a connectivity that crossed a process boundary as a reference (DESIGN 4.3). The open
+    /// a connectivity that crossed a process boundary as a reference (docs/design.md "Formats", the wire form of a compile-time connectivity). The open
     /// checks header, dtype, shape and length; it does not recompute the digest.
     ///
     /// Errors: [`OffsetsError::DimensionKind`]; [`OffsetsError::Store`] naming `offset`.
@@ -532,7 +555,7 @@ impl CompileTimeConnectivity {
         self.table.spec()
     }
 
-    /// The table digest (format v1).
+    /// The table digest (format v1, ADR 0001) of the canonical table; names its file.
     pub fn digest(&self) -> TableDigest {
         self.table.spec().digest
     }
@@ -542,7 +565,7 @@ impl CompileTimeConnectivity {
         self.table.spec().dtype
     }
 
-    /// The shape `(n, k)`.
+    /// The shape `(n, k)` in elements, the same as the runtime table's.
     pub fn shape(&self) -> [usize; 2] {
         self.table.spec().shape
     }
@@ -562,7 +585,7 @@ pub enum Entry<G> {
     Gather(G),
 }
 
-/// An ordered map from offset names to entries. Order is part of the key (DESIGN 4.4).
+/// An ordered map from offset names to entries. Order is part of the key (ADR 0003).
 #[derive(Clone, Debug)]
 pub struct Provider<G> {
     entries: Vec<(String, Entry<G>)>,
@@ -581,7 +604,7 @@ impl<G> Default for Provider<G> {
 }
 
 impl<G> Provider<G> {
-    /// An empty provider.
+    /// An empty provider; entries are added in order with [`Self::push`].
     pub fn new() -> Self {
         Self::default()
     }
@@ -632,7 +655,7 @@ impl<G> Provider<G> {
 pub struct ConversionStats {
     /// Runtime connectivities converted (memo misses): each one hashed its table once.
     pub tables_hashed: u64,
-    /// Bytes of canonical table content hashed.
+    /// Bytes of canonical table content hashed (`n * k * itemsize` per table).
     pub bytes_hashed: u64,
     /// Memo hits: conversions that copied and hashed nothing.
     pub memo_hits: u64,
@@ -741,7 +764,7 @@ fn fits_i32(table: ArrayView2<'_, i64>) -> bool {
 
 /// Hashes `table` once (in place when C-contiguous), then stores it in C order. A C-contiguous
 /// little-endian table is hashed on another thread while its bytes are written
-/// ([`TableStore::put_slice`]), so the view costs about one write (ADR 0008).
+/// ([`TableStore::put_slice`]), so the view costs about one write (ADR 0011).
 fn store_as_is<T: TableElement + Sync>(store: &TableStore, table: ArrayView2<'_, T>) -> Result<TableSpec, StoreError> {
     let shape = [table.nrows(), table.ncols()];
     if let (Some(slice), true) = (table.as_slice(), cfg!(target_endian = "little")) {

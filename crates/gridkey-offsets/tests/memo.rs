@@ -1,4 +1,4 @@
-//! The per-connectivity memo (DESIGN 7): converting the same runtime provider again copies and
+//! The per-connectivity memo (docs/design.md "Contracts"): converting the same runtime provider again copies and
 //! hashes nothing. Alone in its test binary, so the process-wide counters see only this test.
 
 use std::sync::Arc;

@@ -216,7 +216,7 @@ fn unreachable(e: &RedisError) -> bool {
         || matches!(e.code(), Some("LOADING" | "BUSY" | "MASTERDOWN" | "TRYAGAIN"))
 }
 
-/// A client of the shared tier for one run (ADR 0016, ADR 0015).
+/// A client of the shared tier for one run (ADR 0019, ADR 0018).
 ///
 /// Every request goes through one connection with the settings' timeouts. The first request
 /// that fails (a timeout, a dropped connection, an error reply) turns the tier off for the rest
@@ -471,7 +471,7 @@ impl Remote {
         out
     }
 
-    /// Decides, for each key of `kind` that missed, who translates it (ADR 0015). A
+    /// Decides, for each key of `kind` that missed, who translates it (ADR 0018). A
     /// writer takes the lease with `SET NX PX` unless the object arrived or
     /// another writer holds it, in one round trip; a read-only client takes no lease and only
     /// looks whether a writer holds one.

@@ -2,10 +2,10 @@
 //!
 //! Many nodes that compile the same programs against the same grids share one Redis server:
 //! one node translates a key, the others download the result. Each key has one
-//! self-contained, checked object ([`object`], ADR 0016); a writer takes a lease before it
+//! self-contained, checked object ([`object`], ADR 0019); a writer takes a lease before it
 //! translates, so that a cold cluster translates each key once ([`Remote::claim`],
 //! [`Remote::wait`]); clients are read-only unless designated writers, and readers with trusted
-//! keys accept only objects signed by a writer ([`trust`], ADR 0015).
+//! keys accept only objects signed by a writer ([`trust`], ADR 0018).
 //!
 //! # Architecture invariant
 //!

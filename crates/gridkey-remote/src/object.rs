@@ -1,4 +1,4 @@
-//! The remote object format, version 1 (ADR 0016).
+//! The remote object format, version 1 (ADR 0019).
 //!
 //! One object per key, self-contained: nothing in it refers to another key, so evicting any
 //! other key never makes it unusable. All integers are little-endian.

@@ -79,7 +79,7 @@ impl Tier for RemoteTier {
 /// The remote key of a kernel library: xxh3_128 over `gridkey kernel library v1`, the build key
 /// (32 hex digits, `gridkey_stencil::build_key`) and the compiler identity, each
 /// length-prefixed (u64 LE). A library is shared only between nodes whose compiler identity
-/// matches (ADR 0016).
+/// matches (ADR 0019).
 pub fn library_key(build_key: &str, compiler_identity: &str) -> ObjectKey {
     let mut h = Xxh3::new();
     for part in [b"gridkey kernel library v1".as_slice(), build_key.as_bytes(), compiler_identity.as_bytes()] {

@@ -1,4 +1,4 @@
-//! Who may write objects that a reader uses (ADR 0015).
+//! Who may write objects that a reader uses (ADR 0018).
 //!
 //! A writer may hold an Ed25519 signing key in a file that only writers can read
 //! ([`load_signing_key`]); a reader may name a file of trusted public keys

@@ -1,4 +1,4 @@
-//! The remote object format v1 (ADR 0016): pinned by an independent Python witness, and every
+//! The remote object format v1 (ADR 0019): pinned by an independent Python witness, and every
 //! damage to an object is a reject, never a payload (proptest).
 
 use std::collections::BTreeSet;

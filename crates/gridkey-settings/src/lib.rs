@@ -52,15 +52,15 @@ pub use remote::{
     ENV_REMOTE_URL, ENV_REMOTE_WRITER,
 };
 
-/// Variable choosing the build-jobs mode.
+/// Variable choosing the build-jobs mode: `serial`, `thread` or `process`.
 pub const ENV_MODE: &str = "GRIDKEY_BUILD_JOBS_MODE";
-/// Variable giving the worker count.
+/// Variable giving the worker count (an integer; 0 or less means serial).
 pub const ENV_JOBS: &str = "GRIDKEY_BUILD_JOBS";
-/// Variable giving the cache directory.
+/// Variable giving the cache directory (a path, relative to the current directory or absolute).
 pub const ENV_CACHE_DIR: &str = "GRIDKEY_CACHE_DIR";
 /// Variable giving the per-task timeout of process mode, in seconds.
 pub const ENV_TIMEOUT: &str = "GRIDKEY_BUILD_TIMEOUT";
-/// Variable giving the C compiler command.
+/// Variable giving the C compiler command, split on whitespace (`ccache gcc`).
 pub const ENV_CC: &str = "CC";
 /// Switch: recompute the digest of every stored table on every open.
 pub const ENV_VERIFY_TABLES: &str = "GRIDKEY_VERIFY_TABLES";
@@ -114,7 +114,7 @@ pub const VARIABLES: &[Variable] = &[
     },
     Variable {
         name: ENV_CACHE_DIR,
-        meaning: "cache directory (`tables-v1/`, `translation-v1/`, `build-v1/`)",
+        meaning: "cache directory (`tables-v1/`, `translation-v2/`, `build-v1/`)",
         default: "`.gridkey_cache`",
     },
     Variable {
@@ -150,7 +150,8 @@ pub const VARIABLES: &[Variable] = &[
     remote::REMOTE_VARIABLES[9],
 ];
 
-/// Errors of parsing settings.
+/// Errors of parsing settings (ADR 0005); each names the variable, the value and what is
+/// accepted.
 #[derive(Debug, thiserror::Error)]
 pub enum SettingsError {
     /// A variable (or the flag that replaces it) has a value outside those accepted.
@@ -175,7 +176,7 @@ pub enum SettingsError {
     },
 }
 
-/// How build jobs run.
+/// How build jobs run (docs/design.md "Build jobs").
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum BuildJobsMode {
     /// In the calling thread, one after the other.
@@ -356,7 +357,7 @@ pub struct TestHooks {
 pub struct Settings {
     /// Runner mode, worker count, timeout ([`ENV_MODE`], [`ENV_JOBS`], [`ENV_TIMEOUT`]).
     pub build_jobs: BuildJobs,
-    /// The cache directory ([`ENV_CACHE_DIR`]); holds `tables-v1/`, `translation-v1/`, `build-v1/`.
+    /// The cache directory ([`ENV_CACHE_DIR`]); holds `tables-v1/`, `translation-v2/`, `build-v1/`.
     pub cache_dir: PathBuf,
     /// Recompute the digest of every stored table on every open ([`ENV_VERIFY_TABLES`]).
     pub verify_tables: bool,

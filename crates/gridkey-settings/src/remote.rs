@@ -71,7 +71,7 @@ pub enum Role {
     Writer,
 }
 
-/// The settings of the shared tier (README "The shared tier", ADR 0015).
+/// The settings of the shared tier (README "The shared tier", ADR 0018).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RemoteSettings {
     /// The Redis URL, as given (it may carry a password; [`RemoteSettings::shown_url`] hides it).

@@ -1,11 +1,15 @@
 //! The compile step: translation key, translation cache, translation, build cache.
 
 use std::fs;
+use std::io;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
-use gridkey_fingerprint::{translate_cached, CacheProtocolError, Request, Tiers, TranslationKey, TranslationOptions};
+use gridkey_fingerprint::{
+    translate_cached, CacheProtocolError, Request, Tiers, TranslationCache, TranslationKey, TranslationOptions,
+};
+use gridkey_fs::Fault;
 use gridkey_offsets::CompileTimeOffsetProvider;
 use gridkey_settings::{CompilerSettings, Settings};
 use serde::{Deserialize, Serialize};
@@ -28,7 +32,7 @@ const STDERR_TAIL: usize = 2000;
 /// How [`compile`] runs: what it takes from the typed settings.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CompileConfig {
-    /// The cache directory: translation cache in `translation-v1/`, shared libraries in
+    /// The cache directory: translation cache in `translation-v2/`, shared libraries in
     /// [`BUILD_DIR`].
     pub cache_dir: PathBuf,
     /// The C compiler: its command words, the environment it runs with (nothing else reaches
@@ -40,17 +44,24 @@ pub struct CompileConfig {
     /// Debug switch: recompute the digest of every compile-time table before translating, in
     /// every mode; a changed table is [`StencilError::TableChanged`].
     pub verify_tables: bool,
+    /// The fault matrix's hook (ADR 0012), passed to every write of the translation cache and
+    /// the build cache; `None` in normal use.
+    pub fault: Option<Fault>,
 }
 
 impl CompileConfig {
-    /// The cache directory, compiler and hit verification of `settings`.
-    pub fn from_settings(settings: &Settings) -> Self {
-        Self {
+    /// The cache directory, compiler, both verification switches and the fault hook of
+    /// `settings`.
+    ///
+    /// Errors: [`StencilError::FaultHook`] when `settings.test_hooks.fault` does not parse.
+    pub fn from_settings(settings: &Settings) -> Result<Self, StencilError> {
+        Ok(Self {
             cache_dir: settings.cache_dir.clone(),
             compiler: settings.compiler.clone(),
             verify_hits: settings.verify_cache_hits,
             verify_tables: settings.verify_tables,
-        }
+            fault: Fault::parse_setting(settings.test_hooks.fault.as_deref())?,
+        })
     }
 }
 
@@ -93,13 +104,14 @@ mod key_hex {
 
 /// Compiles `program` against the compile-time offset provider:
 ///
-/// 1. key inputs = [`key_inputs`]`(program, options, provider)`;
-/// 2. the cache protocol, [`translate_cached`], over the local tier `<cache_dir>/translation-v1`:
+/// 1. key inputs = [`key_inputs`]`(program, options, provider)` (options normalised, ADR 0021);
+/// 2. the cache protocol, [`translate_cached`], over the local tier `<cache_dir>/translation-v2`:
 ///    a hit is the C source; a miss (absent, or unreadable, corrupt, not UTF-8) translates with
 ///    [`translate`] and stores the source with its key-input record;
 /// 3. build cache: `<cache_dir>/build-v1/<`[`build_key`]`>.so`; when absent, the compiler
-///    `cc -O<level> -shared -fPIC -o <temp in build-v1> kernel.c` runs in a temporary
-///    directory and the library is renamed into place, so no partial library is ever visible
+///    `cc -O<level> -shared -fPIC -o <scratch temp in build-v1> <temp>.c` runs in `build-v1`
+///    and the library is written into place by [`gridkey_fs::write_atomic`] (temp file,
+///    `sync_all`, read-only, rename, directory sync), so no partial library is ever visible
 ///    under a final name.
 ///
 /// Errors: [`check_options`] and [`translate`] errors; [`StencilError::Cache`] when the
@@ -125,8 +137,9 @@ pub fn compile(
         }
     }
     let started = Instant::now();
-    let inputs = key_inputs(program, options, provider);
-    let tiers = Tiers::local(&config.cache_dir)?;
+    let inputs = key_inputs(program, options, provider)?;
+    let options = &inputs.options;
+    let tiers = Tiers::new(vec![Box::new(TranslationCache::open(&config.cache_dir)?.with_fault(config.fault.clone()))]);
     let accept = |payload: &[u8]| {
         std::str::from_utf8(payload).map(|_| ()).map_err(|e| format!("entry is not UTF-8 C source: {e}"))
     };
@@ -151,7 +164,7 @@ pub fn compile(
     let built = if library_usable(&artifact, program) {
         false
     } else {
-        build(program.name(), &config.compiler, &flags, &source, &dir, &artifact)?;
+        build(program.name(), &config.compiler, &flags, &source, &dir, &artifact, config.fault.as_ref())?;
         true
     };
     Ok(CompileOutcome {
@@ -251,7 +264,8 @@ pub fn build_key(source: &str, cc: &[String], flags: &[String]) -> String {
     format!("{:032x}", h.digest128())
 }
 
-/// Runs the compiler into a temp file in `dir` and renames it to `artifact`.
+/// Runs the compiler into a scratch temp file in `dir`, then writes the library to `artifact`
+/// through [`gridkey_fs::write_atomic`], like every other persistent file of the cache.
 fn build(
     program: &str,
     compiler: &CompilerSettings,
@@ -259,6 +273,7 @@ fn build(
     source: &str,
     dir: &Path,
     artifact: &Path,
+    fault: Option<&Fault>,
 ) -> Result<(), StencilError> {
     let io_err = |action, path: &Path| {
         let program = program.to_owned();
@@ -281,21 +296,21 @@ fn build(
     // The source is a temp file of the build cache too, so that a build killed in the middle
     // (Ctrl-C, a timeout) leaves nothing outside the cache and `gridkey cache gc` removes it.
     let src = tempfile::Builder::new()
-        .prefix(gridkey_store::TEMP_PREFIX)
+        .prefix(gridkey_fs::TEMP_PREFIX)
         .suffix(".c")
         .tempfile_in(dir)
         .map_err(io_err("create a temp file in", dir))?;
     fs::write(src.path(), source).map_err(io_err("write", src.path()))?;
-    // The library is written straight into a temp file of the build cache, so the final
-    // rename is atomic; dropping `out` on any error removes it.
+    // The compiler writes a scratch temp file of the build cache; dropping `out` on any error
+    // removes it.
     let out = tempfile::Builder::new()
-        .prefix(gridkey_store::TEMP_PREFIX)
+        .prefix(gridkey_fs::TEMP_PREFIX)
         .suffix(".so")
         .tempfile_in(dir)
         .map_err(io_err("create a temp file in", dir))?;
-    // Marks the temp file as a live write for `gridkey cache gc` (ADR 0009); the linker may
+    // Marks the scratch file as a live write for `gridkey cache gc` (ADR 0009); the linker may
     // replace the file, so the collector also spares temp files younger than its minimum age.
-    gridkey_store::lock::lock_exclusive(out.as_file()).map_err(io_err("lock", out.path()))?;
+    gridkey_fs::lock::lock_exclusive(out.as_file()).map_err(io_err("lock", out.path()))?;
     let run = Command::new(&exe)
         .env_clear()
         .envs(&compiler.env)
@@ -321,9 +336,10 @@ fn build(
             "the compiler exited successfully but wrote no library".to_owned(),
         ));
     }
-    fs::File::open(out.path()).and_then(|f| f.sync_all()).map_err(io_err("sync", out.path()))?;
-    // A concurrent build of the same key renames the same content over it: harmless.
-    out.persist(artifact).map_err(|e| io_err("rename into", artifact)(e.error))?;
+    // The linker may have replaced the scratch file, so it is opened by name. A concurrent build
+    // of the same key renames a library of the same build key over the artifact: harmless.
+    gridkey_fs::write_atomic(artifact, fault, |sink| io::copy(&mut fs::File::open(out.path())?, sink).map(drop))
+        .map_err(io_err("write", artifact))?;
     Ok(())
 }
 
@@ -337,7 +353,7 @@ fn library_usable(artifact: &Path, program: &Program) -> bool {
             if crate::Kernel::load(artifact, program).is_ok() {
                 return true;
             }
-            let _ = gridkey_store::remove_if_unlocked(artifact);
+            let _ = gridkey_fs::remove_if_unlocked(artifact);
             false
         }
         Ok(meta) if !meta.is_dir() => {

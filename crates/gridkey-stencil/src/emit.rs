@@ -37,6 +37,21 @@ pub(crate) mod status {
     ];
 }
 
+/// A translation option this frontend declares: its name, the value it has when left out, and
+/// every value it accepts (exact spellings: `"02"` is not `"2"`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OptionSpec {
+    /// The option's name (`opt_level`).
+    pub name: &'static str,
+    /// Its value when the caller leaves it out.
+    pub default: &'static str,
+    /// The values it accepts.
+    pub accepted: &'static [&'static str],
+}
+
+/// Every translation option of this frontend, sorted by name (ADR 0021).
+pub const OPTIONS: &[OptionSpec] = &[OptionSpec { name: OPT_LEVEL, default: "2", accepted: &["0", "1", "2", "3"] }];
+
 /// The translation options this frontend understands, parsed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct StencilOptions {
@@ -51,38 +66,44 @@ impl StencilOptions {
     }
 }
 
-/// Parses translation options.
+/// The options as they enter a translation key: every option of [`OPTIONS`] with the value
+/// given, or its default where it was left out, so that a default spelled out
+/// (`opt_level=2`) and left out are one key (ADR 0021).
 ///
-/// Errors: [`StencilError::UnknownOption`] naming an option other than [`OPT_LEVEL`];
-/// [`StencilError::OptionValue`] for an `opt_level` outside `"0"`..`"3"`.
-pub fn check_options(options: &TranslationOptions) -> Result<StencilOptions, StencilError> {
-    let mut parsed = StencilOptions { opt_level: 2 };
-    for (option, value) in options {
-        match option.as_str() {
-            OPT_LEVEL => {
-                parsed.opt_level = match value.as_str() {
-                    "0" => 0,
-                    "1" => 1,
-                    "2" => 2,
-                    "3" => 3,
-                    _ => {
-                        return Err(StencilError::OptionValue {
-                            option: option.clone(),
-                            value: value.clone(),
-                            accepted: "\"0\", \"1\", \"2\", \"3\"".to_owned(),
-                        })
-                    }
-                }
-            }
-            _ => return Err(StencilError::UnknownOption { option: option.clone(), known: OPT_LEVEL.to_owned() }),
-        }
+/// Errors: [`StencilError::UnknownOption`] naming an option not in [`OPTIONS`];
+/// [`StencilError::OptionValue`] for a value the option does not accept.
+pub fn normalise_options(options: &TranslationOptions) -> Result<TranslationOptions, StencilError> {
+    let known = || OPTIONS.iter().map(|o| o.name).collect::<Vec<_>>().join(", ");
+    if let Some(unknown) = options.keys().find(|name| !OPTIONS.iter().any(|o| o.name == name.as_str())) {
+        return Err(StencilError::UnknownOption { option: unknown.clone(), known: known() });
     }
-    Ok(parsed)
+    let mut normal = TranslationOptions::new();
+    for spec in OPTIONS {
+        let value = options.get(spec.name).map_or(spec.default, String::as_str);
+        if !spec.accepted.contains(&value) {
+            return Err(StencilError::OptionValue {
+                option: spec.name.to_owned(),
+                value: value.to_owned(),
+                accepted: spec.accepted.iter().map(|v| format!("{v:?}")).collect::<Vec<_>>().join(", "),
+            });
+        }
+        normal.insert(spec.name.to_owned(), value.to_owned());
+    }
+    Ok(normal)
+}
+
+/// Parses translation options ([`normalise_options`], then each value).
+///
+/// Errors: those of [`normalise_options`].
+pub fn check_options(options: &TranslationOptions) -> Result<StencilOptions, StencilError> {
+    let normal = normalise_options(options)?;
+    let opt_level = normal[OPT_LEVEL].parse().expect("every accepted opt_level is a digit");
+    Ok(StencilOptions { opt_level })
 }
 
 /// Translates `program` against the compile-time offset provider: [`infer_domains`], then
 /// [`emit_c`]. The only way from a program to C source that reads tables, and it accepts only
-/// the compile-time view (DESIGN 7).
+/// the compile-time view (docs/design.md "Contracts").
 ///
 /// Errors: those of [`check_options`] and [`infer_domains`].
 pub fn translate(

@@ -185,6 +185,9 @@ pub enum StencilError {
         /// The store's finding.
         source: gridkey_store::StoreError,
     },
+    /// The fault matrix's test hook in the settings (`test_hooks.fault`) does not parse.
+    #[error("settings test_hooks.fault: {0}")]
+    FaultHook(#[from] gridkey_fs::FsError),
     /// An I/O error of the build cache or the build directory.
     #[error(
         "program {program}: cannot {action} {path}: {source}; check that the cache directory is writable and has space"
@@ -266,7 +269,7 @@ pub enum StencilError {
         runtime: u64,
     },
     /// A runtime table entry lies outside the index range the kernel was compiled for (the
-    /// table changed after compilation, against DESIGN 7), or outside the source field.
+    /// table changed after compilation, against docs/design.md "Contracts"), or outside the source field.
     #[error("program {program}: entry ({row}, {col}) = {index} of the runtime table of offset {offset} is outside {min}..={max}, the range it was compiled for; tables must not change after compilation, compile against these tables again")]
     IndexOutOfRange {
         /// The program's name.

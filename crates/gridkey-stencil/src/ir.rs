@@ -299,7 +299,7 @@ impl Program {
         out
     }
 
-    /// The program's stable encoding, the one hashed into its translation key (DESIGN 4.4):
+    /// The program's stable encoding, the one hashed into its translation key (ADR 0003):
     /// postcard of `(IR_FORMAT_VERSION, program)`. Equal programs have equal encodings, any
     /// change of name, field, stage or order changes it, and it does not depend on the machine.
     pub fn encode(&self) -> Vec<u8> {

@@ -33,6 +33,7 @@ mod compile;
 mod emit;
 mod error;
 mod exec;
+pub mod fingerprint;
 mod icon;
 mod infer;
 mod ir;
@@ -41,28 +42,47 @@ pub use compile::{
     build_key, compile, compiler_identity, library_build_key, CompileConfig, CompileOutcome, BUILD_DIR,
     BUILD_FORMAT_VERSION,
 };
-pub use emit::{check_options, emit_c, translate, StencilOptions, ABI_VERSION, OPT_LEVEL};
+pub use emit::{
+    check_options, emit_c, normalise_options, translate, OptionSpec, StencilOptions, ABI_VERSION, OPTIONS, OPT_LEVEL,
+};
 pub use error::{Need, Side, StencilError};
 pub use exec::{dimension_sizes, evaluate_reference, make_inputs, max_relative_error, Fields, Kernel};
 pub use icon::icon_programs;
 pub use infer::{infer_domains, infer_domains_runtime, DomainFacts, TableFacts};
 pub use ir::{FieldDecl, FieldRole, FieldShape, Program, Reduce, Stage, IR_FORMAT_VERSION};
 
-/// The frontend's name, hashed into every translation key (DESIGN 4.4).
+/// The frontend's name, hashed into every translation key (ADR 0003).
 pub const FRONTEND_NAME: &str = "gridkey-stencil";
 
-/// This frontend as a translation-key input: [`FRONTEND_NAME`] and the crate version, so that a
-/// new release of the frontend changes every key. Frontends call [`key_inputs`], not this.
+/// The fingerprint of this frontend's translation code: [`fingerprint::fingerprint_of`] the
+/// files [`fingerprint::TRANSLATION_SOURCES`], computed by the build script (ADR 0020); 32
+/// lowercase hex digits.
+pub const FRONTEND_FINGERPRINT: &str = env!("GRIDKEY_STENCIL_FINGERPRINT");
+
+/// This frontend as a translation-key input: [`FRONTEND_NAME`], the crate version and
+/// [`FRONTEND_FINGERPRINT`], so that a new release, and any rebuild whose translation code
+/// changed under the same version, changes every key (ADR 0020). Frontends call [`key_inputs`],
+/// not this.
 pub fn frontend() -> gridkey_fingerprint::Frontend {
-    gridkey_fingerprint::Frontend { name: FRONTEND_NAME.to_owned(), version: env!("CARGO_PKG_VERSION").to_owned() }
+    gridkey_fingerprint::Frontend {
+        name: FRONTEND_NAME.to_owned(),
+        version: env!("CARGO_PKG_VERSION").to_owned(),
+        fingerprint: FRONTEND_FINGERPRINT.to_owned(),
+    }
 }
 
 /// The key inputs of translating `program` with `options` against the compile-time `provider`
-/// by this frontend: the one place the reference frontend builds them.
+/// by this frontend, the one place the reference frontend builds them: [`frontend`], the
+/// program's name and [`Program::encode`], the options [`normalise_options`]d (so a default
+/// spelled out and left out are one key, ADR 0021) and the provider's entries. The compile step,
+/// `gridkey run`'s parent, `explain --miss` and `cargo xtask modes` all key through here.
+///
+/// Errors: those of [`normalise_options`].
 pub fn key_inputs(
     program: &Program,
     options: &gridkey_fingerprint::TranslationOptions,
     provider: &gridkey_offsets::CompileTimeOffsetProvider,
-) -> gridkey_fingerprint::KeyInputs {
-    gridkey_fingerprint::KeyInputs::new(&frontend(), program.name(), &program.encode(), options, provider)
+) -> Result<gridkey_fingerprint::KeyInputs, StencilError> {
+    let options = normalise_options(options)?;
+    Ok(gridkey_fingerprint::KeyInputs::new(&frontend(), program.name(), &program.encode(), &options, provider))
 }

@@ -29,7 +29,8 @@ fn check(file: &str) -> Vec<String> {
     let config = CompileConfig::from_settings(&Settings {
         cache_dir: cache.path().to_path_buf(),
         ..Settings::from_vars(|name| std::env::var(name).ok().filter(|_| name == "CC" || name == "PATH")).unwrap()
-    });
+    })
+    .unwrap();
     let mut skips = Vec::new();
     for program in icon_programs() {
         let facts = infer_domains_runtime(&program, provider).unwrap();

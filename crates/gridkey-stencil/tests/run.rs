@@ -12,7 +12,7 @@ use gridkey_offsets::OffsetProvider;
 use gridkey_settings::Settings;
 use gridkey_stencil::{
     compile, dimension_sizes, evaluate_reference, icon_programs, key_inputs, make_inputs, max_relative_error,
-    CompileConfig, CompileOutcome, Fields, Kernel, Need, Program, StencilError, BUILD_DIR,
+    normalise_options, CompileConfig, CompileOutcome, Fields, Kernel, Need, Program, StencilError, BUILD_DIR, OPTIONS,
 };
 
 const TOLERANCE: f64 = 1e-12;
@@ -30,7 +30,7 @@ fn config(cache: &Path) -> CompileConfig {
             .flatten()
     };
     let settings = Settings { cache_dir: cache.to_path_buf(), ..Settings::from_vars(compiler_vars).unwrap() };
-    CompileConfig::from_settings(&settings)
+    CompileConfig::from_settings(&settings).unwrap()
 }
 
 /// [`config`] with the compiler command `cc` (words split on whitespace; may be empty).
@@ -208,7 +208,7 @@ fn a_corrupt_translation_entry_is_a_miss_and_a_tampered_one_fails_verification()
 
     // An entry with the right key but other source: served as is, caught by verify_hits.
     let ct = compile_time(&provider, cache.path());
-    let inputs = key_inputs(&div, &TranslationOptions::new(), &ct);
+    let inputs = key_inputs(&div, &TranslationOptions::new(), &ct).unwrap();
     tc.put(&inputs, b"/* not what translation produces */").unwrap();
     let verify = CompileConfig { verify_hits: true, ..config(cache.path()) };
     match compile_on(&div, &provider, &verify) {
@@ -398,11 +398,109 @@ fn a_loaded_kernel_holds_its_library_against_the_collector() {
     let outcome = compile_on(&program("div"), &provider, &config(cache.path())).unwrap();
     let kernel = Kernel::load(&outcome.artifact, &program("div")).unwrap();
     assert!(
-        !gridkey_store::remove_if_unlocked(&outcome.artifact).unwrap(),
+        !gridkey_fs::remove_if_unlocked(&outcome.artifact).unwrap(),
         "a loaded kernel holds a shared lock on its library (ADR 0009)"
     );
     assert!(outcome.artifact.is_file());
     drop(kernel);
-    assert!(gridkey_store::remove_if_unlocked(&outcome.artifact).unwrap());
+    assert!(gridkey_fs::remove_if_unlocked(&outcome.artifact).unwrap());
     assert!(!outcome.artifact.exists());
+}
+
+#[test]
+fn a_default_spelled_out_and_left_out_are_one_key_and_one_translation() {
+    let cache = tempfile::tempdir().unwrap();
+    let provider = Patch::new(2, 1).provider(Layout::COrder);
+    let ct = compile_time(&provider, cache.path());
+    let div = program("div");
+    let left_out = compile(&div, &ct, &TranslationOptions::new(), &config(cache.path())).unwrap();
+    assert!(left_out.translated && left_out.built, "{left_out:?}");
+    for spec in OPTIONS {
+        let spelled: TranslationOptions = [(spec.name.to_owned(), spec.default.to_owned())].into();
+        let again = compile(&div, &ct, &spelled, &config(cache.path())).unwrap();
+        assert_eq!(again.key, left_out.key, "{}={} spelled out", spec.name, spec.default);
+        assert!(!again.translated && !again.built, "{again:?}");
+    }
+    // The record holds what was keyed: every declared option with its value.
+    let record = TranslationCache::open(cache.path()).unwrap().record(&left_out.key).unwrap();
+    let every: TranslationOptions = OPTIONS.iter().map(|o| (o.name.to_owned(), o.default.to_owned())).collect();
+    assert_eq!(record.options, every);
+    assert_eq!(key_inputs(&div, &TranslationOptions::new(), &ct).unwrap(), record);
+    // Another value is another key.
+    let o3: TranslationOptions = [("opt_level".to_owned(), "3".to_owned())].into();
+    assert_ne!(key_inputs(&div, &o3, &ct).unwrap().key(), left_out.key);
+}
+
+#[test]
+fn options_are_normalised_against_the_declared_ones() {
+    let opts = |pairs: &[(&str, &str)]| -> TranslationOptions {
+        pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
+    };
+    assert_eq!(normalise_options(&opts(&[])).unwrap(), opts(&[("opt_level", "2")]));
+    assert_eq!(normalise_options(&opts(&[("opt_level", "0")])).unwrap(), opts(&[("opt_level", "0")]));
+    for spec in OPTIONS {
+        assert!(spec.accepted.contains(&spec.default), "{}: the default is accepted", spec.name);
+    }
+    match normalise_options(&opts(&[("fast_math", "1")])) {
+        Err(StencilError::UnknownOption { option, known }) => {
+            assert_eq!((option.as_str(), known.as_str()), ("fast_math", "opt_level"))
+        }
+        other => panic!("expected UnknownOption, got {other:?}"),
+    }
+    // Exact spellings only: "02" would otherwise be a second key for -O2.
+    for bad in ["02", " 2", "4", ""] {
+        match normalise_options(&opts(&[("opt_level", bad)])) {
+            Err(StencilError::OptionValue { option, value, accepted }) => {
+                assert_eq!((option.as_str(), value.as_str()), ("opt_level", bad));
+                assert_eq!(accepted, "\"0\", \"1\", \"2\", \"3\"");
+            }
+            other => panic!("{bad:?}: expected OptionValue, got {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn a_hit_puts_back_a_deleted_key_input_record() {
+    let cache = tempfile::tempdir().unwrap();
+    let provider = Patch::new(2, 1).provider(Layout::COrder);
+    let div = program("div");
+    let first = compile_on(&div, &provider, &config(cache.path())).unwrap();
+    let tc = TranslationCache::open(cache.path()).unwrap();
+    let record = tc.record(&first.key).unwrap();
+    for damage in [None, Some(&b"{ not json"[..])] {
+        fs::remove_file(tc.record_path(&first.key)).unwrap();
+        if let Some(bytes) = damage {
+            fs::write(tc.record_path(&first.key), bytes).unwrap();
+        }
+        assert!(tc.record(&first.key).is_none());
+        let hit = compile_on(&div, &provider, &config(cache.path())).unwrap();
+        assert!(!hit.translated, "{hit:?}");
+        assert_eq!(tc.record(&first.key).as_ref(), Some(&record), "the hit wrote the record again ({damage:?})");
+    }
+}
+
+#[test]
+fn a_library_is_written_like_every_cache_file_and_a_full_disk_leaves_nothing() {
+    use std::os::unix::fs::PermissionsExt;
+    let cache = tempfile::tempdir().unwrap();
+    let provider = Patch::new(1, 1).provider(Layout::COrder);
+    let div = program("div");
+    // A full disk while the library is written (the fault hook on `.so` paths only): a typed
+    // error naming the library, nothing left in the build cache, the translation entry kept.
+    let fault = gridkey_fs::Fault::parse("enospc:1000:.so").unwrap();
+    let full = CompileConfig { fault: Some(fault), ..config(cache.path()) };
+    let err = compile_on(&div, &provider, &full).unwrap_err();
+    let StencilError::Io { ref program, action, ref path, ref source } = err else { panic!("{err:?}") };
+    assert_eq!((program.as_str(), action, source.raw_os_error()), ("div", "write", Some(libc::ENOSPC)), "{err}");
+    assert!(path.starts_with(cache.path().join(BUILD_DIR)) && path.extension().is_some_and(|e| e == "so"), "{err}");
+    assert!(err.to_string().contains("has space"), "{err}");
+    assert_eq!(files_in(&cache.path().join(BUILD_DIR)), Vec::<String>::new(), "no temp file, no library");
+
+    // Without the hook: a translation-cache hit, the library built, read-only, alone in build-v1.
+    let outcome = compile_on(&div, &provider, &config(cache.path())).unwrap();
+    assert!(!outcome.translated && outcome.built, "{outcome:?}");
+    let mode = fs::metadata(&outcome.artifact).unwrap().permissions().mode();
+    assert_eq!(mode & 0o222, 0, "the library is read-only: {mode:o}");
+    assert_eq!(files_in(&cache.path().join(BUILD_DIR)).len(), 1);
+    Kernel::load(&outcome.artifact, &div).unwrap();
 }

@@ -67,7 +67,7 @@ fn source_is_byte_identical_from_the_compile_time_view_and_every_runtime_layout(
     let options = TranslationOptions::new();
     for program in icon_programs() {
         let want = translate(&program, &base_ct, &options).unwrap();
-        let key = key_inputs(&program, &options, &base_ct).key();
+        let key = key_inputs(&program, &options, &base_ct).unwrap().key();
         assert_eq!(translate(&program, &base_ct, &options).unwrap(), want, "translation is deterministic");
         assert!(!want.contains(dir.path().to_str().unwrap()), "no path in the source");
         for layout in Layout::ALL {
@@ -77,7 +77,7 @@ fn source_is_byte_identical_from_the_compile_time_view_and_every_runtime_layout(
             let layout_dir = tempfile::tempdir().unwrap();
             let ct = compile_time(&provider, layout_dir.path());
             assert_eq!(translate(&program, &ct, &options).unwrap(), want, "{} via {layout:?}", program.name());
-            let layout_key = key_inputs(&program, &options, &ct).key();
+            let layout_key = key_inputs(&program, &options, &ct).unwrap().key();
             assert_eq!(layout_key, key, "{} key via {layout:?}", program.name());
         }
     }

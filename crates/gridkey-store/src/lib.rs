@@ -1,4 +1,4 @@
-//! Content-addressed store of neighbour tables as `.npy` files (DESIGN 4.2, ADR 0002).
+//! Content-addressed store of neighbour tables as `.npy` files (ADR 0002; docs/design.md "Formats").
 //!
 //! A table with digest `d` lives at `<cache>/tables-v1/<d[0..2]>/<d>.npy`: NumPy `.npy` format
 //! 1.0, little-endian `descr`, `fortran_order: False`, header padded so that the data starts at
@@ -13,34 +13,68 @@
 //! caller expects ([`TableStore::open_table`]); [`TableStore::open_verified`] also recomputes
 //! the digest. It knows nothing of connectivities, keys or runners.
 //!
-//! Crash consistency and hostile files (ADR 0012): a writer killed at any point leaves at most a
-//! temp file, which [`remove_stale_temps`] removes once no process holds its lock; a mapped
-//! table is locked shared so that `gridkey cache gc` never removes it (ADR 0009, [`lock`]).
+//! Crash consistency and hostile files (ADR 0012): every file is written through
+//! [`gridkey_fs`] (temp file, `sync_all`, read-only, rename, directory sync), so a writer killed
+//! at any point leaves at most a temp file, which [`gridkey_fs::remove_stale_temps`] removes
+//! once no process holds its lock; a mapped table is locked shared
+//! ([`gridkey_fs::lock::open_shared`]) so that `gridkey cache gc` never removes it (ADR 0009).
+//!
+//! # Example
+//!
+//! Frontends usually reach the store through `gridkey_offsets::compile_time_offset_provider`,
+//! which digests, stores and maps every table of a provider once. By hand, a table goes in
+//! under its digest and comes back as a checked, read-only memory map:
+//!
+//! ```
+//! use gridkey_store::ndarray::Array2;
+//! use gridkey_store::{digest_table, Dtype, TableSpec, TableStore, TableView};
+//!
+//! let dir = tempfile::tempdir()?;
+//! let store = TableStore::open(dir.path())?;
+//!
+//! let c2e = Array2::from_shape_vec((2, 3), vec![0i32, 1, 2, 2, 3, 4])?;
+//! let digest = digest_table(c2e.view());
+//! let path = store.put_table(digest, c2e.view())?;
+//! // <cache>/tables-v1/<hex[0..2]>/<hex>.npy, a plain .npy file numpy.load can map.
+//! assert_eq!(path, dir.path().join("tables-v1").join(&digest.to_hex()[..2]).join(format!("{digest}.npy")));
+//!
+//! // Opening checks the file against what the caller expects; a verifying store also
+//! // recomputes the digest.
+//! let spec = TableSpec { digest, dtype: Dtype::I32, shape: [2, 3] };
+//! let mapped = store.clone().verifying(true).open_table(&spec)?;
+//! let TableView::I32(view) = mapped.view() else { unreachable!("opened as int32") };
+//! assert_eq!(view, c2e);
+//!
+//! // Another shape under the same name is a typed error naming the file, never a wrong table.
+//! let wrong = TableSpec { shape: [3, 2], ..spec };
+//! assert!(matches!(store.open_table(&wrong), Err(gridkey_store::StoreError::Shape { .. })));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
 #![warn(missing_docs)]
 
-use std::fs::{self, File, OpenOptions};
-use std::io::{self, BufWriter, Write};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::fs::{self, File};
+use std::io::{self, Write};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime};
 
-pub mod fault;
-pub mod lock;
-
-use gridkey_digest::{digest_table, Dtype, TableDigest, TableElement};
+use gridkey_digest::TableElement;
 use memmap2::Mmap;
 use ndarray::ArrayView2;
 use ndarray_npy::npy::header::{Header, Layout};
 use ndarray_npy::{ViewNpyExt, WritableElement};
 
+/// The digest, its dtype and the function that computes it, which a caller needs to name a
+/// [`TableSpec`] and to put a table ([`TableStore::put_table`] takes the table's digest).
+pub use gridkey_digest::{digest_table, Dtype, TableDigest};
+pub use gridkey_fs::Fault;
+/// The `ndarray` whose views [`TableStore::put_table`] takes and [`TableView`] holds.
+pub use ndarray;
+
 /// Name of the store directory under the cache directory; carries the digest format version.
 pub const TABLES_DIR: &str = "tables-v1";
 
-/// Prefix of temp files in the store; anything with it is an unfinished write.
-pub const TEMP_PREFIX: &str = ".tmp-";
-
-/// Errors of the table store. Every variant names the file and what to do.
+/// Errors of the table store (ADR 0005, ADR 0012). Every variant names the file and what to do;
+/// a bad file under a table's name is an error at open and is rewritten by a put.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     /// The store directory could not be created or written.
@@ -120,18 +154,22 @@ pub enum StoreError {
 pub struct TableSpec {
     /// The digest (format v1) of the table; names the file.
     pub digest: TableDigest,
-    /// The element type.
+    /// The element type (int32 or int64, stored little-endian).
     pub dtype: Dtype,
     /// The shape `(rows, max_neighbours)` in elements.
     pub shape: [usize; 2],
 }
 
-/// A handle on the table store inside a cache directory.
+/// A handle on the table store inside a cache directory, `<cache_dir>/tables-v1` (ADR 0002).
+/// Cheap to clone; holds no open file.
 #[derive(Clone, Debug)]
 pub struct TableStore {
     cache_dir: PathBuf,
     dir: PathBuf,
     verify: bool,
+    fault: Option<Fault>,
+    /// Files replaced because they did not hold the table their name says, shared by clones.
+    repaired: std::sync::Arc<std::sync::Mutex<Vec<PathBuf>>>,
 }
 
 impl TableStore {
@@ -142,7 +180,41 @@ impl TableStore {
     pub fn open(cache_dir: &Path) -> Result<Self, StoreError> {
         let dir = cache_dir.join(TABLES_DIR);
         fs::create_dir_all(&dir).map_err(|source| StoreError::Directory { path: dir.clone(), source })?;
-        Ok(Self { cache_dir: cache_dir.to_path_buf(), dir, verify: false })
+        Ok(Self { cache_dir: cache_dir.to_path_buf(), dir, verify: false, fault: None, repaired: Default::default() })
+    }
+
+    /// This store with `fault` (the fault matrix's hook, parsed by the caller at its edge;
+    /// `None` in normal use) passed to every write it makes ([`gridkey_fs::write_atomic`]).
+    pub fn with_fault(mut self, fault: Option<Fault>) -> Self {
+        self.fault = fault;
+        self
+    }
+
+    /// The fault hook every write of this store gets.
+    pub fn fault(&self) -> Option<&Fault> {
+        self.fault.as_ref()
+    }
+
+    /// The table files that puts through this store (or a clone of it) found under a table's
+    /// name without that table's bytes (truncated, tampered, modified in place) and replaced
+    /// with the table, in the order replaced. A caller that prints reports them: a repaired
+    /// table means something wrote into the cache (ADR 0012).
+    pub fn repaired(&self) -> Vec<PathBuf> {
+        self.repaired.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    fn note_repaired(&self, path: &Path) {
+        self.repaired.lock().unwrap_or_else(|p| p.into_inner()).push(path.to_path_buf());
+    }
+
+    /// Whether a file is under `spec`'s name that is not that table: an open that fails for
+    /// any reason other than the file being absent, or `differs` on the mapped bytes.
+    fn holds_other(&self, spec: &TableSpec, differs: impl FnOnce(&MappedTable) -> bool) -> bool {
+        match self.open_table(spec) {
+            Ok(existing) => differs(&existing),
+            Err(StoreError::Missing { .. }) => false,
+            Err(_) => fs::symlink_metadata(self.path_of(&spec.digest)).is_ok(),
+        }
     }
 
     /// This store with every [`Self::open_table`] (and so every check of an existing file by
@@ -153,7 +225,7 @@ impl TableStore {
         self
     }
 
-    /// Whether every open recomputes the digest.
+    /// Whether every open recomputes the digest (see [`Self::verifying`]).
     pub fn verifies(&self) -> bool {
         self.verify
     }
@@ -189,21 +261,29 @@ impl TableStore {
         // The name is trusted only once the bytes under it are the bytes being stored: a file
         // planted or damaged under the right name and size is replaced, never mapped as this
         // table (it would poison every translation made from it). Costs one comparison read.
-        if let Ok(existing) = self.open_table(spec) {
+        let mut same_bytes = false;
+        let replacing = self.holds_other(spec, |existing| {
             let mut same = SameBytes::new(existing.data_bytes());
-            if write_data(&mut same).is_ok() && same.all_equal() {
-                return Ok(path);
-            }
+            same_bytes = write_data(&mut same).is_ok() && same.all_equal();
+            !same_bytes
+        });
+        if same_bytes {
+            return Ok(path);
         }
         let write_err = |source| StoreError::Write { path: path.clone(), digest: spec.digest, source };
         let header = npy_header(spec).map_err(write_err)?;
         let expected_len = header.len() as u64 + data_bytes(spec) as u64;
-        let written = write_atomic(&path, |out| {
+        let written = gridkey_fs::write_atomic(&path, self.fault(), |out| {
             out.write_all(&header)?;
             write_data(out)
         });
         match written {
-            Ok(len) if len == expected_len => Ok(path),
+            Ok(len) if len == expected_len => {
+                if replacing {
+                    self.note_repaired(&path);
+                }
+                Ok(path)
+            }
             Ok(len) => {
                 // The writer broke its contract; the file is named by content it does not hold.
                 let _ = fs::remove_file(&path);
@@ -236,7 +316,7 @@ impl TableStore {
     /// The write cannot wait for the digest, since the digest names the file: the bytes go to a
     /// temp file in the store directory while the digest runs, and the file is renamed to its
     /// final name once both are done, so the view costs about one write instead of a read and
-    /// a write (`cargo xtask bench`, case `view_build`; ADR 0008). As soon as the digest is known
+    /// a write (`cargo xtask bench`, case `view_build`; ADR 0011). As soon as the digest is known
     /// and a valid file of it is already stored, the write stops and the temp file is removed,
     /// so a table stored before costs about its digest. `data` must hold
     /// `shape[0] * shape[1] * dtype.itemsize()` bytes and `digest` must return the digest of the
@@ -269,7 +349,7 @@ impl TableStore {
                     )));
                 }
                 let header = npy_header(&header_spec)?;
-                write_temp(&self.dir, fault::Fault::for_path(&self.dir), |out| {
+                gridkey_fs::write_temp(&self.dir, self.fault(), |out| {
                     out.write_all(&header)?;
                     let mut looked = false;
                     for chunk in data.chunks(PUT_CHUNK_BYTES) {
@@ -288,7 +368,12 @@ impl TableStore {
         });
         let spec = spec_of(digest);
         let path = self.path_of(&digest);
-        if self.open_table(&spec).is_ok_and(|existing| existing.data_bytes() == data) {
+        let mut same_bytes = false;
+        let replacing = self.holds_other(&spec, |existing| {
+            same_bytes = existing.data_bytes() == data;
+            !same_bytes
+        });
+        if same_bytes {
             // Stored before (or by a concurrent writer), with these very bytes.
             return Ok((spec, path));
         }
@@ -300,8 +385,13 @@ impl TableStore {
             }
             other => other.map_err(write_err)?,
         };
-        match commit_temp(temp, &path, fault::Fault::for_path(&path)) {
-            Ok(_) => Ok((spec, path)),
+        match temp.commit(&path, self.fault()) {
+            Ok(_) => {
+                if replacing {
+                    self.note_repaired(&path);
+                }
+                Ok((spec, path))
+            }
             Err(_) if self.open_table(&spec).is_ok() => Ok((spec, path)),
             Err(source) => Err(write_err(source)),
         }
@@ -331,147 +421,6 @@ impl TableStore {
         table.verify()?;
         Ok(table)
     }
-}
-
-/// Writes a file atomically: `write` fills a temp file (prefix [`TEMP_PREFIX`]) in the directory
-/// of `path` (created if needed), which is `sync_all`ed, made read-only and renamed to `path`,
-/// and the directory synced. Returns the number of bytes written.
-///
-/// The temp file is locked exclusively while it is written ([`lock`]), so that
-/// [`remove_stale_temps`] can tell a live write from one whose process died. On any error the
-/// temp file is removed and nothing appears under `path`. A process killed in the middle leaves
-/// only a temp file, which no reader ever opens. This is the one writer of every persistent
-/// file of gridkey (tables here, translation entries in gridkey-fingerprint);
-/// [`TableStore::put_slice`] uses its two halves with the final name chosen after the write.
-/// The test hook [`fault::ENV_FAULT`] can stop or fail it at chosen points.
-///
-/// Errors: the I/O error of the first step that failed (`ENOSPC` for a full disk, `EROFS` for
-/// a read-only file system).
-pub fn write_atomic(path: &Path, write: impl FnOnce(&mut dyn Write) -> io::Result<()>) -> io::Result<u64> {
-    let fault = fault::Fault::for_path(path);
-    let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let (temp, len) = write_temp(parent, fault, write)?;
-    commit_temp(temp, path, fault)?;
-    Ok(len)
-}
-
-/// First half of [`write_atomic`]: a flushed temp file in `dir` (created if needed), locked
-/// exclusively while it lives, holding what `write` wrote, and its length in bytes; removed
-/// when dropped.
-fn write_temp(
-    dir: &Path,
-    fault: fault::Fault,
-    write: impl FnOnce(&mut dyn Write) -> io::Result<()>,
-) -> io::Result<(tempfile::NamedTempFile, u64)> {
-    fs::create_dir_all(dir)?;
-    let temp = tempfile::Builder::new().prefix(TEMP_PREFIX).tempfile_in(dir)?;
-    lock::lock_exclusive(temp.as_file())?;
-    fault.pause_at(fault::PausePoint::Created, temp.path());
-    let len = {
-        let mut sink = fault::FaultWriter { file: temp.as_file(), temp: temp.path(), fault, written: 0 };
-        let mut out = BufWriter::with_capacity(1 << 20, &mut sink);
-        write(&mut out)?;
-        out.flush()?;
-        drop(out);
-        sink.written
-    };
-    fault.pause_at(fault::PausePoint::Written, temp.path());
-    Ok((temp, len))
-}
-
-/// Second half of [`write_atomic`]: `sync_all`, read-only, rename to `path` (its directory created
-/// if needed, on the same file system as the temp file), directory synced.
-fn commit_temp(temp: tempfile::NamedTempFile, path: &Path, fault: fault::Fault) -> io::Result<()> {
-    let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    fs::create_dir_all(parent)?;
-    let file = temp.as_file();
-    file.sync_all()?;
-    let mut perms = file.metadata()?.permissions();
-    perms.set_readonly(true);
-    file.set_permissions(perms)?;
-    fault.pause_at(fault::PausePoint::Synced, temp.path());
-    temp.persist(path).map_err(|e| e.error)?;
-    File::open(parent)?.sync_all()?;
-    Ok(())
-}
-
-/// Temp files removed by [`remove_stale_temps`].
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct TempSweep {
-    /// The files removed.
-    pub removed: Vec<PathBuf>,
-    /// Their total size in bytes.
-    pub bytes: u64,
-}
-
-/// Removes, under `dir` (recursively), every regular file named [`TEMP_PREFIX`]`*` that is at
-/// least `min_age` old (by modification time) and that no process holds a lock on: the remains
-/// of a writer that was killed or lost power (ADR 0012). A live writer holds an exclusive lock
-/// on its temp file, so it is never removed; `min_age` also covers the instant between the
-/// creation of a temp file and its lock, and writers that cannot lock (the C compiler's output).
-/// A missing `dir` is an empty sweep.
-///
-/// Errors: the I/O error of listing a directory (a file that vanished meanwhile is skipped).
-pub fn remove_stale_temps(dir: &Path, min_age: Duration) -> io::Result<TempSweep> {
-    let mut sweep = TempSweep::default();
-    let entries = match fs::read_dir(dir) {
-        Ok(entries) => entries,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(sweep),
-        Err(e) => return Err(e),
-    };
-    let now = SystemTime::now();
-    for entry in entries {
-        let entry = entry?;
-        let path = entry.path();
-        let Ok(meta) = fs::symlink_metadata(&path) else { continue };
-        if meta.is_dir() {
-            let inner = remove_stale_temps(&path, min_age)?;
-            sweep.removed.extend(inner.removed);
-            sweep.bytes += inner.bytes;
-            continue;
-        }
-        let is_temp = entry.file_name().to_string_lossy().starts_with(TEMP_PREFIX);
-        let age = meta.modified().ok().and_then(|m| now.duration_since(m).ok()).unwrap_or_default();
-        if !is_temp || !meta.is_file() || age < min_age {
-            continue;
-        }
-        if remove_if_unlocked(&path)? {
-            sweep.bytes += meta.len();
-            sweep.removed.push(path);
-        }
-    }
-    Ok(sweep)
-}
-
-/// Removes the regular file at `path` while holding an exclusive lock on it taken without
-/// waiting; `Ok(false)` when a process holds a lock on it (it is mapped or being written) or
-/// when it is gone. The lock is held across the `unlink`, so a reader that opens the file
-/// meanwhile sees afterwards that its path is gone ([`StoreError::Missing`]) (ADR 0009).
-///
-/// Errors: the I/O error of opening, locking or removing other than `NotFound`.
-pub fn remove_if_unlocked(path: &Path) -> io::Result<bool> {
-    let file = match OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
-        Err(e) => return Err(e),
-    };
-    if !lock::try_lock_exclusive(&file)? {
-        return Ok(false);
-    }
-    // The path may have been renamed over since it was opened: remove only what is locked.
-    let same = fs::symlink_metadata(path).is_ok_and(|m| same_file(&m, &file));
-    if !same {
-        return Ok(false);
-    }
-    match fs::remove_file(path) {
-        Ok(()) => Ok(true),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
-        Err(e) => Err(e),
-    }
-}
-
-fn same_file(meta: &fs::Metadata, file: &File) -> bool {
-    file.metadata().is_ok_and(|f| f.dev() == meta.dev() && f.ino() == meta.ino())
 }
 
 /// Bytes written per step by [`TableStore::put_slice`] between two looks at the digest.
@@ -523,8 +472,11 @@ fn npy_header(spec: &TableSpec) -> io::Result<Vec<u8>> {
     header.to_bytes().map_err(io::Error::other)
 }
 
-/// Writes `table` in C order, little-endian, through a bounded buffer (in place when it is
-/// C-contiguous on a little-endian host).
+/// Writes `table` in C order, little-endian, through a buffer of
+/// [`gridkey_digest::BUFFER_BYTES`] (in place when it is C-contiguous on a little-endian
+/// host): `rows * cols * itemsize` bytes, the element data of a stored table.
+///
+/// Errors: the I/O error of `out`.
 pub fn write_c_order<T: TableElement>(table: ArrayView2<'_, T>, out: &mut dyn Write) -> io::Result<()> {
     if let (Some(slice), true) = (table.as_slice(), cfg!(target_endian = "little")) {
         return out.write_all(bytemuck::cast_slice(slice));
@@ -542,7 +494,7 @@ pub fn write_c_order<T: TableElement>(table: ArrayView2<'_, T>, out: &mut dyn Wr
     out.write_all(&buf[..used])
 }
 
-/// A read-only view of a mapped table.
+/// A read-only view of a mapped table, `(n, k)` in C order, borrowed from the mapping.
 #[derive(Clone, Copy, Debug)]
 pub enum TableView<'a> {
     /// An int32 table `(n, k)`, C order.
@@ -551,7 +503,9 @@ pub enum TableView<'a> {
     I64(ArrayView2<'a, i64>),
 }
 
-/// A stored table, memory-mapped read-only; checked against its [`TableSpec`] when opened.
+/// A stored table, memory-mapped read-only; checked against its [`TableSpec`] when opened. It
+/// holds a shared `flock` on its file while it lives, so `gridkey cache gc` never removes it
+/// (ADR 0009).
 #[derive(Debug)]
 pub struct MappedTable {
     spec: TableSpec,
@@ -583,19 +537,28 @@ impl MappedTable {
         }
         // SAFETY: the file is opened read-only and store files are never written in place
         // (they are created under a temp name, made read-only and renamed); a file modified
-        // in place by someone else breaks the contract of DESIGN 7 and ADR 0012 and is caught
+        // in place by someone else breaks the contract of docs/design.md "Contracts" and ADR 0012 and is caught
         // by `open_verified`, not by memory unsafety in Rust code that only reads integers.
         let mmap = unsafe { Mmap::map(&file) }.map_err(|source| StoreError::Read { path: path.clone(), source })?;
         let table = Self { spec: *spec, path, mmap, _lock: file };
-        let found = match spec.dtype {
-            Dtype::I32 => ArrayView2::<i32>::view_npy(&table.mmap).map(|v| v.raw_dim()),
-            Dtype::I64 => ArrayView2::<i64>::view_npy(&table.mmap).map(|v| v.raw_dim()),
+        // `view_npy` also takes a Fortran-order file (as a Fortran-order view): a stored table is
+        // C order, so such a file is refused here rather than read as C order later.
+        let (found, c_order) = match spec.dtype {
+            Dtype::I32 => ArrayView2::<i32>::view_npy(&table.mmap).map(|v| (v.raw_dim(), v.is_standard_layout())),
+            Dtype::I64 => ArrayView2::<i64>::view_npy(&table.mmap).map(|v| (v.raw_dim(), v.is_standard_layout())),
         }
         .map_err(|e| StoreError::Format {
             path: table.path.clone(),
             dtype: spec.dtype,
             reason: e.to_string(),
         })?;
+        if !c_order {
+            return Err(StoreError::Format {
+                path: table.path,
+                dtype: spec.dtype,
+                reason: "its header says fortran_order: True".into(),
+            });
+        }
         let found = [found[0], found[1]];
         if found != spec.shape {
             return Err(StoreError::Shape { path: table.path, expected: spec.shape, found });
@@ -603,41 +566,22 @@ impl MappedTable {
         Ok(table)
     }
 
-    /// Opens `path` read-only without following a symlink and takes a shared lock on it. The
-    /// collector removes a file while holding an exclusive lock, and concurrent writers of the
-    /// same table rename identical content over it: once the shared lock is ours, the path must
-    /// still name the file we hold, else it is opened again (replaced) or is
-    /// [`StoreError::Missing`] (removed).
+    /// Opens `path` for mapping with a shared lock ([`gridkey_fs::lock::open_shared`]: no
+    /// symlink followed, retried while the path is renamed over), mapping its errors.
     fn open_locked(path: &Path, spec: &TableSpec) -> Result<File, StoreError> {
-        let mut last = None;
-        for _ in 0..16 {
-            // O_NOFOLLOW: a symlink planted after the caller's check is refused, not followed.
-            let file =
-                OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK).open(path).map_err(
-                    |source| match source.raw_os_error() {
-                        Some(libc::ELOOP) => StoreError::NotAFile { path: path.to_path_buf() },
-                        Some(libc::ENOENT) => StoreError::Missing { path: path.to_path_buf(), digest: spec.digest },
-                        _ => StoreError::Read { path: path.to_path_buf(), source },
-                    },
-                )?;
-            lock::lock_shared(&file).map_err(|source| StoreError::Read { path: path.to_path_buf(), source })?;
-            match fs::symlink_metadata(path) {
-                Ok(m) if same_file(&m, &file) => return Ok(file),
-                Ok(_) => last = Some(file),
-                Err(_) => return Err(StoreError::Missing { path: path.to_path_buf(), digest: spec.digest }),
-            }
-        }
-        // Still replaced after many tries: the last file held is complete (renamed into place
-        // whole) and names the same content.
-        last.ok_or_else(|| StoreError::Missing { path: path.to_path_buf(), digest: spec.digest })
+        gridkey_fs::lock::open_shared(path).map_err(|source| match source.raw_os_error() {
+            Some(libc::ELOOP) => StoreError::NotAFile { path: path.to_path_buf() },
+            Some(libc::ENOENT) => StoreError::Missing { path: path.to_path_buf(), digest: spec.digest },
+            _ => StoreError::Read { path: path.to_path_buf(), source },
+        })
     }
 
-    /// What this table was opened as.
+    /// What this table was opened as: digest, dtype, shape.
     pub fn spec(&self) -> &TableSpec {
         &self.spec
     }
 
-    /// The file it is mapped from.
+    /// The file it is mapped from, `<cache>/tables-v1/<hex[0..2]>/<hex>.npy`.
     pub fn path(&self) -> &Path {
         &self.path
     }

@@ -2,7 +2,7 @@
 //! `gridkey cache gc` (ADR 0009, ADR 0012). No printing: the binary reports.
 //!
 //! A cache directory holds three stores, each named with its format version:
-//! `tables-v1/` (`<hex[0..2]>/<hex>.npy`, gridkey-store), `translation-v1/`
+//! `tables-v1/` (`<hex[0..2]>/<hex>.npy`, gridkey-store), `translation-v2/`
 //! (`<hex[0..2]>/<hex>.bin` with its record `<hex>.json`, gridkey-fingerprint) and `build-v1/`
 //! (`<hex>.so`, gridkey-stencil). Files named `.tmp-*` are unfinished writes.
 
@@ -12,7 +12,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
-use gridkey_store::{remove_if_unlocked, remove_stale_temps, TEMP_PREFIX};
+use gridkey_fs::{remove_if_unlocked, remove_stale_temps, TEMP_PREFIX};
 use serde::{Deserialize, Serialize};
 
 use crate::AppError;
@@ -29,14 +29,28 @@ pub const STORES: [(&str, &str); 3] = [
 /// its temp file and locking it, and than a C compiler writing a library (ADR 0009).
 pub const STALE_TEMP_AGE: Duration = Duration::from_secs(60);
 
-/// A reason to distrust a cache directory that does not stop its use, as pip and ccache warn
-/// about shared caches.
+/// A reason to distrust a cache directory, or a file in it, that does not stop its use, as pip
+/// and ccache warn about shared caches. Printed as `gridkey: warning: <path>: <message>`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CacheWarning {
-    /// The directory.
+    /// The directory or file.
     pub path: PathBuf,
-    /// What is wrong and what to do, one sentence without a final period.
+    /// What is wrong and what to do, one sentence without a final period, naming what the path
+    /// is (`cache directory ...`, `table file ...`).
     pub message: String,
+}
+
+impl CacheWarning {
+    /// The warning for a stored table file that did not hold the table its name says and was
+    /// replaced during conversion ([`gridkey_store::TableStore::repaired`]).
+    pub fn repaired_table(path: PathBuf) -> Self {
+        Self {
+            path,
+            message: "table file did not hold the table its name says (damaged, or modified after it was stored) and \
+                      was rewritten from the runtime table; if this repeats, find what writes into the cache directory"
+                .to_owned(),
+        }
+    }
 }
 
 /// Checks `cache_dir` before use, creating it if needed: it must be a directory (not a file),
@@ -78,7 +92,7 @@ pub fn check_cache_dir(cache_dir: &Path) -> Result<Vec<CacheWarning>, AppError> 
             warnings.push(CacheWarning {
                 path: dir.clone(),
                 message: format!(
-                    "is owned by user {}, not by you (user {me}): that user can replace the tables and kernel libraries this run loads; use a cache directory of your own",
+                    "cache directory owned by user {}, not by you (user {me}): that user can replace the tables and kernel libraries this run loads; use a cache directory of your own",
                     meta.uid()
                 ),
             });
@@ -86,7 +100,7 @@ pub fn check_cache_dir(cache_dir: &Path) -> Result<Vec<CacheWarning>, AppError> 
         if meta.mode() & 0o002 != 0 {
             warnings.push(CacheWarning {
                 path: dir.clone(),
-                message: "is writable by everyone: any user can plant tables and kernel libraries that this run loads; chmod o-w it or use a cache directory of your own".to_owned(),
+                message: "cache directory writable by everyone: any user can plant tables and kernel libraries that this run loads; chmod o-w it or use a cache directory of your own".to_owned(),
             });
         }
     }
@@ -96,7 +110,7 @@ pub fn check_cache_dir(cache_dir: &Path) -> Result<Vec<CacheWarning>, AppError> 
 /// Entries and bytes of one store.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StoreStats {
-    /// Store directory name (`tables-v1`, `translation-v1`, `build-v1`).
+    /// Store directory name (`tables-v1`, `translation-v2`, `build-v1`).
     pub store: String,
     /// Number of entries (tables, translation entries, libraries).
     pub entries: u64,
@@ -110,8 +124,11 @@ pub struct StoreStats {
 
 /// `gridkey cache stats`: one [`StoreStats`] per store of [`STORES`], in that order.
 ///
-/// Errors: [`AppError::CacheScan`] when a store directory cannot be listed.
+/// Errors: [`AppError::NoCacheDir`] when `cache_dir` does not exist or is not a directory (a
+/// mistyped path is not an empty cache); [`AppError::StoreNotADirectory`] and
+/// [`AppError::CacheScan`] when a store directory cannot be listed.
 pub fn stats(cache_dir: &Path) -> Result<Vec<StoreStats>, AppError> {
+    existing_cache_dir(cache_dir)?;
     let mut out = Vec::new();
     for (store, ext) in STORES {
         let mut s = StoreStats { store: store.to_owned(), ..Default::default() };
@@ -208,12 +225,12 @@ pub fn local_stats(cache_dir: &Path) -> (gridkey_remote::TierStats, u64) {
 pub fn record_local_stats(cache_dir: &Path, run: &gridkey_remote::TierStats) -> io::Result<()> {
     let lock =
         fs::OpenOptions::new().create(true).truncate(false).write(true).open(cache_dir.join("tier-stats-v1.lock"))?;
-    gridkey_store::lock::lock_exclusive(&lock)?;
+    gridkey_fs::lock::lock_exclusive(&lock)?;
     let (mut stats, runs) = local_stats(cache_dir);
     stats.add(run);
     let text = serde_json::to_vec_pretty(&serde_json::json!({ "runs": runs + 1, "stats": stats }))
         .expect("counters serialise");
-    gridkey_store::write_atomic(&cache_dir.join(LOCAL_STATS_FILE), |out| out.write_all(&text))?;
+    gridkey_fs::write_atomic(&cache_dir.join(LOCAL_STATS_FILE), None, |out| out.write_all(&text))?;
     Ok(())
 }
 
@@ -283,11 +300,14 @@ pub struct GcReport {
 /// [`GcReport::kept_in_use`] (ADR 0009). Files that are not entries of a known store are left
 /// alone.
 ///
-/// Errors: [`AppError::CacheScan`] when a store cannot be listed or a file cannot be removed.
+/// Errors: [`AppError::NoCacheDir`], [`AppError::StoreNotADirectory`] and
+/// [`AppError::CacheScan`] as [`stats`], and [`AppError::CacheScan`] when a file cannot be
+/// removed.
 pub fn gc(cache_dir: &Path, config: &GcConfig) -> Result<GcReport, AppError> {
+    existing_cache_dir(cache_dir)?;
     let scan_err = |path: &Path| {
         let path = path.to_path_buf();
-        move |source| AppError::CacheScan { path, source }
+        move |source| scan_error(path, source)
     };
     let mut report = GcReport::default();
     for (store, _) in STORES {
@@ -328,6 +348,29 @@ pub fn gc(cache_dir: &Path, config: &GcConfig) -> Result<GcReport, AppError> {
     Ok(report)
 }
 
+/// `Ok` when `cache_dir` is a directory.
+fn existing_cache_dir(cache_dir: &Path) -> Result<(), AppError> {
+    match fs::metadata(cache_dir) {
+        Ok(meta) if meta.is_dir() => Ok(()),
+        Ok(_) => Err(AppError::NoCacheDir { path: cache_dir.to_path_buf(), problem: "is a file, not a directory" }),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            Err(AppError::NoCacheDir { path: cache_dir.to_path_buf(), problem: "does not exist" })
+        }
+        Err(source) => Err(AppError::CacheScan { path: cache_dir.to_path_buf(), source }),
+    }
+}
+
+/// The error of listing or cleaning `path`: [`AppError::StoreNotADirectory`] when it is a file
+/// where a store directory belongs (permissions are not the problem then), else
+/// [`AppError::CacheScan`].
+fn scan_error(path: PathBuf, source: io::Error) -> AppError {
+    // Listing a file as a directory: the store itself, or a shard directory inside it.
+    if source.raw_os_error() == Some(libc::ENOTDIR) {
+        return AppError::StoreNotADirectory { path };
+    }
+    AppError::CacheScan { path, source }
+}
+
 /// A regular file found under a store.
 struct Found {
     path: PathBuf,
@@ -343,7 +386,7 @@ fn scan(dir: &Path) -> Result<Vec<Found>, AppError> {
     let entries = match fs::read_dir(dir) {
         Ok(e) => e,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(out),
-        Err(source) => return Err(AppError::CacheScan { path: dir.to_path_buf(), source }),
+        Err(source) => return Err(scan_error(dir.to_path_buf(), source)),
     };
     for entry in entries {
         let entry = entry.map_err(|source| AppError::CacheScan { path: dir.to_path_buf(), source })?;

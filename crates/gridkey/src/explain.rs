@@ -1,4 +1,4 @@
-//! Explaining cache misses: which input of a translation key changed (DESIGN 4.5).
+//! Explaining cache misses: which input of a translation key changed (ADR 0003; docs/design.md "Formats", translation cache entry).
 //!
 //! Every translation-cache entry keeps the record of its key inputs
 //! ([`gridkey_fingerprint::KeyInputs`], JSON beside the entry). Two keys are explained by
@@ -112,7 +112,8 @@ pub fn nearest_entry(
 /// Explains why `program` on the grid at `grid_path` with `options` would miss the cache in
 /// `cache_dir` (converting the grid's tables into the cache's store on the way).
 ///
-/// Errors: [`AppError::UnknownProgram`], and those of reading the grid and opening the cache.
+/// Errors: [`AppError::UnknownProgram`], [`AppError::Options`] for options `gridkey run`
+/// rejects, and those of reading the grid and opening the cache.
 pub fn explain_miss(
     cache_dir: &Path,
     program: &str,
@@ -126,10 +127,12 @@ pub fn explain_miss(
             known: programs.iter().map(|p| p.name().to_owned()).collect(),
         });
     };
+    // The options `gridkey run` accepts, normalised as it keys them: checked before the grid is read.
+    gridkey_stencil::normalise_options(options)?;
     let grid = gridkey_grid::read_grid(grid_path)?;
     let store = TableStore::open(cache_dir)?;
     let ct = Arc::new(compile_time_offset_provider(grid.provider(), &store)?);
-    let inputs = gridkey_stencil::key_inputs(p, options, &ct);
+    let inputs = gridkey_stencil::key_inputs(p, options, &ct)?;
     let cache = TranslationCache::open(cache_dir)?;
     let key = inputs.key();
     let cached = cache.get(&key).is_ok();

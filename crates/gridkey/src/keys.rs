@@ -45,9 +45,9 @@ pub fn keys(grid_path: &Path, settings: &Settings) -> Result<KeysReport, AppErro
     let keys = gridkey_stencil::icon_programs()
         .iter()
         .map(|p| {
-            let key = gridkey_stencil::key_inputs(p, &options, &ct).key();
-            (p.name().to_owned(), key.to_hex())
+            let key = gridkey_stencil::key_inputs(p, &options, &ct)?.key();
+            Ok((p.name().to_owned(), key.to_hex()))
         })
-        .collect();
+        .collect::<Result<_, AppError>>()?;
     Ok(KeysReport { tables, keys })
 }

@@ -1,7 +1,7 @@
 //! The gridkey application: the main job (`gridkey run`) and the grid table listing
 //! (`gridkey tables`) as library functions, shared by the `gridkey` binary and `cargo xtask`.
 //!
-//! The main job follows the pipeline of DESIGN 2: read the grid into a runtime offset provider,
+//! The main job follows the pipeline of docs/design.md "The pipeline": read the grid into a runtime offset provider,
 //! convert it once to its compile-time view in the cache directory, build a
 //! [`CompilationTask`] per program, run them with the chosen [`Runner`] (the frontend's compile
 //! step is [`StencilHandler`]), then load each artifact and run it on the **runtime** provider,
@@ -22,6 +22,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use gridkey_fingerprint::{FingerprintError, KeyInputs, TranslationCache, TranslationKey, TranslationOptions};
+use gridkey_fs::Fault;
 use gridkey_grid::{read_grid, Grid, GridError};
 use gridkey_jobs::{CompilationTask, NoProgress, Progress, Runner, TaskHandler, WorkerCommand};
 use gridkey_offsets::{compile_time_offset_provider, CompileTimeOffsetProvider, OffsetsError};
@@ -33,8 +34,10 @@ use serde::{Deserialize, Serialize};
 
 pub mod cache;
 pub mod keys;
+pub mod layouts;
 pub mod push;
 pub mod shared;
+pub mod supported;
 
 /// The ICON grid shipped in the repository, relative to the repository root.
 pub const SHIPPED_GRID: &str = "data/grids/icon_grid_0013_R02B04_R.nc";
@@ -61,6 +64,9 @@ pub enum AppError {
     /// A setting is not valid (the compiler is not found).
     #[error(transparent)]
     Settings(#[from] SettingsError),
+    /// The fault matrix's test hook (`GRIDKEY_FAULT`, `test_hooks.fault`) does not parse.
+    #[error("GRIDKEY_FAULT: {0}")]
+    FaultHook(#[from] gridkey_fs::FsError),
     /// The cache directory is unusable.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -131,6 +137,25 @@ pub enum AppError {
         /// The I/O error.
         source: std::io::Error,
     },
+    /// Translation options the frontend does not accept.
+    #[error(transparent)]
+    Options(Box<gridkey_stencil::StencilError>),
+    /// `gridkey cache stats` or `gridkey cache gc` on a path that is not a cache directory.
+    #[error("cache directory {path} {problem}; give the cache directory of a run (--cache-dir or GRIDKEY_CACHE_DIR)")]
+    NoCacheDir {
+        /// The path given.
+        path: PathBuf,
+        /// `does not exist` or `is a file, not a directory`.
+        problem: &'static str,
+    },
+    /// A file is where a store directory (`tables-v1`, ...) or one of its shard directories belongs.
+    #[error(
+        "cache path {path} is a file where a store directory belongs; remove it, and gridkey makes the directory again"
+    )]
+    StoreNotADirectory {
+        /// The path.
+        path: PathBuf,
+    },
     /// The cache directory could not be made absolute.
     #[error("cannot resolve cache directory {path}: {source}; pass an existing, writable --cache-dir")]
     CacheDir {
@@ -139,6 +164,13 @@ pub enum AppError {
         /// The I/O error.
         source: std::io::Error,
     },
+}
+
+impl From<gridkey_stencil::StencilError> for AppError {
+    /// Boxed, as [`AppError::Grid`].
+    fn from(e: gridkey_stencil::StencilError) -> Self {
+        AppError::Options(Box::new(e))
+    }
 }
 
 impl From<GridError> for AppError {
@@ -158,7 +190,7 @@ impl TaskHandler for StencilHandler {
 
     fn handle(&self, task: &CompilationTask) -> Result<CompileOutcome, String> {
         let program = Program::decode(&task.encoding).map_err(|e| e.to_string())?;
-        let config = CompileConfig::from_settings(&task.settings);
+        let config = CompileConfig::from_settings(&task.settings).map_err(|e| e.to_string())?;
         gridkey_stencil::compile(&program, &task.provider, &task.options, &config).map_err(|e| e.to_string())
     }
 }
@@ -166,7 +198,7 @@ impl TaskHandler for StencilHandler {
 /// What the main job needs.
 #[derive(Clone, Debug)]
 pub struct RunConfig {
-    /// The grid file (ICON or MPAS netCDF-3).
+    /// The grid file (ICON, MPAS or UGRID; netCDF-3 or netCDF-4).
     pub grid: PathBuf,
     /// Everything the entry point parsed: build jobs, cache directory, verification switches,
     /// the compiler.
@@ -236,6 +268,9 @@ pub struct RunReport {
     /// configured.
     #[serde(default)]
     pub tiers: Vec<cache::TierReport>,
+    /// The programs the grid does not support, with the reason ([`supported::split`]).
+    #[serde(default)]
+    pub skipped: Vec<supported::SkippedProgram>,
 }
 
 impl RunReport {
@@ -325,7 +360,8 @@ pub fn run_with(
     run_with_progress(grid, programs, runner, config, read_seconds, &NoProgress)
 }
 
-/// [`run_with`], telling `progress` when each program's compilation starts and ends.
+/// [`run_with`], telling `progress` when each program's compilation starts and ends. Programs
+/// that need an offset the grid lacks are not run: they are listed in [`RunReport::skipped`].
 ///
 /// Errors: as [`run`].
 pub fn run_with_progress(
@@ -336,7 +372,9 @@ pub fn run_with_progress(
     read_seconds: f64,
     progress: &dyn Progress,
 ) -> Result<RunReport, AppError> {
-    let warnings = cache::check_cache_dir(&config.settings.cache_dir)?;
+    let (programs, skipped) = supported::split(programs, grid);
+    let programs = programs.as_slice();
+    let mut warnings = cache::check_cache_dir(&config.settings.cache_dir)?;
     let settings = task_settings(&config.settings)?;
     // A misconfigured shared tier is an error here, before any work; an unreachable one is off.
     let remote = match &settings.remote {
@@ -346,11 +384,13 @@ pub fn run_with_progress(
     let temps_removed =
         cache::gc(&settings.cache_dir, &cache::GcConfig { max_size: None, temp_min_age: cache::STALE_TEMP_AGE })?
             .temps_removed;
-    let store = TableStore::open(&settings.cache_dir)?.verifying(settings.verify_tables);
+    let fault = Fault::parse_setting(settings.test_hooks.fault.as_deref())?;
+    let store = TableStore::open(&settings.cache_dir)?.verifying(settings.verify_tables).with_fault(fault);
     let cache_dir = settings.cache_dir.clone();
     let t = Instant::now();
     let ct = Arc::new(compile_time_offset_provider(grid.provider(), &store)?);
     let convert_seconds = t.elapsed().as_secs_f64();
+    warnings.extend(store.repaired().into_iter().map(cache::CacheWarning::repaired_table));
 
     let tasks = tasks_for(programs, &ct, &config.options, &settings);
     // The parent knows each key too (the same compile-time view), and whether the translation
@@ -358,7 +398,7 @@ pub fn run_with_progress(
     // fails, a full disk) is still counted as the hit or miss and translation it was.
     let cache = TranslationCache::open(&cache_dir)?;
     let inputs: Vec<KeyInputs> =
-        programs.iter().map(|p| gridkey_stencil::key_inputs(p, &config.options, &ct)).collect();
+        programs.iter().map(|p| gridkey_stencil::key_inputs(p, &config.options, &ct)).collect::<Result<_, _>>()?;
     let keys: Vec<TranslationKey> = inputs.iter().map(KeyInputs::key).collect();
     let looked_up: Vec<Option<usize>> = keys.iter().map(|k| cache.get(k).ok().map(|p| p.len())).collect();
     let cached_before: Vec<bool> = looked_up.iter().map(Option::is_some).collect();
@@ -428,6 +468,7 @@ pub fn run_with_progress(
         warnings,
         temps_removed,
         tiers,
+        skipped,
     })
 }
 

@@ -1,5 +1,8 @@
 //! The `gridkey` command line (README "Usage"): `run`, `explain`, `tables`, `cache`, `worker`.
 
+// First: its `println!` and `eprintln!` replace std's in every module after it.
+#[macro_use]
+mod output;
 mod progress;
 mod settings;
 
@@ -27,7 +30,7 @@ enum Command {
     /// The main job: convert, key, translate (or hit the cache), build, run and verify every
     /// program on a grid.
     Run {
-        /// ICON or MPAS netCDF-3 grid file (default: the ICON R02B04 grid shipped in data/grids).
+        /// ICON, MPAS or UGRID grid file, netCDF-3 or netCDF-4 (default: the ICON R02B04 grid in data/grids).
         #[arg(long)]
         grid: Option<PathBuf>,
         /// Build-jobs mode (default: GRIDKEY_BUILD_JOBS_MODE, else process).
@@ -61,7 +64,7 @@ enum Command {
     /// Convert a grid into a cache and print table digests and program keys as JSON (test use).
     #[command(hide = true)]
     Keys {
-        /// ICON or MPAS netCDF-3 grid file.
+        /// ICON, MPAS or UGRID grid file, netCDF-3 or netCDF-4.
         #[arg(long)]
         grid: PathBuf,
         /// Cache directory (default: GRIDKEY_CACHE_DIR, else .gridkey_cache).
@@ -91,7 +94,7 @@ enum Command {
     },
     /// List a grid's connectivities: offset, domain, codomain, shape, dtype, skip values, digest.
     Tables {
-        /// ICON or MPAS netCDF-3 grid file.
+        /// ICON, MPAS or UGRID grid file, netCDF-3 or netCDF-4.
         #[arg(long)]
         grid: PathBuf,
         /// Print a JSON array of objects with exactly the fields offset, domain, codomain,
@@ -134,7 +137,7 @@ fn parse_option(s: &str) -> Result<(String, String), String> {
 
 #[derive(Subcommand)]
 enum CacheCommand {
-    /// Entries and bytes per store (tables-v1, translation-v1, build-v1), temp files, and each
+    /// Entries and bytes per store (tables-v1, translation-v2, build-v1), temp files, and each
     /// tier's counters over all runs (hits, misses, bytes in and out, errors, lease waits).
     Stats {
         /// Cache directory (default: GRIDKEY_CACHE_DIR, else .gridkey_cache).
@@ -188,13 +191,14 @@ fn parse_mode(s: &str) -> Result<BuildJobsMode, String> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    match dispatch(cli.command) {
+    let code = match dispatch(cli.command) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("gridkey: error: {e:#}");
+            eprintln!("gridkey: error: {}", output::error_text(&e));
             ExitCode::from(2)
         }
-    }
+    };
+    output::finish(code)
 }
 
 fn dispatch(command: Command) -> Result<ExitCode> {
@@ -240,15 +244,22 @@ fn dispatch(command: Command) -> Result<ExitCode> {
                     println!("{} key {}: in the cache, no miss to explain", e.program, e.key);
                 } else if let Some(nearest) = &e.nearest {
                     println!(
-                        "{} key {} is not cached; nearest cached entry {nearest} ({} candidates) differs in:",
-                        e.program, e.key, e.candidates
+                        "{} key {} is not cached; nearest cached entry {nearest} ({}) differs in:",
+                        e.program,
+                        e.key,
+                        output::count(e.candidates as u64, "candidate", "candidates")
                     );
                     print_changes(&e.differences);
                 } else if e.unreadable_records > 0 {
+                    let n = e.unreadable_records as u64;
                     println!(
-                        "{} key {} is not cached, and no other readable entry of {} is; {} cached entries have \
-                         unreadable key-input records and could not be compared",
-                        e.program, e.key, e.program, e.unreadable_records
+                        "{} key {} is not cached, and no other readable entry of {} is; {} {} an unreadable \
+                         key-input record and could not be compared",
+                        e.program,
+                        e.key,
+                        e.program,
+                        output::count(n, "cached entry", "cached entries"),
+                        if n == 1 { "has" } else { "have" }
                     );
                 } else {
                     println!(
@@ -292,6 +303,9 @@ fn dispatch(command: Command) -> Result<ExitCode> {
             let options: gridkey_fingerprint::TranslationOptions = options.into_iter().collect();
             // Bad options are a usage error, said once, not a failure of every program.
             gridkey_stencil::check_options(&options)?;
+            // The fault matrix's hook travels as text in the settings; a bad one is said here, once.
+            gridkey_fs::Fault::parse_setting(settings.test_hooks.fault.as_deref())
+                .map_err(gridkey::AppError::FaultHook)?;
             let config = RunConfig {
                 grid: grid.unwrap_or_else(default_grid),
                 settings,
@@ -302,7 +316,10 @@ fn dispatch(command: Command) -> Result<ExitCode> {
             // write is an atomic rename, so whatever was not finished leaves only temp files.
             ctrlc::set_handler(|| {
                 let stopped = gridkey_jobs::stop_all_workers();
-                eprintln!("\ngridkey: interrupted; stopped {stopped} build workers");
+                eprintln!(
+                    "\ngridkey: interrupted; stopped {}",
+                    output::count(stopped as u64, "build worker", "build workers")
+                );
                 std::process::exit(130);
             })
             .context("cannot install the Ctrl-C handler")?;
@@ -312,7 +329,7 @@ fn dispatch(command: Command) -> Result<ExitCode> {
             reporter.finish();
             let report = report?;
             for w in &report.warnings {
-                eprintln!("gridkey: warning: cache directory {} {}", w.path.display(), w.message);
+                eprintln!("gridkey: warning: {}: {}", w.path.display(), w.message);
             }
             for w in report.tiers.iter().filter_map(|t| t.warning.as_deref()) {
                 eprintln!("gridkey: warning: {w}");
@@ -350,7 +367,12 @@ fn cache_command(command: CacheCommand) -> Result<ExitCode> {
                     );
                 }
                 let (n, b): (u64, u64) = stats.stores.iter().fold((0, 0), |(n, b), s| (n + s.entries, b + s.bytes));
-                println!("{n} entries, {b} bytes in {}", dir.display());
+                println!(
+                    "{}, {} in {}",
+                    output::count(n, "entry", "entries"),
+                    output::count(b, "byte", "bytes"),
+                    dir.display()
+                );
                 print_tiers(&stats.tiers);
                 for t in stats.tiers.iter().filter(|t| !t.objects.is_empty()) {
                     for o in &t.objects {
@@ -392,14 +414,15 @@ fn cache_command(command: CacheCommand) -> Result<ExitCode> {
             if json {
                 println!("{}", serde_json::to_string_pretty(&r)?);
             } else {
+                let c = output::count;
                 println!(
-                    "removed {} temp files ({} bytes) and {} entries ({} bytes); kept {} in use; {} bytes left in {}",
-                    r.temps_removed,
-                    r.temp_bytes,
-                    r.entries_removed,
-                    r.bytes_removed,
+                    "removed {} ({}) and {} ({}); kept {} in use; {} left in {}",
+                    c(r.temps_removed, "temp file", "temp files"),
+                    c(r.temp_bytes, "byte", "bytes"),
+                    c(r.entries_removed, "entry", "entries"),
+                    c(r.bytes_removed, "byte", "bytes"),
                     r.kept_in_use,
-                    r.bytes_left,
+                    c(r.bytes_left, "byte", "bytes"),
                     dir.display()
                 );
             }
@@ -481,17 +504,18 @@ fn print_report(report: &RunReport) {
         );
     }
     let verified = report.programs.iter().filter(|p| p.verified).count();
+    let c = |n: usize, one, many| output::count(n as u64, one, many);
     println!(
-        "{verified}/{} programs verified on {} ({} mode, {} jobs): {} cache hits, {} misses, {} translations, {} builds; \
+        "{verified}/{} verified on {} ({} mode, {}): {}, {}, {}, {}; \
          read {:.3} s, convert {:.3} s, compile {:.3} s, verify {:.3} s",
-        report.programs.len(),
+        c(report.programs.len(), "program", "programs"),
         report.grid.display(),
         report.mode,
-        report.jobs,
-        report.hits(),
-        report.misses(),
-        report.translations(),
-        report.builds(),
+        c(report.jobs, "job", "jobs"),
+        c(report.hits(), "cache hit", "cache hits"),
+        c(report.misses(), "miss", "misses"),
+        c(report.translations(), "translation", "translations"),
+        c(report.builds(), "build", "builds"),
         report.read_seconds,
         report.convert_seconds,
         report.compile_seconds,
@@ -499,6 +523,9 @@ fn print_report(report: &RunReport) {
     );
     for hint in report.programs.iter().filter_map(|p| p.miss_hint.as_deref()) {
         println!("hint: {hint}");
+    }
+    for s in &report.skipped {
+        println!("skipped {}: {}", s.program, s.reason);
     }
     // With a shared tier: where the hits came from, and what each tier did.
     if report.tiers.len() > 1 {

@@ -1,4 +1,4 @@
-//! `gridkey cache push`: seeds the shared tier from a local cache (ADR 0015): every translation
+//! `gridkey cache push`: seeds the shared tier from a local cache (ADR 0018): every translation
 //! entry that has its key-input record, and the kernel library built from it with the options
 //! of that record by this compiler (under this compiler's identity).
 

@@ -1,4 +1,4 @@
-//! The shared tier in `gridkey run` (ADR 0015, ADR 0016): the parent does every request to the
+//! The shared tier in `gridkey run` (ADR 0018, ADR 0019): the parent does every request to the
 //! shared tier, so a dead server is found once per run, never once per worker; the workers see
 //! only the local tier, which the parent has filled with what it downloaded.
 //!
@@ -254,5 +254,5 @@ impl SharedRun {
 
 /// Writes a downloaded library under its final name with the one atomic writer.
 fn write_library(path: &Path, library: &[u8]) -> std::io::Result<u64> {
-    gridkey_store::write_atomic(path, |out| out.write_all(library))
+    gridkey_fs::write_atomic(path, None, |out| out.write_all(library))
 }

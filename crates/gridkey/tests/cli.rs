@@ -80,7 +80,7 @@ fn bad_input_is_a_clear_error() {
         &["/nonexistent/grid.nc", "--grid"],
     );
     let readme = data("grids/README.md");
-    check_fails(&["tables", "--grid", readme.to_str().unwrap()], &[], 2, &["README.md", "netCDF-3"]);
+    check_fails(&["tables", "--grid", readme.to_str().unwrap()], &[], 2, &["README.md", "is not a netCDF file"]);
     check_fails(
         &["run", "--cache-dir", c],
         &[("GRIDKEY_BUILD_JOBS_MODE", "fast")],
@@ -134,7 +134,7 @@ fn a_table_planted_under_another_tables_name_never_reaches_a_translation() {
     let (c2e, c2v) = (path_of("eca80d29e9c8c9e85522c42c2dcf1a50"), path_of("7987c4b53072cc2b75ca3ddc37329b22"));
     std::fs::remove_file(&c2e).unwrap();
     std::fs::copy(&c2v, &c2e).unwrap();
-    std::fs::remove_dir_all(cache.path().join("translation-v1")).unwrap();
+    std::fs::remove_dir_all(cache.path().join("translation-v2")).unwrap();
     std::fs::remove_dir_all(cache.path().join("build-v1")).unwrap();
     let out = gridkey(&args, &[]);
     let (stdout, stderr) = text(&out);
@@ -159,10 +159,7 @@ fn flags_replace_their_variables_and_a_bad_option_is_a_usage_error() {
     assert!(out.status.success() && stdout.contains("(thread mode, 2 jobs)"), "{stdout}\n{stderr}");
     let out = gridkey(&with(&base, &["--mode", "process", "--jobs", "-1"]), &[]);
     let (stdout, stderr) = text(&out);
-    assert!(
-        out.status.success() && stdout.contains("(serial mode, 1 jobs)"),
-        "--jobs -1 is serial: {stdout}\n{stderr}"
-    );
+    assert!(out.status.success() && stdout.contains("(serial mode, 1 job)"), "--jobs -1 is serial: {stdout}\n{stderr}");
     check_fails(&with(&base, &["--option", "fast=1"]), &[], 2, &["unknown translation option \"fast\"", "opt_level"]);
 }
 
@@ -203,4 +200,43 @@ fn the_readme_documents_every_variable_that_changes_a_run() {
     for var in gridkey::environment() {
         assert!(readme.lines().any(|l| l.starts_with(&format!("| `{var}`"))), "README has no row for {var}");
     }
+}
+
+/// The single place that runs the main job on the MPAS grid with `args` and `env` in a fresh cache.
+fn run_mpas(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let cache = tempfile::tempdir().unwrap();
+    let grid = data("grids/oQU480.231010.nc");
+    let mut all = vec!["run", "--grid", grid.to_str().unwrap(), "--cache-dir", cache.path().to_str().unwrap()];
+    all.extend_from_slice(args);
+    gridkey(&all, env)
+}
+
+#[test]
+fn a_blank_or_missing_compiler_is_one_usage_error_naming_cc() {
+    for (cc, says) in [
+        ("", "CC=\"\" is not valid"),
+        ("  ", "CC=\"  \" is not valid"),
+        ("no-such-cc-xyz", "C compiler \"no-such-cc-xyz\" (CC) is not found"),
+    ] {
+        let out = run_mpas(&["--mode", "serial"], &[("CC", cc)]);
+        let (stdout, stderr) = text(&out);
+        assert_eq!(out.status.code(), Some(2), "CC={cc:?}: {stdout}\n{stderr}");
+        assert!(stderr.contains(says), "CC={cc:?}: {stderr}");
+        assert_eq!(stderr.matches("gridkey: error").count(), 1, "said once: {stderr}");
+        assert!(!stdout.contains("FAILED"), "not a failure of every program: {stdout}");
+    }
+}
+
+#[test]
+fn flags_replace_bad_variables_and_both_count_variables_ignore_spaces() {
+    // --verify switches table verification on whatever the variable says.
+    let out = run_mpas(&["--mode", "serial", "--verify"], &[("GRIDKEY_VERIFY_TABLES", "sometimes")]);
+    assert!(out.status.success(), "{:?}", text(&out));
+    let out = run_mpas(&["--mode", "serial"], &[("GRIDKEY_VERIFY_TABLES", "sometimes")]);
+    assert_eq!(out.status.code(), Some(2), "without the flag the bad value is an error: {:?}", text(&out));
+    // The mode variable, like the count, ignores surrounding spaces.
+    let out = run_mpas(&["--json"], &[("GRIDKEY_BUILD_JOBS_MODE", " thread "), ("GRIDKEY_BUILD_JOBS", " 2 ")]);
+    assert!(out.status.success(), "{:?}", text(&out));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!((report["mode"].as_str(), report["jobs"].as_u64()), (Some("thread"), Some(2)));
 }

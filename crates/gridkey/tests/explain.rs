@@ -98,11 +98,7 @@ fn keys_that_differ_by_an_option_name_only_that_option() {
     let fast = keys(cache.path(), "oQU480.231010.nc", &["opt_level=3"]);
     for (program, key) in &plain {
         let e = ok_json(&["explain", key, &fast[program], "--cache-dir", c, "--json"]);
-        assert_eq!(
-            e["differences"],
-            json!([{"input": "option opt_level", "before": "absent", "after": "3"}]),
-            "{program}"
-        );
+        assert_eq!(e["differences"], json!([{"input": "option opt_level", "before": "2", "after": "3"}]), "{program}");
     }
     // A miss explained against the nearest entry: opt_level=1 is cached for no program.
     let grid = data("grids/oQU480.231010.nc");
@@ -126,12 +122,16 @@ fn keys_that_differ_by_an_option_name_only_that_option() {
     assert_eq!(m["unreadable_records"], 0);
     // Both cached entries differ by one input; the tie goes to the smaller key.
     let nearest = m["nearest"].as_str().unwrap();
-    let before = if nearest == plain["div"] { "absent" } else { "3" };
+    let before = if nearest == plain["div"] { "2" } else { "3" };
     assert!(nearest == plain["div"] || nearest == fast["div"], "{m}");
     assert!(nearest == plain["div"].as_str().min(fast["div"].as_str()), "{m}");
     assert_eq!(m["differences"], json!([{"input": "option opt_level", "before": before, "after": "1"}]));
     // Damaged records cannot be compared, and the explanation says how many there were.
-    let damaged = cache.path().join("translation-v1").join(&plain["div"][..2]).join(format!("{}.json", plain["div"]));
+    let damaged = cache
+        .path()
+        .join(gridkey_fingerprint::TRANSLATION_DIR)
+        .join(&plain["div"][..2])
+        .join(format!("{}.json", plain["div"]));
     let kept = std::fs::read(&damaged).unwrap();
     std::fs::remove_file(&damaged).unwrap();
     std::fs::write(&damaged, b"{ not json").unwrap();
@@ -177,9 +177,13 @@ fn the_json_form_matches_the_golden_file() {
         digest: digest.into(),
     };
     let inputs = |options: TranslationOptions, c2e| KeyInputs {
-        key_format_version: 1,
+        key_format_version: 2,
         digest_format_version: 1,
-        frontend: Frontend { name: "gridkey-stencil".into(), version: "0.1.0".into() },
+        frontend: Frontend {
+            name: "gridkey-stencil".into(),
+            version: "0.1.0".into(),
+            fingerprint: "0123456789abcdef".repeat(2),
+        },
         program: "div".into(),
         program_encoding: "0102".into(),
         options,
@@ -205,4 +209,71 @@ fn the_json_form_matches_the_golden_file() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let golden = std::fs::read_to_string(data("golden/explain-v1.json")).unwrap();
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), golden.trim());
+}
+
+#[test]
+fn a_default_spelled_out_is_one_key_in_run_explain_and_the_record() {
+    let cache = tempfile::tempdir().unwrap();
+    let c = cache.path().to_str().unwrap();
+    let plain = keys(cache.path(), "oQU480.231010.nc", &[]);
+    // `run --option opt_level=2` after a run without: the same eight keys, eight hits.
+    let grid = data("grids/oQU480.231010.nc");
+    let g = grid.to_str().unwrap();
+    let spelled =
+        ok_json(&["run", "--mode", "serial", "--json", "--grid", g, "--cache-dir", c, "--option", "opt_level=2"]);
+    for p in spelled["programs"].as_array().unwrap() {
+        let name = p["program"].as_str().unwrap();
+        assert_eq!(p["key"], plain[name].as_str(), "{name}");
+        assert_eq!((p["cache_hit"].clone(), p["translated"].clone()), (json!(true), json!(false)), "{name}");
+    }
+    // explain keys the way run does, and its record says what was keyed.
+    let m = ok_json(&["explain", "--miss", "div", "--grid", g, "--option", "opt_level=2", "--cache-dir", c, "--json"]);
+    assert_eq!((m["cached"].clone(), m["key"].clone()), (json!(true), json!(plain["div"])), "{m}");
+    let record = TranslationCache::open(cache.path()).unwrap().record(&plain["div"].parse().unwrap()).unwrap();
+    assert_eq!(record.options, [("opt_level".to_owned(), "2".to_owned())].into());
+    // One candidate, said in the singular.
+    let out = gridkey(&["explain", "--miss", "div", "--grid", g, "--option", "opt_level=3", "--cache-dir", c]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && stdout.contains("(1 candidate) differs in:"), "{stdout}");
+    assert!(stdout.contains("option opt_level 2 -> 3"), "{stdout}");
+}
+
+#[test]
+fn explain_miss_rejects_the_options_run_rejects() {
+    let cache = tempfile::tempdir().unwrap();
+    let c = cache.path().to_str().unwrap();
+    let grid = data("grids/oQU480.231010.nc");
+    let g = grid.to_str().unwrap();
+    for (option, needle) in [
+        ("fast=1", "unknown translation option \"fast\""),
+        ("opt_level=9", "translation option \"opt_level\" has value \"9\""),
+    ] {
+        for command in ["run", "explain"] {
+            let mut args = vec![command];
+            if command == "explain" {
+                args.extend(["--miss", "div"]);
+            }
+            args.extend(["--grid", g, "--cache-dir", c, "--option", option]);
+            let out = gridkey(&args);
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+            assert!(stderr.contains(needle), "{args:?}: {stderr}");
+        }
+    }
+}
+
+#[test]
+fn explain_finds_an_entry_whose_record_was_deleted_once_a_run_hits_it() {
+    let cache = tempfile::tempdir().unwrap();
+    let c = cache.path().to_str().unwrap();
+    let plain = keys(cache.path(), "oQU480.231010.nc", &[]);
+    let tc = TranslationCache::open(cache.path()).unwrap();
+    let div = plain["div"].parse().unwrap();
+    std::fs::remove_file(tc.record_path(&div)).unwrap();
+    let out = gridkey(&["explain", &plain["div"], &plain["rot"], "--cache-dir", c]);
+    assert_eq!(out.status.code(), Some(2), "without its record the entry cannot be explained");
+    assert_eq!(keys(cache.path(), "oQU480.231010.nc", &[]), plain);
+    let e = ok_json(&["explain", &plain["div"], &plain["rot"], "--cache-dir", c, "--json"]);
+    assert_eq!(e["a"], plain["div"].as_str());
+    assert!(e["differences"].as_array().unwrap().iter().any(|d| d["input"] == "program name"), "{e}");
 }

@@ -79,8 +79,10 @@ fn specs() -> Vec<TableSpec> {
         .collect()
 }
 
-/// The single place that kills a run at a fault point and checks what is left.
-fn check_kill(spec: &str) {
+/// The single place that kills a run at a fault point and checks what is left: the killed
+/// write's temp file and `scratch` other temp files (the C compiler's source and output while a
+/// kernel library is written), all removed by gc.
+fn check_kill(spec: &str, scratch: usize) {
     let cache = tempfile::tempdir().unwrap();
     let grid = grid();
     let args =
@@ -97,9 +99,11 @@ fn check_kill(spec: &str) {
     child.kill().unwrap(); // SIGKILL
     child.wait().unwrap();
     let temp = temp.unwrap_or_else(|| panic!("{spec}: the run never reached the fault point"));
-    assert_eq!(temps(cache.path()), vec![temp.clone()], "{spec}: the killed write left only its temp file");
+    let left = temps(cache.path());
+    assert!(left.contains(&temp), "{spec}: the killed write left its temp file: {left:?}");
+    assert_eq!(left.len(), 1 + scratch, "{spec}: and no other: {left:?}");
     let gc = json(&["cache", "gc", "--cache-dir", cache.path().to_str().unwrap(), "--temp-age", "0", "--json"]);
-    assert_eq!(gc["temps_removed"], 1, "{spec}: {gc}");
+    assert_eq!(gc["temps_removed"], 1 + scratch as u64, "{spec}: {gc}");
     assert!(temps(cache.path()).is_empty(), "{spec}");
     let again = run(cache.path(), &["--verify"], &[]);
     assert!(verified_all(&again), "{spec}: {}", text(&again));
@@ -107,14 +111,15 @@ fn check_kill(spec: &str) {
 
 #[test]
 fn sigkill_in_the_middle_of_a_write_leaves_only_a_temp_file_that_gc_removes() {
-    check_kill("pause:partial:tables-v1");
-    check_kill("pause:synced:.bin");
+    check_kill("pause:partial:tables-v1", 0);
+    check_kill("pause:synced:.bin", 0);
+    check_kill("pause:written:.so", 2);
 }
 
 #[test]
 fn an_abandoned_temp_file_is_removed_by_the_next_run() {
     let cache = tempfile::tempdir().unwrap();
-    let dir = cache.path().join("translation-v1/ab");
+    let dir = cache.path().join("translation-v2/ab");
     fs::create_dir_all(&dir).unwrap();
     let old = dir.join(".tmp-crashed");
     let young = dir.join(".tmp-in-flight");
@@ -131,7 +136,7 @@ fn an_abandoned_temp_file_is_removed_by_the_next_run() {
 
 #[test]
 fn a_full_disk_is_a_clear_error_and_leaves_nothing_behind() {
-    for (part, code) in [("tables-v1", 2), ("translation-v1", 1)] {
+    for (part, code) in [("tables-v1", 2), ("translation-v2", 1), ("build-v1", 1)] {
         let cache = tempfile::tempdir().unwrap();
         let spec = format!("enospc:100:{part}");
         let out = run(cache.path(), &[], &[("GRIDKEY_FAULT", &spec)]);
@@ -159,7 +164,7 @@ fn bad_cache_directories_are_errors_or_warnings() {
     let out = run(&open, &[], &[]);
     assert!(verified_all(&out), "{}", text(&out));
     assert!(
-        text(&out).contains("warning: cache directory") && text(&out).contains("writable by everyone"),
+        text(&out).contains("warning: ") && text(&out).contains(": cache directory writable by everyone"),
         "{}",
         text(&out)
     );
@@ -169,7 +174,7 @@ fn bad_cache_directories_are_errors_or_warnings() {
     if std::os::unix::fs::chown(&other, Some(4242), None).is_ok() {
         let out = run(&other, &[], &[]);
         assert!(verified_all(&out), "{}", text(&out));
-        assert!(text(&out).contains("is owned by user 4242"), "{}", text(&out));
+        assert!(text(&out).contains("cache directory owned by user 4242"), "{}", text(&out));
     } else {
         eprintln!("skipped the other-owner case: chown needs root here (cargo xtask faults runs it as root)");
     }
@@ -214,9 +219,20 @@ fn run_verify_rebuilds_a_table_modified_in_place() {
     std::io::Write::write_all(&mut f, &0i32.to_le_bytes()).unwrap();
     drop(f);
     assert!(store.open_verified(&spec).is_err(), "modified in place");
-    let plain = run(cache.path(), &[], &[]);
+    let plain = run(cache.path(), &["--json"], &[]);
     assert!(plain.status.success());
     store.open_verified(&spec).expect("conversion compares the stored bytes with the runtime table and rewrote it");
+    // Not without a word: the repair is a warning naming the file, on stderr and in the report.
+    let stderr = String::from_utf8_lossy(&plain.stderr);
+    let warning = format!("gridkey: warning: {}: table file did not hold the table its name says", path.display());
+    assert!(stderr.contains(&warning), "{stderr}");
+    let report: serde_json::Value = serde_json::from_slice(&plain.stdout).unwrap();
+    let warnings = report["warnings"].as_array().unwrap();
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert_eq!(warnings[0]["path"], path.to_str().unwrap());
+    // A clean run says nothing.
+    let clean = run(cache.path(), &[], &[]);
+    assert!(verified_all(&clean) && !String::from_utf8_lossy(&clean.stderr).contains("warning"), "{}", text(&clean));
     // Again in place, and a verifying run.
     fs::set_permissions(&path, fs::Permissions::from_mode(0o644)).unwrap();
     let mut f = fs::OpenOptions::new().write(true).open(&path).unwrap();
@@ -239,7 +255,7 @@ fn cache_stats_count_every_entry_and_gc_removes_least_recently_used_but_never_a_
         files(&cache.path().join(dir)).iter().filter(|p| p.extension().is_some_and(|e| e == ext)).count() as u64
     };
     let bytes = |dir: &str| files(&cache.path().join(dir)).iter().map(|p| fs::metadata(p).unwrap().len()).sum::<u64>();
-    for (i, (dir, ext)) in [("tables-v1", "npy"), ("translation-v1", "bin"), ("build-v1", "so")].iter().enumerate() {
+    for (i, (dir, ext)) in [("tables-v1", "npy"), ("translation-v2", "bin"), ("build-v1", "so")].iter().enumerate() {
         assert_eq!(stats["stores"][i]["store"], *dir);
         assert_eq!(stats["stores"][i]["entries"], count(dir, ext), "{dir}");
         assert_eq!(stats["stores"][i]["bytes"], bytes(dir), "{dir}");
@@ -254,13 +270,13 @@ fn cache_stats_count_every_entry_and_gc_removes_least_recently_used_but_never_a_
     for p in files(&cache.path().join("build-v1")) {
         fs::File::open(&p).unwrap().set_times(old).unwrap();
     }
-    let total = bytes("tables-v1") + bytes("translation-v1") + bytes("build-v1");
+    let total = bytes("tables-v1") + bytes("translation-v2") + bytes("build-v1");
     let budget = total - bytes("build-v1");
     let gc = json(&["cache", "gc", "--cache-dir", c, "--max-size", &budget.to_string(), "--json"]);
     assert_eq!(gc["entries_removed"], 8, "{gc}");
     assert_eq!(gc["bytes_left"], budget, "{gc}");
     assert_eq!(count("build-v1", "so"), 0);
-    assert_eq!(count("translation-v1", "bin"), 8);
+    assert_eq!(count("translation-v2", "bin"), 8);
 
     // A table mapped by this process is kept, whatever the budget; unmapped, it goes.
     let store = TableStore::open(cache.path()).unwrap();
@@ -275,4 +291,34 @@ fn cache_stats_count_every_entry_and_gc_removes_least_recently_used_but_never_a_
     assert!(files(cache.path())
         .iter()
         .all(|p| !p.extension().is_some_and(|e| e == "npy" || e == "bin" || e == "json" || e == "so")));
+}
+
+#[test]
+fn the_fault_hook_travels_with_the_tasks_to_every_mode() {
+    // The binary parses GRIDKEY_FAULT once; workers get it with each task, not from their own
+    // environment, so a process-mode run meets the same full disk as a serial one.
+    for mode in ["serial", "thread", "process"] {
+        let cache = tempfile::tempdir().unwrap();
+        let grid = grid();
+        let args =
+            ["run", "--grid", grid.to_str().unwrap(), "--cache-dir", cache.path().to_str().unwrap(), "--mode", mode];
+        let out = cmd(&args, &[("GRIDKEY_FAULT", "enospc:100:translation-v2")]).output().unwrap();
+        let t = text(&out);
+        assert_eq!(out.status.code(), Some(1), "{mode}: {t}");
+        assert!(t.contains("No space left on device") && !t.contains("panicked"), "{mode}: {t}");
+        assert!(
+            files(&cache.path().join(gridkey_fingerprint::TRANSLATION_DIR)).is_empty(),
+            "{mode}: nothing under a final name"
+        );
+    }
+}
+
+#[test]
+fn a_bad_fault_hook_is_a_clear_error_naming_the_variable() {
+    let cache = tempfile::tempdir().unwrap();
+    let out = run(cache.path(), &[], &[("GRIDKEY_FAULT", "pause:later")]);
+    let t = text(&out);
+    assert!(!out.status.success() && !t.contains("panicked"), "{t}");
+    assert!(t.contains("GRIDKEY_FAULT") && t.contains("\"later\" is not a pause point"), "{t}");
+    assert!(files(cache.path()).is_empty(), "nothing written: {t}");
 }

@@ -1,4 +1,4 @@
-//! The process runner with real `gridkey worker` processes (DESIGN 5, ADR 0004).
+//! The process runner with real `gridkey worker` processes (docs/design.md "Build jobs", ADR 0010, ADR 0013).
 
 mod common;
 

@@ -183,7 +183,7 @@ fn a_wrong_password_is_an_error_at_start_naming_the_variable() {
         let text = stderr(&out);
         assert!(text.contains("refused the connection") && text.contains("GRIDKEY_REMOTE_URL"), "{text}");
         assert!(!text.contains("wrong@"), "the password is not shown: {text}");
-        assert!(!cache.path().join("translation-v1").exists(), "nothing ran");
+        assert!(!cache.path().join(gridkey_fingerprint::TRANSLATION_DIR).exists(), "nothing ran");
     }
     let (out, _) = run(cache.path(), &format!("redis://:s3cret@127.0.0.1:{}/", server.1), "x", &[], &[]);
     assert!(out.status.success(), "{}", stderr(&out));

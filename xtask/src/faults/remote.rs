@@ -1,4 +1,4 @@
-//! The shared tier's rows of the fault matrix (ADR 0015, ADR 0016): a real `redis-server`
+//! The shared tier's rows of the fault matrix (ADR 0018, ADR 0019): a real `redis-server`
 //! (installed when missing) that is down, black-holed, paused, killed, flushed, tampered with,
 //! raced on, password-protected or lied to; `gridkey run` must finish with the keys and results
 //! of a run without a shared tier, or stop at start with a typed error for a misconfiguration.
@@ -384,7 +384,7 @@ pub(super) fn rows(m: &mut Matrix) -> Result<()> {
     m.row("shared tier: lease holder SIGKILLed mid-translation", "lease taken over, same results", |m| {
         let url = sh.server.url();
         let ns = sh.ns("holder");
-        let holder = Client::writer(&url, &ns).with("GRIDKEY_FAULT", "pause:written:translation-v1");
+        let holder = Client::writer(&url, &ns).with("GRIDKEY_FAULT", "pause:written:translation-v2");
         let holder_cache = m.fresh("remote-holder");
         let (mut child, _) = m.paused_with(&holder_cache, &holder)?;
         // The holder holds every lease now, its heartbeat renewing them; a second writer waits on

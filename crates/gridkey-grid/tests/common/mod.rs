@@ -1,4 +1,5 @@
-//! Small synthetic netCDF-3 grids written with `netcdf3::FileWriter`, for the error tests.
+//! Small synthetic netCDF-3 grids written with `netcdf3::FileWriter`, for the error tests, and
+//! the mixed UGRID mesh of `data/golden/ugrid-mixed-v1.json`.
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
@@ -8,8 +9,18 @@ use netcdf3::{DataSet, DataType, FileWriter, Version};
 /// The values of one variable.
 #[derive(Clone, Debug)]
 pub enum Data {
+    I16(Vec<i16>),
     I32(Vec<i32>),
     F64(Vec<f64>),
+}
+
+/// The value of one attribute.
+#[derive(Clone, Debug)]
+pub enum Attr {
+    Text(String),
+    I16(i16),
+    I32(i32),
+    F64(f64),
 }
 
 /// One variable of a synthetic file.
@@ -18,12 +29,41 @@ pub struct Var {
     pub name: String,
     pub dims: Vec<String>,
     pub data: Data,
+    pub attrs: Vec<(String, Attr)>,
 }
 
 impl Var {
     pub fn i32(name: &str, dims: &[&str], data: Vec<i32>) -> Self {
-        Self { name: name.to_owned(), dims: dims.iter().map(|d| d.to_string()).collect(), data: Data::I32(data) }
+        Self {
+            name: name.to_owned(),
+            dims: dims.iter().map(|d| d.to_string()).collect(),
+            data: Data::I32(data),
+            attrs: Vec::new(),
+        }
     }
+
+    pub fn f64(name: &str, dims: &[&str], data: Vec<f64>) -> Self {
+        Self { data: Data::F64(data), ..Self::i32(name, dims, Vec::new()) }
+    }
+
+    /// Sets attribute `name` (replacing one of that name).
+    pub fn attr(mut self, name: &str, value: Attr) -> Self {
+        self.set_attr(name, value);
+        self
+    }
+
+    pub fn set_attr(&mut self, name: &str, value: Attr) {
+        self.attrs.retain(|(n, _)| n != name);
+        self.attrs.push((name.to_owned(), value));
+    }
+
+    pub fn remove_attr(&mut self, name: &str) {
+        self.attrs.retain(|(n, _)| n != name);
+    }
+}
+
+pub fn text(s: &str) -> Attr {
+    Attr::Text(s.to_owned())
 }
 
 /// A synthetic file: dimensions and variables.
@@ -55,10 +95,19 @@ impl Fixture {
         }
         for v in &self.vars {
             let t = match v.data {
+                Data::I16(_) => DataType::I16,
                 Data::I32(_) => DataType::I32,
                 Data::F64(_) => DataType::F64,
             };
             ds.add_var(&v.name, &v.dims, t).unwrap();
+            for (name, value) in &v.attrs {
+                match value {
+                    Attr::Text(s) => ds.add_var_attr_string(&v.name, name, s).unwrap(),
+                    Attr::I16(x) => ds.add_var_attr_i16(&v.name, name, vec![*x]).unwrap(),
+                    Attr::I32(x) => ds.add_var_attr_i32(&v.name, name, vec![*x]).unwrap(),
+                    Attr::F64(x) => ds.add_var_attr_f64(&v.name, name, vec![*x]).unwrap(),
+                }
+            }
         }
         let mut w = FileWriter::open(path).unwrap();
         w.set_def(&ds, Version::Offset64Bit, 0).unwrap();
@@ -71,6 +120,7 @@ impl Fixture {
                     }
                 }
                 (Data::I32(d), _) => w.write_var_i32(&v.name, d).unwrap(),
+                (Data::I16(d), _) => w.write_var_i16(&v.name, d).unwrap(),
                 (Data::F64(d), _) => w.write_var_f64(&v.name, d).unwrap(),
             }
         }
@@ -120,7 +170,7 @@ pub fn icon() -> Fixture {
             Var::i32("edges_of_vertex", &["ne", "vertex"], icon_raw(6, v, e, 5)),
             Var::i32("cells_of_vertex", &["ne", "vertex"], icon_raw(6, v, c, 5)),
             Var::i32("vertices_of_vertex", &["ne", "vertex"], icon_raw(6, v, v, 5)),
-            Var { name: "clon".into(), dims: vec!["cell".into()], data: Data::F64(vec![0.5; c]) },
+            Var::f64("clon", &["cell"], vec![0.5; c]),
         ],
     }
 }
@@ -163,6 +213,46 @@ pub fn mpas() -> Fixture {
             Var::i32("verticesOnEdge", &["nEdges", "TWO"], plain(e, 2, v)),
             Var::i32("edgesOnVertex", &["nVertices", "vertexDegree"], plain(v, 3, e)),
             Var::i32("cellsOnVertex", &["nVertices", "vertexDegree"], plain(v, 3, c)),
+        ],
+    }
+}
+
+/// The mixed mesh of `data/tools/ugrid_mixed_witness.py` (0-based node lists): a hexagon, a quad
+/// and three triangles, nine nodes.
+pub const MIXED_FACES: [&[i32]; 5] = [&[0, 1, 2, 3, 4, 5], &[1, 0, 6, 7], &[2, 1, 7], &[3, 2, 8], &[2, 7, 8]];
+pub const MIXED_NODES: usize = 9;
+pub const MIXED_WIDTH: usize = 6;
+
+/// The mixed mesh as the witness writes it: face-node stored `(nMaxMesh_face_nodes,
+/// nMesh_face)` (the topology's `face_dimension` says which axis is the faces), start_index 1,
+/// `_FillValue` -999; no other connectivity.
+pub fn ugrid_mixed() -> Fixture {
+    let (n_face, k) = (MIXED_FACES.len(), MIXED_WIDTH);
+    let mut transposed = vec![-999; k * n_face];
+    for (f, nodes) in MIXED_FACES.iter().enumerate() {
+        for (j, &v) in nodes.iter().enumerate() {
+            transposed[j * n_face + f] = v + 1;
+        }
+    }
+    Fixture {
+        dims: [("nMesh_node", MIXED_NODES), ("nMesh_face", n_face), ("nMaxMesh_face_nodes", k)]
+            .iter()
+            .map(|(n, s)| (n.to_string(), *s))
+            .collect(),
+        unlimited: None,
+        vars: vec![
+            Var::i32("mesh", &[], vec![0])
+                .attr("cf_role", text("mesh_topology"))
+                .attr("topology_dimension", Attr::I32(2))
+                .attr("node_coordinates", text("mesh_node_x mesh_node_y"))
+                .attr("face_node_connectivity", text("mesh_face_nodes"))
+                .attr("face_dimension", text("nMesh_face")),
+            Var::f64("mesh_node_x", &["nMesh_node"], (0..MIXED_NODES).map(|x| x as f64).collect()),
+            Var::f64("mesh_node_y", &["nMesh_node"], (0..MIXED_NODES).map(|x| x as f64).collect()),
+            Var::i32("mesh_face_nodes", &["nMaxMesh_face_nodes", "nMesh_face"], transposed)
+                .attr("cf_role", text("face_node_connectivity"))
+                .attr("start_index", Attr::I32(1))
+                .attr("_FillValue", Attr::I32(-999)),
         ],
     }
 }

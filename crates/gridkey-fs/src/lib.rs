@@ -1,0 +1,249 @@
+//! The one filesystem layer of gridkey: every persistent file of a cache directory (stored
+//! tables, translation entries and their records, kernel libraries) is written, locked and swept
+//! here (ADR 0002, ADR 0009, ADR 0012).
+//!
+//! - [`write_atomic`] (and its halves [`write_temp`] and [`PendingFile::commit`]): temp file in
+//!   the final directory, locked exclusively while written, `sync_all`, read-only, rename,
+//!   directory synced;
+//! - [`lock`]: `flock(2)` locks, shared on a file used in place ([`lock::open_shared`]),
+//!   exclusive on a temp file being written, tried without waiting by the collector;
+//! - [`remove_stale_temps`] and [`remove_if_unlocked`]: the sweep of abandoned temp files and
+//!   the one way the collector removes a file;
+//! - [`fault`]: the fault hook of the fault matrix, a typed [`Fault`] the caller passes in.
+//!
+//! # Architecture invariant
+//!
+//! No file ever appears partially written under a final name: a writer killed at any point
+//! leaves at most a temp file named [`TEMP_PREFIX`]`*`, which no reader opens and which
+//! [`remove_stale_temps`] removes once no process holds its lock. A file is removed only under
+//! an exclusive lock taken without waiting, so a file that a live process has open in place
+//! (shared lock) or is writing (exclusive lock) is never removed. This crate never reads the
+//! environment: the fault hook is an argument.
+//!
+//! ```
+//! use std::io::Write;
+//!
+//! let dir = tempfile::tempdir()?;
+//! let path = dir.path().join("ab").join("entry.bin");
+//! let bytes = gridkey_fs::write_atomic(&path, None, |out| out.write_all(b"payload"))?;
+//! assert_eq!((bytes, std::fs::read(&path)?), (7, b"payload".to_vec()));
+//! assert!(std::fs::metadata(&path)?.permissions().readonly());
+//!
+//! // A used file is kept by the collector; an unused one is removed.
+//! let in_use = gridkey_fs::lock::open_shared(&path)?;
+//! assert!(!gridkey_fs::remove_if_unlocked(&path)?);
+//! drop(in_use);
+//! assert!(gridkey_fs::remove_if_unlocked(&path)?);
+//! # Ok::<(), std::io::Error>(())
+//! ```
+
+#![warn(missing_docs)]
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, BufWriter, Write};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+pub mod fault;
+pub mod lock;
+
+pub use fault::{Fault, FaultKind, PausePoint};
+use fault::{FaultWriter, Plan};
+
+/// Prefix of temp files in a cache directory; anything with it is an unfinished write.
+pub const TEMP_PREFIX: &str = ".tmp-";
+
+/// Errors of the filesystem layer that are not the I/O error of one file operation (those are
+/// returned as [`io::Error`] for the caller to name its file).
+#[derive(Debug, thiserror::Error)]
+pub enum FsError {
+    /// The text form of a fault hook does not parse ([`Fault::parse`]).
+    #[error("fault hook {value:?} is not valid: {reason}; write pause:<created|partial|written|synced>[:<path part>] or enospc:<bytes>[:<path part>]")]
+    Fault {
+        /// The text given.
+        value: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+}
+
+/// Writes a file atomically: `write` fills a temp file (prefix [`TEMP_PREFIX`]) in the directory
+/// of `path` (created if needed), which is `sync_all`ed, made read-only and renamed to `path`,
+/// and the directory synced. Returns the number of bytes written.
+///
+/// The temp file is locked exclusively while it is written ([`lock`]), so that
+/// [`remove_stale_temps`] can tell a live write from one whose process died. On any error the
+/// temp file is removed and nothing appears under `path`. A process killed in the middle leaves
+/// only a temp file, which no reader ever opens. This is the one writer of every persistent
+/// file of gridkey (tables in gridkey-store, translation entries in gridkey-fingerprint, kernel
+/// libraries in gridkey-stencil). `fault` (the fault matrix's hook, `None` in normal use) can
+/// stop or fail it at chosen points when it applies to `path`.
+///
+/// Errors: the I/O error of the first step that failed (`ENOSPC` for a full disk, `EROFS` for
+/// a read-only file system).
+pub fn write_atomic(
+    path: &Path,
+    fault: Option<&Fault>,
+    write: impl FnOnce(&mut dyn Write) -> io::Result<()>,
+) -> io::Result<u64> {
+    let (temp, len) = write_temp_planned(parent_of(path), Plan::of(fault, path), write)?;
+    temp.commit(path, fault)?;
+    Ok(len)
+}
+
+/// A temp file written by [`write_temp`], locked exclusively, not yet under its final name;
+/// removed when dropped.
+#[derive(Debug)]
+pub struct PendingFile {
+    temp: tempfile::NamedTempFile,
+}
+
+/// First half of [`write_atomic`], for a writer that chooses the final name after the write
+/// (the table store names a table by the digest computed while its bytes are written): a
+/// flushed temp file in `dir` (created if needed), locked exclusively while it lives, holding
+/// what `write` wrote, and its length in bytes. `fault` applies when `dir` contains its path
+/// part.
+///
+/// Errors: the I/O error of creating, locking or writing the temp file; it is removed then.
+pub fn write_temp(
+    dir: &Path,
+    fault: Option<&Fault>,
+    write: impl FnOnce(&mut dyn Write) -> io::Result<()>,
+) -> io::Result<(PendingFile, u64)> {
+    write_temp_planned(dir, Plan::of(fault, dir), write)
+}
+
+fn write_temp_planned(
+    dir: &Path,
+    plan: Plan,
+    write: impl FnOnce(&mut dyn Write) -> io::Result<()>,
+) -> io::Result<(PendingFile, u64)> {
+    fs::create_dir_all(dir)?;
+    let temp = tempfile::Builder::new().prefix(TEMP_PREFIX).tempfile_in(dir)?;
+    lock::lock_exclusive(temp.as_file())?;
+    plan.pause_at(PausePoint::Created, temp.path());
+    let len = {
+        let mut sink = FaultWriter { file: temp.as_file(), temp: temp.path(), plan, written: 0 };
+        let mut out = BufWriter::with_capacity(1 << 20, &mut sink);
+        write(&mut out)?;
+        out.flush()?;
+        drop(out);
+        sink.written
+    };
+    plan.pause_at(PausePoint::Written, temp.path());
+    Ok((PendingFile { temp }, len))
+}
+
+impl PendingFile {
+    /// The temp file's path (`<dir>/.tmp-*`).
+    pub fn path(&self) -> &Path {
+        self.temp.path()
+    }
+
+    /// Second half of [`write_atomic`]: `sync_all`, read-only, rename to `path` (its directory
+    /// created if needed, on the same file system as the temp file), directory synced. `fault`
+    /// applies when `path` contains its path part.
+    ///
+    /// Errors: the I/O error of the first step that failed; the temp file is removed then.
+    pub fn commit(self, path: &Path, fault: Option<&Fault>) -> io::Result<()> {
+        let plan = Plan::of(fault, path);
+        let parent = parent_of(path);
+        fs::create_dir_all(parent)?;
+        let file = self.temp.as_file();
+        file.sync_all()?;
+        let mut perms = file.metadata()?.permissions();
+        perms.set_readonly(true);
+        file.set_permissions(perms)?;
+        plan.pause_at(PausePoint::Synced, self.temp.path());
+        self.temp.persist(path).map_err(|e| e.error)?;
+        File::open(parent)?.sync_all()?;
+        Ok(())
+    }
+}
+
+/// The directory `path` is in (`.` for a bare file name).
+fn parent_of(path: &Path) -> &Path {
+    path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."))
+}
+
+/// Temp files removed by [`remove_stale_temps`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TempSweep {
+    /// The files removed.
+    pub removed: Vec<PathBuf>,
+    /// Their total size in bytes.
+    pub bytes: u64,
+}
+
+/// Removes, under `dir` (recursively), every regular file named [`TEMP_PREFIX`]`*` that is at
+/// least `min_age` old (by modification time) and that no process holds a lock on: the remains
+/// of a writer that was killed or lost power (ADR 0012). A live writer holds an exclusive lock
+/// on its temp file, so it is never removed; `min_age` also covers the instant between the
+/// creation of a temp file and its lock, and writers that cannot lock (the C compiler's output).
+/// A missing `dir` is an empty sweep.
+///
+/// Errors: the I/O error of listing a directory (a file that vanished meanwhile is skipped).
+pub fn remove_stale_temps(dir: &Path, min_age: Duration) -> io::Result<TempSweep> {
+    let mut sweep = TempSweep::default();
+    let entries = match fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(sweep),
+        Err(e) => return Err(e),
+    };
+    let now = SystemTime::now();
+    for entry in entries {
+        let entry = entry?;
+        let path = entry.path();
+        let Ok(meta) = fs::symlink_metadata(&path) else { continue };
+        if meta.is_dir() {
+            let inner = remove_stale_temps(&path, min_age)?;
+            sweep.removed.extend(inner.removed);
+            sweep.bytes += inner.bytes;
+            continue;
+        }
+        let is_temp = entry.file_name().to_string_lossy().starts_with(TEMP_PREFIX);
+        let age = meta.modified().ok().and_then(|m| now.duration_since(m).ok()).unwrap_or_default();
+        if !is_temp || !meta.is_file() || age < min_age {
+            continue;
+        }
+        if remove_if_unlocked(&path)? {
+            sweep.bytes += meta.len();
+            sweep.removed.push(path);
+        }
+    }
+    Ok(sweep)
+}
+
+/// Removes the regular file at `path` while holding an exclusive lock on it taken without
+/// waiting; `Ok(false)` when a process holds a lock on it (it is mapped, loaded or being
+/// written) or when it is gone. The lock is held across the `unlink`, so a reader that opens the
+/// file meanwhile sees afterwards that its path is gone ([`lock::open_shared`] says `ENOENT`)
+/// (ADR 0009).
+///
+/// Errors: the I/O error of opening, locking or removing other than `NotFound`.
+pub fn remove_if_unlocked(path: &Path) -> io::Result<bool> {
+    let file = match OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK).open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(e),
+    };
+    if !lock::try_lock_exclusive(&file)? {
+        return Ok(false);
+    }
+    // The path may have been renamed over since it was opened: remove only what is locked.
+    let same = fs::symlink_metadata(path).is_ok_and(|m| same_file(&m, &file));
+    if !same {
+        return Ok(false);
+    }
+    match fs::remove_file(path) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// Whether `file` is the file `meta` describes (same device and inode).
+pub(crate) fn same_file(meta: &fs::Metadata, file: &File) -> bool {
+    file.metadata().is_ok_and(|f| f.dev() == meta.dev() && f.ino() == meta.ino())
+}

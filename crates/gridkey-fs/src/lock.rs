@@ -1,0 +1,85 @@
+//! Advisory file locks (`flock(2)`) that protect cache files in use from `gridkey cache gc`
+//! (ADR 0009).
+//!
+//! A process holds a **shared** lock on every file it uses in place (a mapped table, a loaded
+//! kernel library: [`open_shared`]) for as long as it uses it; a writer holds an **exclusive**
+//! lock on its temp file while it writes ([`crate::write_atomic`]). The collector removes a file
+//! only while it holds an exclusive lock taken without waiting ([`try_lock_exclusive`],
+//! [`crate::remove_if_unlocked`]), so it never removes a file that a live process uses or is
+//! writing. The kernel drops `flock` locks when the process dies, so a killed process never
+//! leaves a file locked.
+
+use std::fs::{self, File, OpenOptions};
+use std::io;
+use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::io::AsRawFd;
+use std::path::Path;
+
+use crate::same_file;
+
+fn flock(file: &File, op: libc::c_int) -> io::Result<()> {
+    loop {
+        // SAFETY: flock on a file descriptor we own for the duration of the call.
+        if unsafe { libc::flock(file.as_raw_fd(), op) } == 0 {
+            return Ok(());
+        }
+        let err = io::Error::last_os_error();
+        if err.kind() != io::ErrorKind::Interrupted {
+            return Err(err);
+        }
+    }
+}
+
+/// Takes a shared lock on `file`, waiting while an exclusive one is held (the collector holds
+/// it only for the time of one `unlink`). Held until `file` is closed.
+///
+/// Errors: the `flock(2)` error (`ENOLCK` on file systems without locks).
+pub fn lock_shared(file: &File) -> io::Result<()> {
+    flock(file, libc::LOCK_SH)
+}
+
+/// Takes an exclusive lock on `file`, waiting while another lock is held. Held until `file` is
+/// closed.
+///
+/// Errors: the `flock(2)` error.
+pub fn lock_exclusive(file: &File) -> io::Result<()> {
+    flock(file, libc::LOCK_EX)
+}
+
+/// Tries to take an exclusive lock on `file` without waiting: `Ok(false)` when another open
+/// file (in this or another process) holds a lock on it.
+///
+/// Errors: the `flock(2)` error other than `EWOULDBLOCK`.
+pub fn try_lock_exclusive(file: &File) -> io::Result<bool> {
+    match flock(file, libc::LOCK_EX | libc::LOCK_NB) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// Opens the cache file `path` read-only for use in place and takes a shared lock on it, held
+/// until the returned file is closed: how a table is mapped and a kernel library loaded.
+///
+/// The open does not follow a symlink (`O_NOFOLLOW`) and does not block on a FIFO
+/// (`O_NONBLOCK`). The collector removes a file while holding an exclusive lock, and concurrent
+/// writers of one entry rename identical content over it: once the shared lock is held, `path`
+/// must still name the file held, else it is opened again (replaced) or is `ENOENT` (removed).
+/// After 16 replacements in a row the last file held is returned: it was renamed into place
+/// whole and holds the same content.
+///
+/// Errors: the `open(2)` error (`ELOOP` for a symlink, `ENOENT` when the file is missing or was
+/// removed while being opened), the `flock(2)` error.
+pub fn open_shared(path: &Path) -> io::Result<File> {
+    let mut last = None;
+    for _ in 0..16 {
+        let file = OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK).open(path)?;
+        lock_shared(&file)?;
+        match fs::symlink_metadata(path) {
+            Ok(m) if same_file(&m, &file) => return Ok(file),
+            Ok(_) => last = Some(file),
+            Err(_) => return Err(io::Error::from_raw_os_error(libc::ENOENT)),
+        }
+    }
+    last.ok_or_else(|| io::Error::from_raw_os_error(libc::ENOENT))
+}

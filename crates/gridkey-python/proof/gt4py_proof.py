@@ -1,0 +1,294 @@
+"""The proof on GT4Py itself: persistent translation-cache misses across build-jobs modes, without and with
+``gridkey.gt4py``. Run by ``cargo xtask gt4py [--reduced]`` in a virtual environment holding ``gt4py==1.2.3``, its
+``gtfn_cpu`` build dependencies and the ``gridkey`` wheel.
+
+1. Seed: the eight programs' C++ built once (serial, without the adapter) into a GT4Py cache whose translation cache
+   is then removed, so that every fill translates but finds its builds.
+2. Matrix: for each table variant (C or Fortran order, ``allocator=np`` or GT4Py's default allocator), each adapter
+   setting and each ordered pair of build-jobs modes (A, B): a fresh copy of the seed is filled in mode A, a copy of
+   that is run in mode B, and the translation-cache entries B adds are counted (re-translations). Every run checks
+   the eight results against NumPy on the runtime tables.
+3. The C++ GT4Py generates (each program's translated source and signature) is byte-identical with and without the
+   adapter, and no run with the adapter builds anything the seed did not hold.
+4. One persistent key's cost at R02B04 and with every table tiled 100 times, without and with the adapter; the warm
+   start of the eight programs (the diagonal cells A = B) in each mode, without and with.
+
+``--reduced`` (CI): allocator ``np``, C and Fortran order, the four ordered pairs that involve process mode and the
+control pair serial -> thread. Exit status 0 when every cell with the adapter has 0 re-translations, every result
+verifies, the C++ is identical, and GT4Py's own misses show without the adapter.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import pathlib
+import pickle
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = pathlib.Path(__file__).resolve().parent
+MODES = ("serial", "thread", "process")
+GT4PY_CACHE = ".gt4py_cache"
+TRANSLATIONS = pathlib.Path(GT4PY_CACHE) / "translation_cache" / "gtfn"
+
+
+def cell_env(cache: pathlib.Path, mode: str, jobs: int) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GT4PY_", "GRIDKEY_"))}
+    env.update(
+        GT4PY_BUILD_CACHE_LIFETIME="persistent",
+        GT4PY_BUILD_CACHE_DIR=str(cache),
+        GT4PY_BUILD_JOBS=str(jobs),
+        GT4PY_BUILD_JOBS_MODE=mode,
+        GRIDKEY_CACHE_DIR=str(cache / "gridkey"),
+        # cmake and ninja of the virtual environment
+        PATH=f"{pathlib.Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+    )
+    return env
+
+
+def run_cell(cache: pathlib.Path, mode: str, args, extra: list[str]) -> dict:
+    command = [sys.executable, str(HERE / "gt4py_cell.py"), "--grid", str(args.grid), *extra]
+    started = time.perf_counter()
+    done = subprocess.run(command, env=cell_env(cache, mode, args.jobs), capture_output=True, text=True)
+    wall = time.perf_counter() - started
+    if done.returncode != 0:
+        sys.stdout.write(done.stdout[-4000:])
+        sys.stdout.write(done.stderr[-8000:])
+        raise SystemExit(f"gt4py proof: the cell {mode} {' '.join(extra)} in {cache} failed ({done.returncode})")
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result["wall_seconds"] = wall
+    return result
+
+
+def build_folders(cache: pathlib.Path) -> set[str]:
+    root = cache / GT4PY_CACHE
+    return {p.name for p in root.iterdir() if p.is_dir() and p.name != "translation_cache"} if root.is_dir() else set()
+
+
+def copy_cache(source: pathlib.Path, target: pathlib.Path) -> pathlib.Path:
+    if target.exists():
+        shutil.rmtree(target)
+    shutil.copytree(source, target, symlinks=True)
+    return target
+
+
+def seed_key(args) -> str:
+    import gt4py
+
+    h = hashlib.sha256()
+    h.update(gt4py.__version__.encode())
+    h.update((HERE / "icon_programs.py").read_bytes())
+    h.update(args.grid.read_bytes())
+    return h.hexdigest()
+
+
+def make_seed(args) -> tuple[pathlib.Path, float | None]:
+    """The seed cache: the eight builds, no translation entries. Reused while its key matches."""
+    seed = args.work / "seed"
+    key = seed_key(args)
+    stamp = seed / "seed-key"
+    if stamp.is_file() and stamp.read_text() == key:
+        return seed, None
+    build = copy_cache_empty(args.work / "seed-build")
+    started = time.perf_counter()
+    result = run_cell(build, "serial", args, ["--order", "C", "--allocator", "np", "--adapter", "0"])
+    seconds = time.perf_counter() - started
+    if not result["verified"]:
+        raise SystemExit(f"gt4py proof: the seed build did not verify: {result['max_rel_error']}")
+    shutil.rmtree(build / TRANSLATIONS.parent)
+    if seed.exists():
+        shutil.rmtree(seed)
+    build.rename(seed)
+    stamp.write_text(key)
+    return seed, seconds
+
+
+def copy_cache_empty(path: pathlib.Path) -> pathlib.Path:
+    if path.exists():
+        shutil.rmtree(path)
+    path.mkdir(parents=True)
+    return path
+
+
+def translated_sources(cache: pathlib.Path) -> dict[str, str]:
+    """Program name -> its translated C++ and signature, from the translation-cache entries."""
+    out = {}
+    for entry in sorted((cache / TRANSLATIONS).glob("*.pkl")):
+        with open(entry, "rb") as f:
+            source = pickle.load(f)
+        out[source.entry_point.name] = f"{source.entry_point!r}\n{source.source_code}"
+    return out
+
+
+def variants(reduced: bool) -> list[tuple[str, str]]:
+    allocators = ("np",) if reduced else ("np", "default")
+    return [(order, allocator) for allocator in allocators for order in ("C", "F")]
+
+
+def pairs(reduced: bool) -> list[tuple[str, str]]:
+    if reduced:
+        return [("serial", "process"), ("thread", "process"), ("process", "serial"), ("process", "thread"), ("serial", "thread")]
+    return [(a, b) for a in MODES for b in MODES]
+
+
+def label(order: str, allocator: str) -> str:
+    return f"{'C' if order == 'C' else 'Fortran'} order, allocator={allocator}"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--grid", type=pathlib.Path, required=True)
+    parser.add_argument("--work", type=pathlib.Path, required=True, help="scratch directory (caches of every cell)")
+    parser.add_argument("--reduced", action="store_true")
+    parser.add_argument("--jobs", type=int, default=2, help="GT4PY_BUILD_JOBS of thread and process mode")
+    parser.add_argument("--tile", type=int, default=100)
+    args = parser.parse_args()
+    args.grid = args.grid.resolve()
+    args.work = args.work.resolve()
+    args.work.mkdir(parents=True, exist_ok=True)
+    import gt4py
+
+    print(f"gt4py proof: GT4Py {gt4py.__version__}, Python {sys.version.split()[0]}, grid {args.grid.name}")
+    started = time.perf_counter()
+    seed, seed_seconds = make_seed(args)
+    seed_builds = build_folders(seed)
+    print(
+        f"seed: {len(seed_builds)} build folders in {seed}"
+        + (f", built in {seed_seconds:.1f} s" if seed_seconds is not None else " (reused: same GT4Py, programs, grid)")
+    )
+
+    cells = []
+    ok = True
+    sources: dict[tuple[str, str, bool], dict[str, str]] = {}
+    wanted = pairs(args.reduced)
+    fills_needed = sorted({a for a, _ in wanted}, key=MODES.index)
+    for order, allocator in variants(args.reduced):
+        for adapter in (False, True):
+            common = ["--order", order, "--allocator", allocator, "--adapter", str(int(adapter))]
+            for a in fills_needed:
+                fill_dir = copy_cache(seed, args.work / "fill")
+                fill = run_cell(fill_dir, a, args, common)
+                ok &= fill["verified"]
+                if a == "serial":
+                    sources[(order, allocator, adapter)] = translated_sources(fill_dir)
+                for b in [b for a2, b in wanted if a2 == a]:
+                    warm_dir = copy_cache(fill_dir, args.work / "warm")
+                    warm = run_cell(warm_dir, b, args, common)
+                    new_builds = sorted(build_folders(warm_dir) - seed_builds)
+                    cell = {
+                        "order": order,
+                        "allocator": allocator,
+                        "adapter": adapter,
+                        "fill_mode": a,
+                        "run_mode": b,
+                        "fill_translations": fill["new_translations"],
+                        "retranslations": warm["new_translations"],
+                        "new_builds": len(new_builds),
+                        "fill_compile_seconds": fill["compile_seconds"],
+                        "run_compile_seconds": warm["compile_seconds"],
+                        "verified": fill["verified"] and warm["verified"],
+                    }
+                    cells.append(cell)
+                    ok &= cell["verified"]
+                    print(
+                        f"  {label(order, allocator):<30} {'with' if adapter else 'without':<8} {a:>7} -> {b:<7}"
+                        f" re-translated {warm['new_translations']}/8  (fill {fill['new_translations']}/8,"
+                        f" {warm['compile_seconds']:.1f} s, new builds {len(new_builds)},"
+                        f" {'verified' if cell['verified'] else 'NOT VERIFIED'})",
+                        flush=True,
+                    )
+
+    # The matrix, one block per variant and adapter setting.
+    print("\nre-translations in mode B of a cache filled in mode A (of 8 programs)")
+    run_modes = [m for m in MODES if any(b == m for _, b in wanted)]
+    for order, allocator in variants(args.reduced):
+        for adapter in (False, True):
+            print(f"\n  {label(order, allocator)}, {'with' if adapter else 'without'} gridkey.gt4py")
+            corner = "A \\ B"
+            print(f"    {corner:<9}" + "".join(f"{m:>9}" for m in run_modes))
+            for a in fills_needed:
+                row = []
+                for b in run_modes:
+                    hit = [c for c in cells if (c["order"], c["allocator"], c["adapter"], c["fill_mode"], c["run_mode"]) == (order, allocator, adapter, a, b)]
+                    row.append(f"{hit[0]['retranslations']:>9}" if hit else f"{'-':>9}")
+                print(f"    {a:<9}" + "".join(row))
+
+    with_cells = [c for c in cells if c["adapter"]]
+    without_cells = [c for c in cells if not c["adapter"]]
+    with_zero = sum(c["retranslations"] == 0 for c in with_cells)
+    without_missed = sum(c["retranslations"] for c in without_cells)
+    without_cells_missing = sum(c["retranslations"] > 0 for c in without_cells)
+    with_builds = sum(c["new_builds"] for c in with_cells)
+    ok &= with_zero == len(with_cells) and with_builds == 0 and without_missed > 0
+
+    # Generated C++ with and without the adapter.
+    identical = 0
+    compared = 0
+    for order, allocator in variants(args.reduced):
+        without, with_ = sources.get((order, allocator, False)), sources.get((order, allocator, True))
+        if without is None or with_ is None:
+            continue
+        for name in sorted(set(without) | set(with_)):
+            compared += 1
+            if without.get(name) is not None and without.get(name) == with_.get(name):
+                identical += 1
+            else:
+                print(f"  C++ of {name} differs with the adapter ({label(order, allocator)})")
+    ok &= compared > 0 and identical == compared
+
+    # One persistent key's cost.
+    key_dir = copy_cache(seed, args.work / "key-cost")
+    key = run_cell(key_dir, "serial", args, ["--key-cost", "--tile", str(args.tile), "--order", "C", "--allocator", "np"])
+    tiled = f"tiled {args.tile}x"
+
+    # Warm start: the diagonal cells.
+    warm_start = {}
+    for mode in MODES:
+        for adapter in (False, True):
+            times = [c["run_compile_seconds"] for c in cells if c["adapter"] == adapter and c["fill_mode"] == mode == c["run_mode"]]
+            if times:
+                warm_start[(mode, adapter)] = statistics.median(times)
+
+    print(f"\nC++ generated with the adapter equals the C++ without: {identical}/{compared} programs; new builds with the adapter: {with_builds}")
+    print(
+        f"one persistent key (div, median of {key['repeat']}): R02B04 without {key['R02B04 without'] * 1e3:.2f} ms,"
+        f" with {key['R02B04 with'] * 1e3:.3f} ms; {tiled} ({key[tiled + ' table_bytes'] / 1e6:.0f} MB of tables) without"
+        f" {key[tiled + ' without'] * 1e3:.2f} ms ({key[tiled + ' without'] / key['R02B04 without']:.1f}x R02B04),"
+        f" with {key[tiled + ' with'] * 1e3:.3f} ms ({key[tiled + ' with'] / key['R02B04 with']:.2f}x R02B04)"
+    )
+    print(
+        f"  converting the provider once (digest, store, map; not part of a key): R02B04 {key['R02B04 convert'] * 1e3:.1f} ms,"
+        f" {tiled} {key[tiled + ' convert'] * 1e3:.1f} ms"
+    )
+    for mode in MODES:
+        if (mode, False) in warm_start and (mode, True) in warm_start:
+            w0, w1 = warm_start[(mode, False)], warm_start[(mode, True)]
+            print(f"warm start of the eight programs, {mode:<7}: without {w0:.2f} s, with {w1:.2f} s ({w1 / w0:.2f}x)")
+
+    results = {
+        "gt4py": gt4py.__version__,
+        "reduced": args.reduced,
+        "cells": cells,
+        "cpp_identical": identical,
+        "cpp_compared": compared,
+        "key_cost": key,
+        "warm_start": {f"{m} {'with' if a else 'without'}": s for (m, a), s in warm_start.items()},
+        "seconds": time.perf_counter() - started,
+    }
+    (args.work / "gt4py-proof.json").write_text(json.dumps(results, indent=1))
+    print(
+        f"\ngt4py proof: with gridkey.gt4py {with_zero}/{len(with_cells)} cells re-translated 0;"
+        f" without it {without_cells_missing}/{len(without_cells)} cells missed ({without_missed} re-translations);"
+        f" C++ identical {identical}/{compared}; {time.perf_counter() - started:.0f} s"
+    )
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,71 @@
+"""gridkey: compile-time views of connectivity tables that make translation-cache keys identical
+whether compilation runs serially, in threads or in worker processes.
+
+A neighbour table is converted once per connectivity into a read-only, C-contiguous table
+memory-mapped from a content-addressed ``.npy`` store and named by its digest; keys see digests,
+never runtime objects. See the package README for the API and ``gridkey.gt4py`` for GT4Py.
+"""
+
+from __future__ import annotations
+
+from . import errors
+from ._gridkey import (
+    DIGEST_FORMAT_VERSION,
+    KEY_FORMAT_VERSION,
+    TABLES_DIR,
+    CompileTimeConnectivity,
+    Connectivity,
+    Dimension,
+    IdentityMemo,
+    KeyInputs,
+    MappedTable,
+    Settings,
+    TableStore,
+    compile_time_connectivity,
+    compile_time_offset_provider,
+    conversion_stats,
+    explain,
+    table_digest,
+    translation_key,
+)
+from .errors import (
+    DeviceCopyError,
+    GridkeyError,
+    GridkeyOSError,
+    InternalError,
+    SettingsError,
+    TableFileError,
+    TableNotFoundError,
+    TableTypeError,
+    TableValueError,
+)
+
+__all__ = [
+    "DIGEST_FORMAT_VERSION",
+    "KEY_FORMAT_VERSION",
+    "TABLES_DIR",
+    "CompileTimeConnectivity",
+    "Connectivity",
+    "DeviceCopyError",
+    "Dimension",
+    "GridkeyError",
+    "GridkeyOSError",
+    "IdentityMemo",
+    "InternalError",
+    "KeyInputs",
+    "MappedTable",
+    "Settings",
+    "SettingsError",
+    "TableFileError",
+    "TableNotFoundError",
+    "TableStore",
+    "TableTypeError",
+    "TableValueError",
+    "compile_time_connectivity",
+    "compile_time_offset_provider",
+    "conversion_stats",
+    "errors",
+    "explain",
+    "table_digest",
+    "translation_key",
+]

@@ -1,0 +1,349 @@
+//! `gridkey.TableStore` and `gridkey.MappedTable`: the content-addressed `.npy` store of
+//! gridkey-store, with tables put from NumPy memory and opened as read-only NumPy arrays over
+//! the memory map (ADR 0002).
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use gridkey_digest::{Dtype, TableDigest, TableHasher};
+use gridkey_store::{StoreError, TableSpec};
+use pyo3::prelude::*;
+
+use crate::array::{dtype_arg, readonly_array, table, Table};
+use crate::device::{copy_error, PyDeviceTable};
+use crate::errors::{error, guard, store_error, Kind};
+use crate::raw::{Narrow, RawTable};
+use crate::settings::Settings;
+use gridkey_offsets::TableSource;
+
+/// Stores `raw` (as its own dtype, or with [`Narrow::ToI32`] an int64 table whose elements all
+/// fit as int32, ADR 0006) and returns its spec. A C-contiguous little-endian table is hashed on another
+/// thread while its bytes are written (`TableStore::put_slice`, ADR 0011); any other layout is
+/// hashed in C order through a bounded buffer, then written the same way. Call without the GIL.
+///
+/// Errors: those of the store.
+pub fn store_raw(
+    store: &gridkey_store::TableStore,
+    raw: &RawTable<'_>,
+    narrow: Narrow,
+) -> Result<TableSpec, StoreError> {
+    let narrowed = narrow == Narrow::ToI32 && raw.dtype() == Dtype::I64 && raw.fits_i32();
+    let dtype = if narrowed { Dtype::I32 } else { raw.dtype() };
+    let shape = raw.shape();
+    if !narrowed {
+        if let Some(bytes) = raw.c_little_bytes() {
+            let (spec, _) = store.put_slice(dtype, shape, bytes, || raw.digest())?;
+            return Ok(spec);
+        }
+    }
+    let digest = if narrowed {
+        let mut hasher = TableHasher::new(dtype, &shape);
+        raw.write_le(Narrow::ToI32, &mut |b| {
+            hasher.update(b);
+            Ok(())
+        })
+        .expect("hashing does not fail");
+        hasher.finish().expect("every element was fed")
+    } else {
+        raw.digest()
+    };
+    let spec = TableSpec { digest, dtype, shape };
+    let mode = if narrowed { Narrow::ToI32 } else { Narrow::Keep };
+    store.put_with(&spec, |out: &mut dyn Write| raw.write_le(mode, &mut |b| out.write_all(b)))?;
+    Ok(spec)
+}
+
+/// The spec of a table given by its digest text, dtype-like and shape.
+///
+/// Errors: `TableValueError` for a digest that is not 32 hex digits or a shape whose byte size
+/// overflows; `TableTypeError` for a dtype that is not int32 or int64 little-endian.
+pub fn spec_arg(digest: &str, dtype: &Bound<'_, PyAny>, shape: &Bound<'_, PyAny>) -> PyResult<TableSpec> {
+    let digest: TableDigest =
+        digest.parse().map_err(|e: gridkey_digest::DigestError| error(Kind::Value, e.to_string()))?;
+    let dtype = dtype_arg(dtype)?;
+    let shape = shape_arg(shape)?;
+    let fits = shape[0]
+        .checked_mul(shape[1])
+        .and_then(|n| n.checked_mul(dtype.itemsize()))
+        .is_some_and(|b| b <= isize::MAX as usize);
+    if !fits {
+        return Err(error(
+            Kind::Value,
+            format!("shape {shape:?} of {dtype} is larger than any table in memory can be: pass the table's own shape"),
+        ));
+    }
+    Ok(TableSpec { digest, dtype, shape })
+}
+
+/// A shape argument: two non-negative integers.
+///
+/// Errors: `TableValueError` for anything else.
+fn shape_arg(shape: &Bound<'_, PyAny>) -> PyResult<[usize; 2]> {
+    let bad = || {
+        error(
+            Kind::Value,
+            format!("shape {shape} is not a table shape: pass (rows, max_neighbours), two integers from 0"),
+        )
+    };
+    let items: Vec<Bound<'_, PyAny>> = match shape.try_iter() {
+        Ok(iter) if !shape.is_instance_of::<pyo3::types::PyString>() => {
+            iter.collect::<PyResult<_>>().map_err(|_| bad())?
+        }
+        _ => return Err(bad()),
+    };
+    let [n, k] = items.as_slice() else { return Err(bad()) };
+    let extent = |x: &Bound<'_, PyAny>| -> PyResult<usize> {
+        let index = x.call_method0("__index__").map_err(|_| bad())?;
+        index.extract::<usize>().map_err(|_| {
+            error(
+                Kind::Value,
+                format!(
+                    "shape {shape} is larger than any table in memory can be, or negative: pass the table's own shape"
+                ),
+            )
+        })
+    };
+    Ok([extent(n)?, extent(k)?])
+}
+
+/// What a mapped array keeps alive: the mapping (and its shared lock, ADR 0009).
+pub enum Mapping {
+    /// Opened from the store.
+    Store(gridkey_store::MappedTable),
+    /// The table of a compile-time connectivity.
+    View(Arc<gridkey_offsets::CompileTimeConnectivity>),
+}
+
+/// A stored table mapped read-only into memory: the `base` of every array
+/// [`TableStore::open`] returns, holding the mapping and its shared lock while any view of it
+/// lives.
+#[pyclass(module = "gridkey", frozen)]
+pub struct MappedTable {
+    mapping: Mapping,
+    path: PathBuf,
+}
+
+impl MappedTable {
+    fn spec(&self) -> TableSpec {
+        match &self.mapping {
+            Mapping::Store(t) => *t.spec(),
+            Mapping::View(c) => *c.spec(),
+        }
+    }
+
+    fn data_ptr(&self) -> *const u8 {
+        let view = match &self.mapping {
+            Mapping::Store(t) => t.view(),
+            Mapping::View(c) => c.table(),
+        };
+        match view {
+            gridkey_store::TableView::I32(v) => v.as_ptr().cast(),
+            gridkey_store::TableView::I64(v) => v.as_ptr().cast(),
+        }
+    }
+
+    /// A read-only C-contiguous NumPy array over `mapping` whose base holds it.
+    pub fn array(py: Python<'_>, mapping: Mapping, path: PathBuf) -> PyResult<Bound<'_, PyAny>> {
+        let owner = Bound::new(py, MappedTable { mapping, path })?;
+        let (spec, data) = {
+            let t = owner.get();
+            (t.spec(), t.data_ptr())
+        };
+        // SAFETY: `data` is the first element of the mapping that `owner` holds and never
+        // changes (store files are never written in place, ADR 0002); the mapping holds
+        // `shape[0] * shape[1]` elements in C order, checked when it was opened.
+        unsafe { readonly_array(py, spec.dtype, spec.shape, data, owner.into_any()) }
+    }
+}
+
+#[pymethods]
+impl MappedTable {
+    /// The table digest, 32 hex digits.
+    #[getter]
+    fn digest(&self) -> String {
+        self.spec().digest.to_hex()
+    }
+
+    /// The dtype's typestr, `"<i4"` or `"<i8"`.
+    #[getter]
+    fn dtype(&self) -> &'static str {
+        self.spec().dtype.typestr()
+    }
+
+    /// The shape `(n, k)`.
+    #[getter]
+    fn shape(&self) -> (usize, usize) {
+        let [n, k] = self.spec().shape;
+        (n, k)
+    }
+
+    /// The `.npy` file mapped.
+    #[getter]
+    fn path(&self) -> PathBuf {
+        self.path.clone()
+    }
+
+    fn __repr__(&self) -> String {
+        format!("MappedTable({}, {}, {:?}, {})", self.digest(), self.dtype(), self.shape(), self.path.display())
+    }
+}
+
+/// The table store in a cache directory: `<cache_dir>/tables-v1/<hex[0..2]>/<hex>.npy`, NumPy
+/// `.npy` files named by the digest of their content (format v1), written atomically and synced,
+/// checked on every open (ADR 0002, ADR 0012).
+#[pyclass(module = "gridkey", frozen)]
+pub struct TableStore {
+    inner: gridkey_store::TableStore,
+}
+
+impl TableStore {
+    /// The Rust store.
+    pub fn inner(&self) -> &gridkey_store::TableStore {
+        &self.inner
+    }
+}
+
+#[pymethods]
+impl TableStore {
+    /// Opens (creating it if needed) the store of `cache_dir`, by default the settings' cache
+    /// directory (`GRIDKEY_CACHE_DIR`, else `.gridkey_cache`). Every open recomputes the digest
+    /// when the settings say so (`GRIDKEY_VERIFY_TABLES`). `settings` defaults to
+    /// `gridkey.Settings()`, read from the environment once, here.
+    #[new]
+    #[pyo3(signature = (cache_dir = None, *, settings = None))]
+    fn new(py: Python<'_>, cache_dir: Option<PathBuf>, settings: Option<Py<Settings>>) -> PyResult<Self> {
+        guard(|| {
+            let settings = match settings {
+                Some(s) => s,
+                None => Py::new(py, Settings::from_environ(py)?)?,
+            };
+            let settings = settings.get();
+            let dir = cache_dir.unwrap_or_else(|| settings.cache_dir().to_path_buf());
+            let verify = settings.verify_tables();
+            let inner = py.detach(|| gridkey_store::TableStore::open(&dir)).map_err(store_error)?.verifying(verify);
+            Ok(Self { inner })
+        })
+    }
+
+    /// The cache directory.
+    #[getter]
+    fn cache_dir(&self) -> PathBuf {
+        self.inner.cache_dir().to_path_buf()
+    }
+
+    /// Whether every open recomputes the digest of the file.
+    #[getter]
+    fn verifies(&self) -> bool {
+        self.inner.verifies()
+    }
+
+    /// Stores `table` (a 2-D int32 or int64 array of any layout, see `table_digest`) with its
+    /// own dtype, in C order, little-endian, and returns its digest (the same as
+    /// `table_digest(table)`). A file already under that name is kept only when its bytes are
+    /// the table's (else it is replaced). The GIL is released while the table is hashed and
+    /// written; a device table is copied to the host once.
+    ///
+    /// Errors: `TableTypeError`, `TableValueError` for a bad table; `GridkeyOSError` when the
+    /// file cannot be written (nothing is left behind); `DeviceCopyError`.
+    fn put(&self, py: Python<'_>, table: &Bound<'_, PyAny>) -> PyResult<String> {
+        guard(|| {
+            let spec = put_table(py, &self.inner, table, Narrow::Keep)?;
+            Ok(spec.digest.to_hex())
+        })
+    }
+
+    /// The stored table `digest` of `dtype` (`numpy.int32` or `numpy.int64`) and `shape`
+    /// `(n, k)`, as a read-only, C-contiguous NumPy array over the memory-mapped file (no copy;
+    /// its `base` is the `MappedTable` that keeps the mapping alive). The file is checked: a
+    /// regular file, `.npy` magic and header, dtype, C order, shape and length; on a verifying
+    /// store the digest too.
+    ///
+    /// Errors: `TableNotFoundError` (not stored), `TableFileError` (truncated, tampered, another
+    /// dtype or shape), `GridkeyOSError` (unreadable, not a regular file), `TableValueError`
+    /// (a bad digest or shape), `TableTypeError` (a bad dtype).
+    fn open<'py>(
+        &self,
+        py: Python<'py>,
+        digest: &str,
+        dtype: &Bound<'py, PyAny>,
+        shape: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        guard(|| {
+            let spec = spec_arg(digest, dtype, shape)?;
+            let mapped = py.detach(|| self.inner.open_table(&spec)).map_err(store_error)?;
+            let path = mapped.path().to_path_buf();
+            MappedTable::array(py, Mapping::Store(mapped), path)
+        })
+    }
+
+    /// The path of the file of `digest` (whether or not it is stored).
+    ///
+    /// Errors: `TableValueError` for a digest that is not 32 hex digits.
+    fn path_of(&self, digest: &str) -> PyResult<PathBuf> {
+        let digest: TableDigest =
+            digest.parse().map_err(|e: gridkey_digest::DigestError| error(Kind::Value, e.to_string()))?;
+        Ok(self.inner.path_of(&digest))
+    }
+
+    fn __repr__(&self) -> String {
+        format!("TableStore({:?}, verifies={})", self.inner.cache_dir(), self.inner.verifies())
+    }
+}
+
+/// Stores the table `obj` (host or device) into `store` with the GIL released.
+pub fn put_table(
+    py: Python<'_>,
+    store: &gridkey_store::TableStore,
+    obj: &Bound<'_, PyAny>,
+    narrow: Narrow,
+) -> PyResult<TableSpec> {
+    match table(obj)? {
+        Table::Host(host) => {
+            let raw = host.raw()?;
+            py.detach(|| store_raw(store, &raw, narrow)).map_err(store_error)
+        }
+        Table::Device { dtype, shape } => {
+            let host = copy_device(py, obj, dtype, shape)?;
+            put_host_copy(py, store, &host, narrow)
+        }
+    }
+}
+
+/// Stores a host copy of a device table, with the GIL released.
+pub fn put_host_copy(
+    py: Python<'_>,
+    store: &gridkey_store::TableStore,
+    host: &gridkey_offsets::IndexTable,
+    narrow: Narrow,
+) -> PyResult<TableSpec> {
+    let raw = crate::raw::of_index_table(host).map_err(|e| error(Kind::Internal, e.0))?;
+    py.detach(|| store_raw(store, &raw, narrow)).map_err(store_error)
+}
+
+/// One host copy of the device table `obj` (dtype and shape from its metadata), through its
+/// [`TableSource`].
+fn copy_device(
+    py: Python<'_>,
+    obj: &Bound<'_, PyAny>,
+    dtype: Dtype,
+    shape: [usize; 2],
+) -> PyResult<gridkey_offsets::IndexTable> {
+    let source = PyDeviceTable::new(obj, dtype, shape);
+    py.detach(|| source.copy_to_host()).map_err(copy_error)
+}
+
+/// `gridkey.table_digest`: see the Python documentation in `lib.rs`.
+pub fn digest_object(py: Python<'_>, obj: &Bound<'_, PyAny>) -> PyResult<TableDigest> {
+    match table(obj)? {
+        Table::Host(host) => {
+            let raw = host.raw()?;
+            Ok(py.detach(|| raw.digest()))
+        }
+        Table::Device { dtype, shape } => {
+            let host = copy_device(py, obj, dtype, shape)?;
+            let raw = crate::raw::of_index_table(&host).map_err(|e| error(Kind::Internal, e.0))?;
+            Ok(py.detach(|| raw.digest()))
+        }
+    }
+}

@@ -1,0 +1,323 @@
+"""gridkey.gt4py against the real GT4Py 1.2.3 (skipped where GT4Py is not installed: it needs CPython 3.12+).
+
+The mode matrix with real C++ builds is ``cargo xtask gt4py``; these tests check the adapter's parts without a C++
+build: install/uninstall, the compile-time connectivity (dtype, layout, memo, fingerprint, pickling into a fresh
+interpreter), the compilable every runner gets, the translated C++ with and without the adapter, and a worker that
+cannot open a table.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import gc
+import pathlib
+import pickle
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+gt4py = pytest.importorskip("gt4py", reason="GT4Py needs CPython 3.12 or later; cargo xtask gt4py installs it")
+gtx = pytest.importorskip("gt4py.next")
+
+from gt4py.next import fingerprinting  # noqa: E402
+from gt4py.next import backend as gtx_backend  # noqa: E402
+from gt4py.next.otf import compilation_tasks, runners  # noqa: E402
+from gt4py.next.program_processors.runners.gtfn import run_gtfn  # noqa: E402
+
+import gridkey  # noqa: E402
+import gridkey.gt4py as adapter  # noqa: E402
+
+ROOT = pathlib.Path(__file__).resolve().parents[3]
+GRID = ROOT / "data" / "grids" / "icon_grid_0013_R02B04_R.nc"
+sys.path.insert(0, str(ROOT / "crates" / "gridkey-python" / "proof"))
+import icon_programs as ip  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def tables():
+    return ip.read_icon_tables(GRID)
+
+
+@pytest.fixture
+def cache_dir(tmp_path):
+    return tmp_path / "gridkey"
+
+
+@pytest.fixture
+def installed(cache_dir):
+    assert adapter.install(cache_dir=cache_dir)
+    yield
+    adapter.uninstall()
+
+
+def conn(table, offset="V2E", *, order="C", dtype=np.int32, allocator=np, skip=-1):
+    _, _, domain, local, codomain = next(t for t in ip.TABLES if t[0] == offset)
+    data = np.array(table, dtype=dtype, order=order)
+    return gtx.as_connectivity([domain, local], codomain, data, skip_value=skip, allocator=allocator)
+
+
+def fingerprint(obj) -> str:
+    return fingerprinting.strict_fingerprinter(obj)
+
+
+# install / uninstall
+
+
+def test_install_is_idempotent_and_uninstall_restores(cache_dir):
+    original = compilation_tasks.make_compilation_task
+    try:
+        assert adapter.install(cache_dir=cache_dir)
+        wrapper = compilation_tasks.make_compilation_task
+        assert wrapper is not original and wrapper.__wrapped__ is original
+        assert adapter.install(cache_dir=cache_dir)
+        assert compilation_tasks.make_compilation_task is wrapper
+        assert adapter.installed()
+    finally:
+        assert adapter.uninstall()
+    assert compilation_tasks.make_compilation_task is original
+    assert not adapter.installed()
+    assert not adapter.uninstall()
+
+
+def test_unsupported_version_says_so_and_changes_nothing(monkeypatch, cache_dir):
+    original = compilation_tasks.make_compilation_task
+    monkeypatch.setattr(gt4py, "__version__", "1.3.0")
+    with pytest.raises(adapter.UnsupportedGT4PyError) as info:
+        adapter.install(cache_dir=cache_dir)
+    assert "found GT4Py 1.3.0" in str(info.value) and "1.2.x" in str(info.value)
+    assert isinstance(info.value, gridkey.errors.GridkeyError)
+    assert compilation_tasks.make_compilation_task is original
+
+
+def test_missing_hook_is_unsupported(monkeypatch, cache_dir):
+    monkeypatch.delattr(compilation_tasks, "make_compilation_task")
+    with pytest.raises(adapter.UnsupportedGT4PyError, match="make_compilation_task"):
+        adapter.install(cache_dir=cache_dir)
+
+
+def test_builtin_feature_means_nothing_to_do(monkeypatch, cache_dir):
+    original = compilation_tasks.make_compilation_task
+    monkeypatch.setattr(gtx.common, "CompileTimeConnectivity", object, raising=False)
+    assert adapter.install(cache_dir=cache_dir) is False
+    assert compilation_tasks.make_compilation_task is original
+    assert not adapter.installed()
+
+
+# the compile-time connectivity
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_compile_time_table_is_mapped_read_only_c_order_and_keeps_dtype(tables, cache_dir, dtype, order):
+    runtime = conn(tables["V2E"], order=order, dtype=dtype)
+    (ct,) = adapter.compile_time_offset_provider({"V2E": runtime}, cache_dir=cache_dir).values()
+    assert isinstance(ct, adapter.CompileTimeConnectivity) and isinstance(ct, gtx.common.NeighborTable)
+    a = ct.ndarray
+    assert a.dtype == np.dtype(dtype) and a.flags.c_contiguous and not a.flags.writeable
+    np.testing.assert_array_equal(a, tables["V2E"])
+    assert ct.digest == gridkey.table_digest(runtime.ndarray)
+    assert pathlib.Path(gridkey.TableStore(cache_dir).path_of(ct.digest)).is_file()
+    assert (ct.domain, ct.codomain, ct.skip_value) == (runtime.domain, runtime.codomain, runtime.skip_value)
+    # the type GT4Py generates code from: dtype included
+    assert ct.__gt_type__() == runtime.__gt_type__()
+
+
+def test_memo_by_identity_with_weak_reference(tables, cache_dir):
+    converter = adapter._Converter(cache_dir, False)
+    runtime = conn(tables["C2E"], "C2E", skip=None)
+    first = converter.connectivity(runtime)
+    assert converter.connectivity(runtime) is first and converter.conversions == 1
+    equal_but_other = conn(tables["C2E"], "C2E", skip=None)
+    assert converter.connectivity(equal_but_other) is not first and converter.conversions == 2
+    del runtime, equal_but_other
+    gc.collect()
+    assert len(converter._memo) == 0
+
+
+def test_table_changed_in_place_is_converted_again_on_a_verifying_store(tables, cache_dir):
+    data = np.array(tables["C2E"])
+    runtime = gtx.as_connectivity([ip.Cell, ip.C2EDim], ip.Edge, data, skip_value=None, allocator=np)
+    trusting, verifying = adapter._Converter(cache_dir, False), adapter._Converter(cache_dir, True)
+    before = (trusting.connectivity(runtime), verifying.connectivity(runtime))
+    runtime.ndarray[0, 0] = (runtime.ndarray[0, 0] + 1) % 30720
+    assert trusting.connectivity(runtime) is before[0]  # the memo trusts a table not to change (documented)
+    again = verifying.connectivity(runtime)
+    assert again.digest == gridkey.table_digest(runtime.ndarray) != before[1].digest
+    np.testing.assert_array_equal(again.ndarray, runtime.ndarray)
+
+
+def test_fingerprint_is_domain_codomain_skip_and_digest(tables, cache_dir):
+    def ct_of(c):
+        return adapter.compile_time_offset_provider({"x": c}, cache_dir=cache_dir)["x"]
+
+    base = ct_of(conn(tables["V2E"]))
+    # memory order, allocator and array class do not enter the fingerprint
+    for same in (ct_of(conn(tables["V2E"], order="F")), ct_of(conn(tables["V2E"], allocator=None))):
+        assert same is not base and fingerprint(same) == fingerprint(base)
+    changed = tables["V2E"].copy()
+    changed[5, 1] = (changed[5, 1] + 1) % 30720
+    _, _, domain, local, codomain = next(t for t in ip.TABLES if t[0] == "V2E")
+    different = [
+        ct_of(conn(changed)),  # content
+        ct_of(conn(tables["V2E"], dtype=np.int64)),  # dtype (another digest)
+        ct_of(conn(tables["V2E"], skip=None)),  # skip value
+        ct_of(gtx.as_connectivity([domain, local], ip.Cell, tables["V2E"], skip_value=-1, allocator=np)),  # codomain
+        ct_of(gtx.as_connectivity([domain, ip.V2CDim], codomain, tables["V2E"], skip_value=-1, allocator=np)),  # domain
+    ]
+    fingerprints = {fingerprint(base), *(fingerprint(d) for d in different)}
+    assert len(fingerprints) == 1 + len(different)
+    # the table itself is not among what is hashed
+    pieces = fingerprinting.strict_fingerprint_deconstructor(base).pieces
+    assert base.digest in pieces and not any(isinstance(p, np.ndarray) for p in pieces)
+
+
+def test_pickle_is_a_reference_and_a_fresh_interpreter_fingerprints_it_alike(tables, cache_dir):
+    tiled = ip.tile_tables({"V2E": tables["V2E"]}, 20)["V2E"]
+    ct = adapter.compile_time_offset_provider({"V2E": conn(tiled)}, cache_dir=cache_dir)["V2E"]
+    blob = pickle.dumps({"V2E": ct})
+    assert len(blob) < 4096 < tiled.nbytes
+    code = (
+        "import pickle, sys\n"
+        "from gt4py.next import fingerprinting\n"
+        "assert 'gridkey.gt4py' not in sys.modules\n"
+        "provider = pickle.loads(sys.stdin.buffer.read())\n"
+        "assert 'gridkey.gt4py' in sys.modules\n"
+        "a = provider['V2E'].ndarray\n"
+        "assert not a.flags.writeable and a.flags.c_contiguous\n"
+        "print(fingerprinting.strict_fingerprinter(provider))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], input=blob, capture_output=True, check=True)
+    assert done.stdout.decode().strip() == fingerprint({"V2E": ct})
+
+
+def test_a_worker_that_cannot_open_a_table_fails_only_that_task(tables, cache_dir):
+    good = adapter.compile_time_offset_provider({"C2E": conn(tables["C2E"], "C2E", skip=None)}, cache_dir=cache_dir)
+    bad = adapter.compile_time_offset_provider({"E2C": conn(tables["E2C"], "E2C", skip=None)}, cache_dir=cache_dir)
+    pathlib.Path(gridkey.TableStore(cache_dir).path_of(bad["E2C"].digest)).unlink()
+
+    def task(provider):
+        return runners.CompilationTask(
+            name="fingerprint",
+            construct_compilable=lambda with_refs: provider,
+            executor=fingerprinting.strict_fingerprinter,
+        )
+
+    runner = runners.ProcessRunner(max_workers=1, shared_session_cache_dir=str(cache_dir.parent))
+    try:
+        first = runner.submit(task(good)).result(timeout=300)
+        with pytest.raises(gridkey.errors.TableNotFoundError) as info:
+            runner.submit(task(bad)).result(timeout=300)
+        assert bad["E2C"].digest in str(info.value)
+        # the pool survived: the same worker serves the next task
+        assert runner.submit(task(good)).result(timeout=300) == first == fingerprint(good)
+    except concurrent.futures.process.BrokenProcessPool as broken:  # pragma: no cover - the failure this prevents
+        pytest.fail(f"the pool broke: {broken}")
+    finally:
+        runner.shutdown()
+
+
+# the compilable every runner gets
+
+
+class _RecordingRunner:
+    """A runner that records tasks and runs nothing (its futures never finish)."""
+
+    def __init__(self):
+        self.tasks = []
+        self.futures = []
+
+    def submit(self, task):
+        self.tasks.append(task)
+        self.futures.append(concurrent.futures.Future())
+        return self.futures[-1]
+
+    def shutdown(self, wait=True):
+        pass
+
+
+@pytest.fixture
+def recording_runner(monkeypatch):
+    runner = _RecordingRunner()
+    monkeypatch.setattr(runners, "_default_runner", runner)
+    yield runner
+    for future in runner.futures:
+        future.set_result(None)  # so that a later wait_for_compilation does not wait on them
+
+
+def _div_program():
+    # A fresh program object: its pool of compiled variants starts empty.
+    return gtx.program(backend=run_gtfn)(ip.div.definition_stage.definition)
+
+
+def _task_for(recording_runner, provider):
+    program = _div_program()
+    program.compile(offset_provider=provider)
+    return recording_runner.tasks[-1]
+
+
+def test_every_runner_gets_one_compilable_whose_key_ignores_layout(tables, installed, recording_runner):
+    step = run_gtfn.executor.translation
+    keys = set()
+    for order, allocator, dtype in [("C", np, np.int32), ("F", np, np.int32), ("C", None, np.int32)]:
+        provider = ip.offset_provider(tables, order=order, allocator=allocator, dtype=dtype)
+        task = _task_for(recording_runner, provider)
+        compilable = task.construct_compilable(False)
+        assert task.construct_compilable(True) is compilable
+        ct = compilable.args.offset_provider
+        assert list(ct) == list(provider)
+        assert all(isinstance(c, adapter.CompileTimeConnectivity) for c in ct.values())
+        keys.add(step.cache_key(compilable))
+        keys.add(step.cache_key(pickle.loads(pickle.dumps(compilable))))
+    assert len(keys) == 1
+
+
+def test_without_the_adapter_process_mode_changes_the_key(tables, recording_runner):
+    """The fault the adapter fixes, as GT4Py 1.2.3 has it: the worker's compilable keys differently."""
+    step = run_gtfn.executor.translation
+    provider = ip.offset_provider(tables, order="F", allocator=np)
+    task = _task_for(recording_runner, provider)
+    in_process = step.cache_key(task.construct_compilable(False))
+    in_worker = step.cache_key(pickle.loads(pickle.dumps(task.construct_compilable(True))))
+    assert in_process != in_worker
+
+
+def test_translated_cpp_is_identical_with_and_without(tables, cache_dir, recording_runner):
+    provider = ip.offset_provider(tables, order="F", allocator=np)
+    translate = run_gtfn.executor.translation.step
+    without = translate(_task_for(recording_runner, provider).construct_compilable(False))
+    adapter.install(cache_dir=cache_dir)
+    try:
+        with_ = translate(_task_for(recording_runner, provider).construct_compilable(False))
+    finally:
+        adapter.uninstall()
+    assert with_.source_code == without.source_code
+    assert with_.entry_point == without.entry_point
+
+
+def test_backends_with_their_own_compile_are_left_alone(installed):
+    class OwnCompile(gtx_backend.Backend):
+        def compile(self, program, compile_time_args):  # pragma: no cover - never called here
+            raise AssertionError
+
+    backend = OwnCompile(name="own", executor=run_gtfn.executor, allocator=run_gtfn.allocator, transforms=run_gtfn.transforms)
+    task = compilation_tasks.make_compilation_task(backend, object(), object())
+    assert task.no_offload_reason is not None and task.construct_compilable(False) is None
+
+
+def test_provider_order_and_non_tables_are_kept(tables, cache_dir):
+    provider = ip.offset_provider(tables)
+    view = adapter.compile_time_offset_provider(provider, cache_dir=cache_dir)
+    assert list(view) == list(provider)
+    again = adapter.compile_time_offset_provider(view, cache_dir=cache_dir)
+    assert all(again[k] is view[k] for k in view)
+
+
+def test_derived_connectivity_behaves_as_gt4py_own(tables, cache_dir):
+    ct = adapter.compile_time_offset_provider({"C2E": conn(tables["C2E"], "C2E", skip=None)}, cache_dir=cache_dir)["C2E"]
+    derived = dataclasses.replace(ct, table_ref=None)
+    assert derived.digest is None
+    assert fingerprint(derived) != fingerprint(ct)
+    assert pickle.loads(pickle.dumps(derived)).table_ref is None

@@ -1,0 +1,159 @@
+//! `cargo xtask gt4py [--reduced] [--python PYTHON]`: the proof on GT4Py itself (README "gridkey for GT4Py").
+//!
+//! 1. Creates the virtual environment `target/gt4py-venv` (kept between runs) with a CPython 3.12 or later (GT4Py
+//!    1.2.3 requires it): `--python`, else `python3.13`, `python3.12`, `python3` on `PATH`, else the newest under
+//!    `~/.pyenv/versions`; fails naming every candidate tried. An existing environment is kept whatever `--python` says.
+//! 2. Installs `gt4py==1.2.3` and what its `gtfn_cpu` backend needs (cmake, ninja, nanobind, gridtools-cpp) and
+//!    SciPy (the netCDF reader) from PyPI.
+//! 3. Builds and installs the `gridkey` wheel: `pip install ./crates/gridkey-python`.
+//! 4. Runs `crates/gridkey-python/proof/gt4py_proof.py` on the shipped ICON R02B04 grid, scratch caches under
+//!    `target/gt4py-proof` (results in `target/gt4py-proof/gt4py-proof.json`): the mode matrix without and with
+//!    `gridkey.gt4py` (full: C and Fortran order, both allocators, the nine ordered pairs of modes; `--reduced`:
+//!    allocator `np`, the four pairs involving process mode and the control serial -> thread), the C++ identity, one
+//!    key's cost at R02B04 and tiled 100x, and the warm starts.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{bail, Context, Result};
+
+/// The GT4Py release the adapter and the proof are written for.
+const GT4PY: &str = "gt4py==1.2.3";
+/// What GT4Py's gtfn_cpu backend builds with, and the netCDF reader of the proof.
+const BACKEND_DEPS: [&str; 5] = ["cmake", "ninja", "nanobind", "gridtools-cpp", "scipy"];
+/// The oldest CPython GT4Py 1.2.3 runs on.
+const MIN_PYTHON: (u32, u32) = (3, 12);
+
+pub fn gt4py(args: &[String]) -> Result<bool> {
+    let mut reduced = false;
+    let mut python: Option<PathBuf> = None;
+    let mut it = args.iter();
+    while let Some(arg) = it.next() {
+        match arg.as_str() {
+            "--reduced" => reduced = true,
+            "--python" => python = Some(PathBuf::from(it.next().context("--python needs an interpreter path")?)),
+            other => bail!("unexpected argument {other:?}: expected [--reduced] [--python PYTHON]"),
+        }
+    }
+    let root = crate::root();
+    let target = crate::target_dir();
+    let venv = target.join("gt4py-venv");
+    let venv_python = venv.join("bin").join("python");
+    if !venv_python.is_file() {
+        let (interpreter, (major, minor)) = find_python(python)?;
+        println!("gt4py: creating {} with {} (Python {major}.{minor})", venv.display(), interpreter.display());
+        run(Command::new(&interpreter).args(["-m", "venv"]).arg(&venv), "creating the virtual environment")?;
+    }
+    match python_version(&venv_python) {
+        Some((major, minor)) if (major, minor) >= MIN_PYTHON => {
+            println!("gt4py: virtual environment {} (Python {major}.{minor})", venv.display())
+        }
+        found => bail!(
+            "the virtual environment {} runs {}, not a CPython 3.12 or later: remove it and run again",
+            venv.display(),
+            found.map_or("no Python".to_owned(), |(a, b)| format!("Python {a}.{b}"))
+        ),
+    }
+    let pip = |what: &str, args: &[&str]| -> Result<()> {
+        let mut command = Command::new(&venv_python);
+        command.args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check"]).args(args);
+        run(command.current_dir(&root), what)
+    };
+    pip("installing GT4Py and its gtfn_cpu build dependencies", &[&[GT4PY][..], &BACKEND_DEPS[..]].concat())?;
+    // --force-reinstall: the wheel of this checkout, not one pip cached under the same version.
+    pip("building and installing the gridkey wheel", &["--force-reinstall", "--no-deps", "./crates/gridkey-python"])?;
+
+    let grid = root.join(gridkey::SHIPPED_GRID);
+    let work = target.join("gt4py-proof");
+    let mut command = Command::new(&venv_python);
+    command
+        .arg(root.join("crates/gridkey-python/proof/gt4py_proof.py"))
+        .arg("--grid")
+        .arg(&grid)
+        .arg("--work")
+        .arg(&work)
+        .env("PATH", prepend_path(&venv.join("bin")))
+        .current_dir(&root);
+    for var in gridkey::environment() {
+        command.env_remove(var);
+    }
+    if reduced {
+        command.arg("--reduced");
+    }
+    let status = command.status().context("cannot run the GT4Py proof script")?;
+    Ok(status.success())
+}
+
+/// The first CPython >= 3.12 among the candidates, with its version.
+fn find_python(given: Option<PathBuf>) -> Result<(PathBuf, (u32, u32))> {
+    let candidates: Vec<PathBuf> = match given {
+        Some(p) => vec![p],
+        None => {
+            let mut c: Vec<PathBuf> = ["python3.13", "python3.12", "python3"].iter().map(PathBuf::from).collect();
+            c.extend(pyenv_pythons());
+            c
+        }
+    };
+    let mut tried = Vec::new();
+    for candidate in &candidates {
+        match python_version(candidate) {
+            Some(v) if v >= MIN_PYTHON => return Ok((candidate.clone(), v)),
+            Some((major, minor)) => tried.push(format!("{} (Python {major}.{minor})", candidate.display())),
+            None => tried.push(format!("{} (not found)", candidate.display())),
+        }
+    }
+    bail!(
+        "no CPython 3.12 or later found, which GT4Py 1.2.3 requires; tried {}: install one (for example `pyenv install \
+         3.12`) or pass --python /path/to/python3.12",
+        tried.join(", ")
+    )
+}
+
+/// `~/.pyenv/versions/3.*/bin/python`, newest first.
+fn pyenv_pythons() -> Vec<PathBuf> {
+    let Some(home) = std::env::var_os("HOME") else { return Vec::new() };
+    let versions = Path::new(&home).join(".pyenv").join("versions");
+    let Ok(entries) = std::fs::read_dir(&versions) else { return Vec::new() };
+    let mut found: Vec<((u32, u32, u32), PathBuf)> = entries
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let mut parts = name.split('.').map(|p| p.parse::<u32>().ok());
+            let version = (parts.next()??, parts.next()??, parts.next().flatten().unwrap_or(0));
+            Some((version, e.path().join("bin").join("python")))
+        })
+        .collect();
+    found.sort_by_key(|f| std::cmp::Reverse(f.0));
+    found.into_iter().map(|(_, p)| p).collect()
+}
+
+/// `(major, minor)` of a Python interpreter, or None when it does not run.
+fn python_version(python: &Path) -> Option<(u32, u32)> {
+    let out = Command::new(python)
+        .args(["-c", "import sys; print(sys.version_info[0], sys.version_info[1], sys.implementation.name)"])
+        .output()
+        .ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    let text = String::from_utf8(out.stdout).ok()?;
+    let mut words = text.split_whitespace();
+    let version = (words.next()?.parse().ok()?, words.next()?.parse().ok()?);
+    (words.next()? == "cpython").then_some(version)
+}
+
+fn prepend_path(dir: &Path) -> std::ffi::OsString {
+    let mut paths = vec![dir.to_path_buf()];
+    if let Some(path) = std::env::var_os("PATH") {
+        paths.extend(std::env::split_paths(&path));
+    }
+    std::env::join_paths(paths).expect("PATH entries hold no separator")
+}
+
+fn run(command: &mut Command, what: &str) -> Result<()> {
+    let status = command.status().with_context(|| format!("{what}: cannot start {:?}", command.get_program()))?;
+    if !status.success() {
+        bail!("{what} failed ({status}): see the output above");
+    }
+    Ok(())
+}

@@ -1,0 +1,161 @@
+//! `cargo xtask test`: the README's one test command. It sets up what the tests need and runs
+//! every test with those services required, so none of them skips:
+//!
+//! 1. a virtual environment `target/test-venv` (CPython from `python3`) with the PyPI packages
+//!    the tests' witnesses use ([`PYPI_PACKAGES`]) and, when the crate is in the tree, the
+//!    `gridkey` Python package built from `crates/gridkey-python`;
+//! 2. a Redis server (`redis-server`, Debian's package) on a private loopback port, with its data
+//!    in a temp directory, stopped at the end whatever happened;
+//! 3. `cargo test --workspace` with `GRIDKEY_TEST_PYTHON` (the venv's interpreter),
+//!    `GRIDKEY_TEST_REDIS_URL` and `GRIDKEY_TEST_REQUIRE` (the services that must be present: a
+//!    test that finds one missing fails instead of saying it skipped);
+//! 4. the Python package's pytest suite, when the package is in the tree.
+//!
+//! Each step's wall time is printed at the end. Under a plain `cargo test --workspace` the same
+//! tests say that they skipped, and name this command.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+
+/// PyPI packages of the test environment: numpy (stored tables read back), xxhash (the key and
+/// digest witnesses), pytest and hypothesis (the Python package's tests), maturin (its build),
+/// netCDF4 (the witness of netCDF-4 grid reading).
+pub const PYPI_PACKAGES: &[&str] = &["numpy", "xxhash", "pytest", "hypothesis", "maturin", "netCDF4"];
+
+/// A step and how long it took.
+struct Timings(Vec<(String, Duration)>);
+
+impl Timings {
+    fn step<T>(&mut self, name: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
+        eprintln!("xtask test: {name}");
+        let t = Instant::now();
+        let out = f();
+        self.0.push((name.to_owned(), t.elapsed()));
+        out
+    }
+
+    fn print(&self) {
+        println!("\nxtask test: timings");
+        for (name, d) in &self.0 {
+            println!("  {:>8.1} s  {name}", d.as_secs_f64());
+        }
+    }
+}
+
+/// A Redis server started for the tests; killed on drop.
+struct Redis {
+    child: Child,
+    url: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A free loopback port: bound, read, released.
+fn free_port() -> Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+fn start_redis() -> Result<Redis> {
+    let dir = tempfile::tempdir()?;
+    let port = free_port()?;
+    let child = Command::new("redis-server")
+        .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+        .arg("--dir")
+        .arg(dir.path())
+        .stdout(Stdio::null())
+        .spawn()
+        .context("cannot start redis-server: install Debian's redis-server (apt-get install redis-server)")?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        if Instant::now() > deadline {
+            bail!("redis-server did not listen on 127.0.0.1:{port} within 10 s");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok(Redis { child, url: format!("redis://127.0.0.1:{port}/"), _dir: dir })
+}
+
+fn run(cmd: &mut Command) -> Result<()> {
+    let status = cmd.status().with_context(|| format!("cannot run {cmd:?}"))?;
+    if !status.success() {
+        bail!("{cmd:?} failed ({status})");
+    }
+    Ok(())
+}
+
+/// The test virtual environment's interpreter, creating the environment when needed.
+fn venv(root: &Path, target: &Path) -> Result<PathBuf> {
+    let dir = target.join("test-venv");
+    let python = dir.join("bin").join("python");
+    if !python.is_file() {
+        run(Command::new("python3").args(["-m", "venv"]).arg(&dir))?;
+    }
+    run(Command::new(&python)
+        .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check"])
+        .args(PYPI_PACKAGES))?;
+    let package = root.join("crates/gridkey-python");
+    if package.join("pyproject.toml").is_file() {
+        run(Command::new(&python)
+            .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--force-reinstall", "--no-deps"])
+            .arg(&package))?;
+    }
+    Ok(python)
+}
+
+/// `cargo xtask test`: see the module documentation. Returns whether every step passed.
+///
+/// Errors: a service that cannot be set up (no `python3 -m venv`, no `redis-server`).
+pub fn test(root: &Path, target: &Path) -> Result<bool> {
+    let mut timings = Timings(Vec::new());
+    let python = timings.step("virtual environment with the test packages", || venv(root, target))?;
+    let redis = timings.step("Redis on a private port", start_redis)?;
+    let mut require = vec!["numpy", "redis", "netcdf4"];
+    let package = root.join("crates/gridkey-python").join("pyproject.toml").is_file();
+    if package {
+        require.push("gridkey-python");
+    }
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let rust = timings.step("cargo test --workspace", || {
+        Ok(Command::new(&cargo)
+            .args(["test", "--workspace"])
+            .current_dir(root)
+            .env("GRIDKEY_TEST_PYTHON", &python)
+            .env("GRIDKEY_TEST_REDIS_URL", &redis.url)
+            .env("GRIDKEY_TEST_REQUIRE", require.join(","))
+            .status()?
+            .success())
+    })?;
+    let py = if package {
+        timings.step("pytest crates/gridkey-python/tests", || {
+            Ok(Command::new(&python)
+                .args(["-m", "pytest", "-q", "crates/gridkey-python/tests"])
+                .current_dir(root)
+                .env("GRIDKEY_TEST_REDIS_URL", &redis.url)
+                .status()?
+                .success())
+        })?
+    } else {
+        true
+    };
+    drop(redis);
+    timings.print();
+    println!("xtask test: Rust tests {}, Python tests {}", verdict(rust), verdict(py));
+    Ok(rust && py)
+}
+
+fn verdict(ok: bool) -> &'static str {
+    if ok {
+        "passed"
+    } else {
+        "FAILED"
+    }
+}
