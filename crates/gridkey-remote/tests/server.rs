@@ -68,7 +68,8 @@ fn every_bad_object_is_a_reported_miss() {
     let s = settings(&url, "bad", Role::Writer);
     let remote = connect(&s);
     let good = object::encode(TE, &key(5), b"source text", &Trust::none());
-    let cases: Vec<(&str, Vec<u8>, fn(&Reject) -> bool)> = vec![
+    type Expect = fn(&Reject) -> bool;
+    let cases: Vec<(&str, Vec<u8>, Expect)> = vec![
         ("truncated", good[..good.len() - 3].to_vec(), |r| matches!(r, Reject::Length { .. })),
         ("too short", good[..10].to_vec(), |r| matches!(r, Reject::Truncated { .. })),
         (

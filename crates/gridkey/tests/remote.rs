@@ -19,11 +19,13 @@ fn shared_url(test: &str) -> Option<String> {
     match std::env::var(URL_VAR) {
         Ok(url) if !url.trim().is_empty() => Some(url),
         _ => {
+            let required = std::env::var("GRIDKEY_TEST_REQUIRE").is_ok_and(|r| r.split(',').any(|s| s == "redis"));
+            assert!(!required, "a Redis server is required (GRIDKEY_TEST_REQUIRE) but {URL_VAR} is unset");
             // Past the harness's capture, so that a plain `cargo test` shows it.
             let _ = writeln!(
                 std::io::stderr(),
                 "gridkey: skipped {test}: no test Redis server ({URL_VAR} unset); run \
-                 `cargo xtask with-redis -- cargo test -p gridkey --test remote`"
+                 `cargo xtask test` or `cargo xtask with-redis -- cargo test -p gridkey --test remote`"
             );
             None
         }

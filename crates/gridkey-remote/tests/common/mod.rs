@@ -1,7 +1,8 @@
 //! The real Redis servers of the tests.
 //!
 //! `GRIDKEY_TEST_REDIS_URL` names a server that the test command started on loopback
-//! (`cargo xtask with-redis -- cargo test ...` does, and so does `cargo xtask test`). Tests that
+//! (`cargo xtask test` does, and so does `cargo xtask with-redis -- cargo test ...`); with
+//! `GRIDKEY_TEST_REQUIRE` naming `redis`, a missing server fails the test instead. Tests that
 //! need to stop, pause, kill or password-protect a server start a private `redis-server` of their
 //! own (the binary named by `GRIDKEY_TEST_REDIS_SERVER`, else `redis-server` on the `PATH`),
 //! but only when the test command set up Redis, so that a plain `cargo test --workspace`
@@ -23,14 +24,16 @@ pub const SERVER_VAR: &str = "GRIDKEY_TEST_REDIS_SERVER";
 /// Says, past the test harness's output capture (so that a plain `cargo test` shows it), that
 /// `test` skipped, and once per test binary how to run it.
 fn skip(test: &str) {
+    let required = std::env::var("GRIDKEY_TEST_REQUIRE").is_ok_and(|r| r.split(',').any(|s| s == "redis"));
+    assert!(!required, "a Redis server is required (GRIDKEY_TEST_REQUIRE) but {URL_VAR} is unset");
     static HOW: std::sync::Once = std::sync::Once::new();
     let mut err = std::io::stderr().lock();
     HOW.call_once(|| {
         let _ = writeln!(
             err,
             "gridkey-remote: no test Redis server ({URL_VAR} unset), so the real-server tests skip; run them with \
-             `cargo xtask with-redis -- cargo test -p gridkey-remote` (installs redis-server if missing and starts one \
-             on loopback), or set {URL_VAR}=redis://127.0.0.1:PORT/"
+             `cargo xtask test` or `cargo xtask with-redis -- cargo test -p gridkey-remote` (each installs redis-server \
+             if missing and starts one on loopback), or set {URL_VAR}=redis://127.0.0.1:PORT/"
         );
     });
     let _ = writeln!(err, "gridkey-remote: skipped {test}");
