@@ -136,3 +136,14 @@ proptest! {
         prop_assert!(swapped);
     }
 }
+
+#[test]
+fn the_library_key_depends_on_the_build_key_and_the_compiler_identity() {
+    use gridkey_remote::library_key;
+    let base = library_key("0123456789abcdef0123456789abcdef", "identity-a");
+    assert_eq!(base, library_key("0123456789abcdef0123456789abcdef", "identity-a"));
+    assert_ne!(base, library_key("0123456789abcdef0123456789abcdee", "identity-a"));
+    assert_ne!(base, library_key("0123456789abcdef0123456789abcdef", "identity-b"));
+    // Lengths are part of the key: moving a character between the two parts changes it.
+    assert_ne!(library_key("ab", "c"), library_key("a", "bc"));
+}
