@@ -56,7 +56,8 @@
 //! let cache = tempfile::tempdir()?;
 //! let view = compile_time_offset_provider(&provider, &TableStore::open(cache.path())?)?;
 //!
-//! let frontend = Frontend { name: "my-frontend".to_owned(), version: "1.0.0".to_owned() };
+//! // The fingerprint is a digest of the frontend's translation code (ADR 0020); fixed here.
+//! let frontend = Frontend { name: "my-frontend".to_owned(), version: "1.0.0".to_owned(), fingerprint: "f00d".repeat(8) };
 //! let options = TranslationOptions::from([("opt_level".to_owned(), "2".to_owned())]);
 //! let inputs = KeyInputs::new(&frontend, "div", b"the program's stable encoding", &options, &view);
 //! let key = inputs.key();

@@ -34,7 +34,13 @@ def test_golden_grid_tables(golden_digests):
     from conftest import DATA
 
     assert netCDF4
+    checked = 0
     for grid, doc in golden_digests["grids"].items():
+        if doc["kind"] not in ("icon", "mpas"):
+            # The witness derives UGRID tables with uxarray, which this suite does not install;
+            # those digests are checked by the Rust tests of gridkey-grid.
+            continue
+        checked += 1
         kind, tables = digest_witness.grid_tables(str(DATA / "grids" / grid))
         assert kind == doc["kind"]
         for offset, (table, _, _) in tables.items():
@@ -42,6 +48,7 @@ def test_golden_grid_tables(golden_digests):
             assert gridkey.table_digest(table) == expected, (grid, offset)
             # ICON files hold the tables transposed: the Fortran-order view is what a reader gets.
             assert gridkey.table_digest(np.asfortranarray(table)) == expected
+    assert checked >= 2
 
 
 def layouts(table: np.ndarray, tmp_path_factory=None):
