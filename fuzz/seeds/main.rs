@@ -94,7 +94,7 @@ fn main() {
         translate_seconds: 0.01,
         built: true,
         build_seconds: 0.2,
-        artifact: cache.join("build-v1/0123.so"),
+        artifact: cache.join("build-v2/0123.so"),
         miss_reason: Some("local: no translation entry".into()),
     };
     let done = FromWorker::Done { id: 0, result: Ok(postcard::to_stdvec(&outcome).unwrap()) };

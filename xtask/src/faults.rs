@@ -162,11 +162,26 @@ pub fn faults(root: &Path, bin: PathBuf, only: Option<String>) -> Result<bool> {
         Matrix::modified_in_place,
     );
 
+    // A table changed in place between conversion and translation, in a live run.
+    for mode in [gridkey_jobs::BuildJobsMode::Serial, gridkey_jobs::BuildJobsMode::Process] {
+        m.row(
+            &format!("table changed in place before translation ({mode} run)"),
+            "task fails, table repaired, entries all fresh",
+            |m| m.changed_in_window(mode),
+        );
+    }
+
     // gc against a live process.
     m.row(
         "cache gc --max-size 0 while a run maps the tables",
         "mapped tables and live temp kept",
         Matrix::gc_while_mapped,
+    );
+
+    m.row(
+        "cache gc --max-size 0 in a loop beside a run (process mode)",
+        "every program verified; gc removes all after",
+        Matrix::gc_loop_beside_run,
     );
 
     // 8. The shared tier (ADR 0018, ADR 0019).
@@ -572,6 +587,115 @@ impl Matrix {
             detected && rebuilt && before == still,
             &check_final_files(&cache),
             format!("key unchanged (contract): {}; verifying open: digest error naming the file: {detected}; verifying put rebuilt: {rebuilt}", before == still),
+        ))
+    }
+
+    /// A table of the run's compile-time view changed in place (same inode) after conversion and
+    /// before translation: the tasks that translate from it fail, nothing is cached from it, the
+    /// run rewrites it and compiles them again; afterwards every translation entry equals a fresh
+    /// translation from an independent conversion, and a run that verifies every hit agrees.
+    fn changed_in_window(&mut self, mode: gridkey_jobs::BuildJobsMode) -> Result<Seen> {
+        use std::sync::Arc;
+        let cache = self.fresh("window");
+        fs::create_dir_all(&cache)?;
+        let grid = gridkey_grid::read_grid(&self.grid)?;
+        let programs = gridkey_stencil::icon_programs();
+        let options = gridkey_fingerprint::TranslationOptions::new();
+        let cache = fs::canonicalize(&cache)?;
+        let ct = compile_time_offset_provider(grid.provider(), &TableStore::open(&cache)?)?;
+        let Some((_, Entry::Gather(c2e))) = ct.entries().iter().find(|(n, _)| n == "C2E") else { bail!("C2E") };
+        let path = c2e.table_path().to_path_buf();
+        let gridkey_store::TableView::I32(table) = c2e.table() else { bail!("grid tables are int32") };
+        let max = table.iter().copied().max().context("an element")?;
+        let elements = table.len();
+        // Same inode, so the run's mapping (the memo keeps this view) sees it: a larger index
+        // than any real one, which domain inference would read as another codomain extent.
+        let mut perms = fs::metadata(&path)?.permissions();
+        perms.set_mode(0o644);
+        fs::set_permissions(&path, perms)?;
+        let mut f = fs::OpenOptions::new().write(true).open(&path)?;
+        let data_start = f.metadata()?.len() - (elements * 4) as u64;
+        std::io::Seek::seek(&mut f, std::io::SeekFrom::Start(data_start))?;
+        f.write_all(&(max + 5).to_le_bytes())?;
+        f.sync_all()?;
+        drop(f);
+        let worker = gridkey_jobs::WorkerCommand::gridkey(self.bin.clone());
+        let runner = gridkey_jobs::Runner::new(
+            gridkey_jobs::BuildJobs::new(mode, 2),
+            Arc::new(gridkey::StencilHandler),
+            worker.clone(),
+        );
+        let config = gridkey::RunConfig {
+            grid: self.grid.clone(),
+            settings: crate::settings_for(&cache, gridkey_jobs::BuildJobs::new(mode, 2)),
+            worker,
+            options: options.clone(),
+        };
+        let report = gridkey::run_with(&grid, &programs, &runner, &config, 0.0)?;
+        drop(ct);
+        let verified = report.programs.iter().filter(|p| p.verified).count();
+        let warned = report.warnings.iter().any(|w| w.path == path);
+        // The entries, checked against an independent conversion of the intact runtime tables.
+        let other = tempfile::tempdir()?;
+        let good = compile_time_offset_provider(grid.provider(), &TableStore::open(other.path())?)?;
+        let entries = gridkey_fingerprint::TranslationCache::open(&cache)?;
+        let mut fresh_entries = 0;
+        for program in &programs {
+            let key = gridkey_stencil::key_inputs(program, &options, &good)?.key();
+            let fresh = gridkey_stencil::translate(program, &good, &options)?;
+            fresh_entries += usize::from(entries.get(&key).as_deref() == Ok(fresh.as_bytes()));
+        }
+        let stale = files_with_ext(&cache.join(gridkey_fingerprint::TRANSLATION_DIR), "bin").len() - fresh_entries;
+        let rerun = self.run(&cache, &[], &[("GRIDKEY_VERIFY_CACHE_HITS", "1")])?;
+        let poisoned = stale > 0 || rerun.translations() > 0 || !rerun.ok();
+        let mut problems = check_final_files(&cache);
+        if poisoned {
+            problems.push(format!("{stale} translation entries that a fresh translation does not give"));
+        }
+        Ok(Seen::new(
+            verified == programs.len() && warned && rerun.ok(),
+            &problems,
+            format!(
+                "{verified}/{} verified, repair warned: {warned}; {fresh_entries} entries fresh, {stale} stale; verifying rerun {}",
+                programs.len(),
+                rerun.summary()
+            ),
+        ))
+    }
+
+    /// `cache gc --max-size 0` run again and again while a process-mode run translates, builds
+    /// and loads into an empty cache (ADR 0026): the run must verify every program, and once it
+    /// is over the same collection removes everything.
+    fn gc_loop_beside_run(&mut self) -> Result<Seen> {
+        let cache = self.fresh("gc-loop");
+        let args = ["run", "--grid", s(&self.grid), "--cache-dir", s(&cache), "--mode", "process", "--jobs", "2"];
+        let run = self.cmd(&args, &[]).arg("--json").stdout(Stdio::piped()).stderr(Stdio::piped()).spawn()?;
+        let gc_args = ["cache", "gc", "--cache-dir", s(&cache), "--max-size", "0", "--json"];
+        let (mut loops, mut removed) = (0u64, 0u64);
+        let mut run = Some(run);
+        let mut out = None;
+        while let Some(mut child) = run.take() {
+            if child.try_wait()?.is_some() {
+                out = Some(child.wait_with_output()?);
+                break;
+            }
+            run = Some(child);
+            let gc = self.gridkey(&gc_args, &[])?;
+            let report: serde_json::Value = serde_json::from_slice(&gc.stdout).unwrap_or_default();
+            removed += report["entries_removed"].as_u64().unwrap_or(0);
+            loops += 1;
+        }
+        let r = Run::of(out.context("the run's output")?)?;
+        let after = self.gridkey(&gc_args, &[])?;
+        let after: serde_json::Value = serde_json::from_slice(&after.stdout).context("gc JSON")?;
+        let emptied = after["bytes_left"] == 0;
+        Ok(Seen::new(
+            r.ok() && loops > 0 && emptied,
+            &check_final_files(&cache),
+            format!(
+                "{loops} collections beside the run removed {removed} entries; run {}; after: emptied {emptied}",
+                r.summary()
+            ),
         ))
     }
 

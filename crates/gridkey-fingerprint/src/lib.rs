@@ -523,7 +523,14 @@ impl TranslationCache {
     /// be read or checked is a [`Miss::Invalid`].
     pub fn get(&self, key: &TranslationKey) -> Result<Vec<u8>, Miss> {
         let path = self.entry_path(key);
-        let bytes = match fs::read(&path) {
+        let read = fs::File::open(&path).and_then(|mut f| {
+            let mut bytes = Vec::new();
+            io::Read::read_to_end(&mut f, &mut bytes)?;
+            // Marks the entry as used now, for the collector's live-run rule (ADR 0026).
+            gridkey_fs::touch(&f);
+            Ok(bytes)
+        });
+        let bytes = match read {
             Ok(b) => b,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(Miss::Absent),
             Err(e) => return Err(Miss::Invalid(format!("{}: {e}", path.display()))),
@@ -563,6 +570,13 @@ impl TranslationCache {
         gridkey_fs::write_atomic(&record_path, self.fault.as_ref(), |out| out.write_all(&record))
             .map_err(|source| FingerprintError::Write { path: record_path.clone(), source })?;
         Ok(record_path)
+    }
+
+    /// Removes the entry of `key` and its key-input record, best effort: what a caller does with
+    /// a translation whose kernel computed wrong results, so that it is not served again.
+    pub fn remove(&self, key: &TranslationKey) {
+        let _ = fs::remove_file(self.entry_path(key));
+        let _ = fs::remove_file(self.record_path(key));
     }
 
     /// Every key that has a key-input record in the cache, sorted; unreadable directories and

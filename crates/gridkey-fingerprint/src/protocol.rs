@@ -1,7 +1,9 @@
-//! The cache protocol: look up, translate on a miss, verify a hit when asked, put with the
-//! key-input record, over an ordered list of tiers (ADR 0013).
+//! The cache protocol: look up, translate on a miss under the key's lock, verify a hit when
+//! asked, put with the key-input record, over an ordered list of tiers (ADR 0013, ADR 0025).
 
 use std::fmt;
+
+use gridkey_fs::lock::KeyLocks;
 
 use crate::{FingerprintError, KeyInputs, Miss, TranslationCache, TranslationKey};
 
@@ -51,10 +53,12 @@ impl Tier for TranslationCache {
     }
 }
 
-/// The tiers of a translation cache, in lookup order.
+/// The tiers of a translation cache, in lookup order, and the per-key locks under which a miss
+/// is translated.
 #[derive(Default)]
 pub struct Tiers {
     tiers: Vec<Box<dyn Tier>>,
+    locks: Option<KeyLocks>,
 }
 
 impl fmt::Debug for Tiers {
@@ -64,16 +68,30 @@ impl fmt::Debug for Tiers {
 }
 
 impl Tiers {
-    /// The given tiers, looked up in this order (put the local cache first).
+    /// The given tiers, looked up in this order, without per-key locks.
     pub fn new(tiers: Vec<Box<dyn Tier>>) -> Self {
-        Self { tiers }
+        Self { tiers, locks: None }
     }
 
-    /// One local tier: the [`TranslationCache`] of `cache_dir`.
+    /// One local tier, the [`TranslationCache`] of `cache_dir`, with the per-key locks of
+    /// `cache_dir` ([`KeyLocks`]).
     ///
     /// Errors: [`FingerprintError::Directory`] when `<cache_dir>/translation-v2` cannot be created.
     pub fn local(cache_dir: &std::path::Path) -> Result<Self, FingerprintError> {
-        Ok(Self::new(vec![Box::new(TranslationCache::open(cache_dir)?)]))
+        Ok(Self::new(vec![Box::new(TranslationCache::open(cache_dir)?)]).with_locks(KeyLocks::new(cache_dir)))
+    }
+
+    /// These tiers with a miss translated under the key's lock in `locks` (ADR 0025): of the
+    /// processes that miss one key at once, one translates while the others wait, look up
+    /// again and hit.
+    pub fn with_locks(mut self, locks: KeyLocks) -> Self {
+        self.locks = Some(locks);
+        self
+    }
+
+    /// The per-key locks, if any.
+    pub fn locks(&self) -> Option<&KeyLocks> {
+        self.locks.as_ref()
     }
 
     /// Adds `tier` after the others: it is looked up last.
@@ -114,6 +132,9 @@ pub struct Cached {
     pub hit: Option<String>,
     /// On a miss, why each tier could not serve the key, `tier: reason`, joined by `; `.
     pub miss_reason: Option<String>,
+    /// Whether the lookup waited for the key's lock (another process or thread was translating
+    /// the same key); a hit after waiting is that translation.
+    pub waited: bool,
     /// Tiers that could not be written (a write-back after a later tier's hit, or a put after
     /// a miss beyond the first writable tier), `tier: error`; the result is still good.
     pub warnings: Vec<String>,
@@ -147,10 +168,14 @@ pub enum CacheProtocolError<E: std::error::Error + 'static> {
     },
 }
 
-/// The cache protocol (ADR 0013): looks `request.inputs`' key up in each tier in order; a hit
-/// that the frontend accepts is written back to the earlier writable tiers and returned (after
-/// a byte-for-byte comparison with a fresh translation when `verify_hits`); on a miss, calls
-/// `translate` once and puts the result, with its key-input record, into every writable tier.
+/// The cache protocol (ADR 0013, ADR 0025): looks `request.inputs`' key up in each tier in
+/// order; a hit that the frontend accepts is written back to the earlier writable tiers and
+/// returned (after a byte-for-byte comparison with a fresh translation when `verify_hits`). On
+/// a miss, takes the key's lock (when the tiers have [`KeyLocks`]), looks up again (a process
+/// that held the lock meanwhile has put the entry: a hit), and only when still missing calls
+/// `translate` once and puts the result, with its key-input record, into every writable tier
+/// before releasing the lock. A lock that cannot be taken (a file system without locks) is a
+/// warning, and the miss is translated without it.
 ///
 /// Errors: [`CacheProtocolError::Translate`] from `translate`; [`CacheProtocolError::Put`] when
 /// there are writable tiers and none could store the translation;
@@ -161,35 +186,30 @@ pub fn translate_cached<E: std::error::Error + 'static>(
     mut translate: impl FnMut() -> Result<Vec<u8>, E>,
 ) -> Result<Cached, CacheProtocolError<E>> {
     let key = request.inputs.key();
-    let mut misses = Vec::new();
     let mut warnings = Vec::new();
-    for (index, tier) in tiers.tiers.iter().enumerate() {
-        let payload = match tier.get(&key).and_then(|p| (request.accept)(&p).map(|()| p).map_err(Miss::Invalid)) {
-            Ok(payload) => payload,
-            Err(Miss::Absent) => {
-                misses.push(format!("{}: no translation entry for key {key}", tier.name()));
-                continue;
+    let mut misses = Vec::new();
+    if let Some(cached) = look_up(tiers, request, &key, &mut translate, &mut misses, &mut warnings)? {
+        return Ok(cached);
+    }
+    let mut waited = false;
+    let _held = match &tiers.locks {
+        None => None,
+        Some(locks) => match locks.lock(&format!("translation-{key}")) {
+            Ok((held, contended)) => {
+                waited = contended;
+                Some(held)
             }
-            Err(Miss::Invalid(why)) => {
-                misses.push(format!("{}: unusable translation entry: {why}", tier.name()));
-                continue;
+            Err(e) => {
+                warnings.push(format!("cannot take the lock of key {key} in {}: {e}", locks.dir().display()));
+                None
             }
-        };
-        if request.verify_hits {
-            let fresh = translate().map_err(CacheProtocolError::Translate)?;
-            if fresh != payload {
-                let first_difference =
-                    fresh.iter().zip(&payload).position(|(a, b)| a != b).unwrap_or(fresh.len().min(payload.len()));
-                return Err(CacheProtocolError::VerifyMismatch { key, tier: tier.name().to_owned(), first_difference });
-            }
+        },
+    };
+    if _held.is_some() {
+        let mut again = Vec::new();
+        if let Some(cached) = look_up(tiers, request, &key, &mut translate, &mut again, &mut warnings)? {
+            return Ok(Cached { waited, ..cached });
         }
-        tier.served(request.inputs, &key);
-        for earlier in tiers.tiers[..index].iter().filter(|t| t.writable()) {
-            if let Err(e) = earlier.put(request.inputs, &payload) {
-                warnings.push(format!("{}: {e}", earlier.name()));
-            }
-        }
-        return Ok(Cached { key, payload, hit: Some(tier.name().to_owned()), miss_reason: None, warnings });
     }
     let payload = translate().map_err(CacheProtocolError::Translate)?;
     let mut first_error = None;
@@ -207,5 +227,57 @@ pub fn translate_cached<E: std::error::Error + 'static>(
         None => {}
     }
     let miss_reason = Some(if misses.is_empty() { "no cache tier".to_owned() } else { misses.join("; ") });
-    Ok(Cached { key, payload, hit: None, miss_reason, warnings })
+    Ok(Cached { key, payload, hit: None, miss_reason, waited, warnings })
+}
+
+/// One lookup in every tier, in order: the hit (verified, written back), or `None` with the
+/// reason of each tier's miss pushed to `misses`.
+fn look_up<E: std::error::Error + 'static>(
+    tiers: &Tiers,
+    request: &Request<'_>,
+    key: &TranslationKey,
+    translate: &mut impl FnMut() -> Result<Vec<u8>, E>,
+    misses: &mut Vec<String>,
+    warnings: &mut Vec<String>,
+) -> Result<Option<Cached>, CacheProtocolError<E>> {
+    for (index, tier) in tiers.tiers.iter().enumerate() {
+        let payload = match tier.get(key).and_then(|p| (request.accept)(&p).map(|()| p).map_err(Miss::Invalid)) {
+            Ok(payload) => payload,
+            Err(Miss::Absent) => {
+                misses.push(format!("{}: no translation entry for key {key}", tier.name()));
+                continue;
+            }
+            Err(Miss::Invalid(why)) => {
+                misses.push(format!("{}: unusable translation entry: {why}", tier.name()));
+                continue;
+            }
+        };
+        if request.verify_hits {
+            let fresh = translate().map_err(CacheProtocolError::Translate)?;
+            if fresh != payload {
+                let first_difference =
+                    fresh.iter().zip(&payload).position(|(a, b)| a != b).unwrap_or(fresh.len().min(payload.len()));
+                return Err(CacheProtocolError::VerifyMismatch {
+                    key: *key,
+                    tier: tier.name().to_owned(),
+                    first_difference,
+                });
+            }
+        }
+        tier.served(request.inputs, key);
+        for earlier in tiers.tiers[..index].iter().filter(|t| t.writable()) {
+            if let Err(e) = earlier.put(request.inputs, &payload) {
+                warnings.push(format!("{}: {e}", earlier.name()));
+            }
+        }
+        return Ok(Some(Cached {
+            key: *key,
+            payload,
+            hit: Some(tier.name().to_owned()),
+            miss_reason: None,
+            waited: false,
+            warnings: std::mem::take(warnings),
+        }));
+    }
+    Ok(None)
 }

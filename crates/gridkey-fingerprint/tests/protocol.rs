@@ -161,3 +161,36 @@ fn only_read_only_tiers_translate_without_storing() {
     assert_eq!((n, r.unwrap().translated()), (1, true));
     assert!(!tiers.contains(&p.key()));
 }
+
+#[test]
+fn a_miss_waits_for_the_key_lock_and_hits_what_its_holder_put() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+    let dir = tempfile::tempdir().unwrap();
+    let translations = AtomicUsize::new(0);
+    let inputs = inputs("p");
+    let accept = |_: &[u8]| Ok(());
+    let run = |delay: Duration| {
+        std::thread::sleep(delay);
+        let tiers = Tiers::local(dir.path()).unwrap();
+        let request = Request { inputs: &inputs, verify_hits: false, accept: &accept };
+        translate_cached(&tiers, &request, || {
+            translations.fetch_add(1, Ordering::SeqCst);
+            // Long enough for the other thread to miss and wait for the key's lock.
+            std::thread::sleep(Duration::from_millis(400));
+            Ok::<_, Failed>(b"source".to_vec())
+        })
+        .unwrap()
+    };
+    let (first, second) = std::thread::scope(|s| {
+        let first = s.spawn(|| run(Duration::ZERO));
+        let second = s.spawn(|| run(Duration::from_millis(100)));
+        (first.join().unwrap(), second.join().unwrap())
+    });
+    assert_eq!(translations.load(Ordering::SeqCst), 1, "one translation for both");
+    assert!(first.translated() && !first.waited);
+    assert_eq!((second.hit.as_deref(), second.waited), (Some("local"), true), "{second:?}");
+    assert_eq!(second.payload, b"source");
+    let locks = dir.path().join(gridkey_fs::lock::LOCKS_DIR);
+    assert_eq!(std::fs::read_dir(&locks).unwrap().count(), 0, "no lock file left");
+}

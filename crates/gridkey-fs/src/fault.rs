@@ -14,7 +14,7 @@
 //! `<point>` is one of [`PausePoint`]'s names: `created` (empty temp file), `partial` (about half
 //! of the first buffer on disk), `written` (all bytes written, not synced), `synced` (synced and
 //! read-only, not yet renamed). The optional `<path part>` restricts the fault to final paths
-//! containing it (`tables-v1`, `translation-v2`, `build-v1`, `.bin`, `.so`).
+//! containing it (`tables-v1`, `translation-v2`, `build-v2`, `.bin`, `.so`).
 //!
 //! ```
 //! use gridkey_fs::{Fault, FaultKind, PausePoint};

@@ -7,8 +7,9 @@
 //!   directory synced;
 //! - [`lock`]: `flock(2)` locks, shared on a file used in place ([`lock::open_shared`]),
 //!   exclusive on a temp file being written, tried without waiting by the collector;
-//! - [`remove_stale_temps`] and [`remove_if_unlocked`]: the sweep of abandoned temp files and
-//!   the one way the collector removes a file;
+//! - [`remove_stale_temps`], [`remove_if_unlocked`] and [`remove_if_unused`]: the sweep of
+//!   abandoned temp files and the ways the collector removes a file; [`touch`] marks a use;
+//! - [`lock::KeyLocks`]: the per-key locks under which one process produces an artifact;
 //! - [`fault`]: the fault hook of the fault matrix, a typed [`Fault`] the caller passes in.
 //!
 //! # Architecture invariant
@@ -53,6 +54,11 @@ use fault::{FaultWriter, Plan};
 
 /// Prefix of temp files in a cache directory; anything with it is an unfinished write.
 pub const TEMP_PREFIX: &str = ".tmp-";
+
+/// Name of the lock file inside a temp directory (a directory named [`TEMP_PREFIX`]`*`, such as a
+/// build's private directory): its writer holds an exclusive lock on it while the directory is
+/// in use, and [`remove_stale_temps`] removes the directory only once that lock is free.
+pub const TEMP_DIR_LOCK: &str = "lock";
 
 /// Errors of the filesystem layer that are not the I/O error of one file operation (those are
 /// returned as [`io::Error`] for the caller to name its file).
@@ -180,7 +186,8 @@ pub struct TempSweep {
 /// least `min_age` old (by modification time) and that no process holds a lock on: the remains
 /// of a writer that was killed or lost power (ADR 0012). A live writer holds an exclusive lock
 /// on its temp file, so it is never removed; `min_age` also covers the instant between the
-/// creation of a temp file and its lock, and writers that cannot lock (the C compiler's output).
+/// creation of a temp file and its lock. A directory named [`TEMP_PREFIX`]`*` (a build's private
+/// directory) is removed whole under the same rule, its lock being its [`TEMP_DIR_LOCK`] file.
 /// A missing `dir` is an empty sweep.
 ///
 /// Errors: the I/O error of listing a directory (a file that vanished meanwhile is skipped).
@@ -196,14 +203,23 @@ pub fn remove_stale_temps(dir: &Path, min_age: Duration) -> io::Result<TempSweep
         let entry = entry?;
         let path = entry.path();
         let Ok(meta) = fs::symlink_metadata(&path) else { continue };
+        let is_temp = entry.file_name().to_string_lossy().starts_with(TEMP_PREFIX);
+        let age = meta.modified().ok().and_then(|m| now.duration_since(m).ok()).unwrap_or_default();
+        if meta.is_dir() && is_temp {
+            if age >= min_age {
+                if let Some(bytes) = remove_temp_dir_if_unlocked(&path)? {
+                    sweep.bytes += bytes;
+                    sweep.removed.push(path);
+                }
+            }
+            continue;
+        }
         if meta.is_dir() {
             let inner = remove_stale_temps(&path, min_age)?;
             sweep.removed.extend(inner.removed);
             sweep.bytes += inner.bytes;
             continue;
         }
-        let is_temp = entry.file_name().to_string_lossy().starts_with(TEMP_PREFIX);
-        let age = meta.modified().ok().and_then(|m| now.duration_since(m).ok()).unwrap_or_default();
         if !is_temp || !meta.is_file() || age < min_age {
             continue;
         }
@@ -213,6 +229,90 @@ pub fn remove_stale_temps(dir: &Path, min_age: Duration) -> io::Result<TempSweep
         }
     }
     Ok(sweep)
+}
+
+/// Removes the temp directory `dir` when no process holds a lock on its [`TEMP_DIR_LOCK`] file
+/// (or it has none), holding that lock while removing; returns the bytes of the files removed.
+fn remove_temp_dir_if_unlocked(dir: &Path) -> io::Result<Option<u64>> {
+    let _held = match OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(dir.join(TEMP_DIR_LOCK)) {
+        Ok(lock) if !lock::try_lock_exclusive(&lock)? => return Ok(None),
+        Ok(lock) => Some(lock),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+        Err(e) => return Err(e),
+    };
+    let mut bytes = 0;
+    for entry in fs::read_dir(dir)?.flatten() {
+        bytes += entry.metadata().map_or(0, |m| if m.is_file() { m.len() } else { 0 });
+    }
+    match fs::remove_dir_all(dir) {
+        Ok(()) => Ok(Some(bytes)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Whether `path` (not followed if a symlink) names the very file `file` is open on (same
+/// device and inode): how a process that locked a cache file checks that nobody removed or
+/// replaced it meanwhile (ADR 0009).
+pub fn names_file(path: &Path, file: &File) -> bool {
+    fs::symlink_metadata(path).is_ok_and(|m| same_file(&m, file))
+}
+
+/// Sets the access time of `file` to now, best effort (a file of another user is left as it
+/// is): how a run marks a cache entry it uses, for the collector's live-run rule (ADR 0026),
+/// since `relatime` updates access times only now and then.
+pub fn touch(file: &File) {
+    let _ = file.set_times(fs::FileTimes::new().set_accessed(SystemTime::now()));
+}
+
+/// What [`remove_if_unused`] did with a file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Removal {
+    /// The file was removed.
+    Removed,
+    /// A process holds a lock on it (it is mapped, loaded or being written): kept.
+    Locked,
+    /// It was used (accessed or modified) at or after the time it had to be older than: kept.
+    Recent,
+    /// It is gone (or was replaced meanwhile): nothing removed.
+    Gone,
+}
+
+/// [`remove_if_unlocked`], and only when the file's last use (the later of its access and
+/// modification times) is before the time `used_before` returns, asked while the exclusive lock is
+/// held (`None`: any time). A process that marks a file it uses ([`touch`]) under a shared lock
+/// therefore either sees it removed (its path no longer names the file it locked) or has it
+/// kept: how `gridkey cache gc` spares what live runs use (ADR 0026).
+///
+/// Errors: the I/O error of opening, locking, checking or removing other than `NotFound`, and
+/// the error of `used_before`.
+pub fn remove_if_unused(
+    path: &Path,
+    used_before: impl FnOnce() -> io::Result<Option<SystemTime>>,
+) -> io::Result<Removal> {
+    let file = match OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK).open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Removal::Gone),
+        Err(e) => return Err(e),
+    };
+    if !lock::try_lock_exclusive(&file)? {
+        return Ok(Removal::Locked);
+    }
+    if !names_file(path, &file) {
+        return Ok(Removal::Gone);
+    }
+    if let Some(limit) = used_before()? {
+        let meta = file.metadata()?;
+        let last_use = meta.modified()?.max(meta.accessed()?);
+        if last_use >= limit {
+            return Ok(Removal::Recent);
+        }
+    }
+    match fs::remove_file(path) {
+        Ok(()) => Ok(Removal::Removed),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Removal::Gone),
+        Err(e) => Err(e),
+    }
 }
 
 /// Removes the regular file at `path` while holding an exclusive lock on it taken without

@@ -8,12 +8,15 @@
 //! [`crate::remove_if_unlocked`]), so it never removes a file that a live process uses or is
 //! writing. The kernel drops `flock` locks when the process dies, so a killed process never
 //! leaves a file locked.
+//!
+//! [`KeyLocks`] are the per-key locks under which one process produces a translation or a build
+//! while the others wait for it (ADR 0025).
 
 use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::io::AsRawFd;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::same_file;
 
@@ -82,4 +85,98 @@ pub fn open_shared(path: &Path) -> io::Result<File> {
         }
     }
     last.ok_or_else(|| io::Error::from_raw_os_error(libc::ENOENT))
+}
+
+/// Per-key locks of a cache directory: one lock file per key under `<cache>/locks/`, locked
+/// exclusively by whoever produces the key's artifact (a translation, a build), so that processes
+/// sharing a cache produce each artifact once while the others wait and then hit (ADR 0025).
+///
+/// A lock is released when its holder drops it or dies (`flock` locks die with their process), so
+/// a killed holder never blocks the others. The holder removes its lock file while still holding
+/// the lock; a waiter that then gets the lock on the removed file sees that the path no longer
+/// names it and takes the lock again on a new file, so that lock files do not pile up and a lock
+/// file can be removed by [`crate::remove_if_unlocked`] (the collector) at any time.
+#[derive(Clone, Debug)]
+pub struct KeyLocks {
+    dir: PathBuf,
+}
+
+/// Name of the lock directory under the cache directory.
+pub const LOCKS_DIR: &str = "locks";
+
+impl KeyLocks {
+    /// The per-key locks of `cache_dir` (`<cache_dir>/locks/`, created on first use).
+    pub fn new(cache_dir: &Path) -> Self {
+        Self { dir: cache_dir.join(LOCKS_DIR) }
+    }
+
+    /// The lock directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Takes the lock named `name` (for example `translation-<key>`), waiting while another
+    /// process or thread holds it. Held until the returned guard is dropped; the flag says
+    /// whether it had to wait.
+    ///
+    /// Errors: the I/O error of creating the directory or the lock file, or of `flock(2)`
+    /// (`ENOLCK` on a file system without locks).
+    pub fn lock(&self, name: &str) -> io::Result<(KeyLock, bool)> {
+        let path = self.dir.join(format!("{name}.lock"));
+        let mut waited = false;
+        loop {
+            let file = match open_lock_file(&path) {
+                Ok(f) => f,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    fs::create_dir_all(&self.dir)?;
+                    open_lock_file(&path)?
+                }
+                Err(e) => return Err(e),
+            };
+            if !try_lock_exclusive(&file)? {
+                waited = true;
+                lock_exclusive(&file)?;
+            }
+            if crate::names_file(&path, &file) {
+                return Ok((KeyLock { file, path }, waited));
+            }
+            // The previous holder removed the file after we opened it: lock the new one.
+        }
+    }
+}
+
+/// Opens (creating) a lock file; one created by another user of a shared cache is opened
+/// read-only, which is enough for `flock`.
+fn open_lock_file(path: &Path) -> io::Result<File> {
+    let created =
+        OpenOptions::new().read(true).write(true).create(true).mode(0o644).custom_flags(libc::O_NOFOLLOW).open(path);
+    match created {
+        Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
+            OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(path)
+        }
+        other => other,
+    }
+}
+
+/// A held per-key lock ([`KeyLocks::lock`]); dropping it removes the lock file and releases it.
+#[derive(Debug)]
+pub struct KeyLock {
+    file: File,
+    path: PathBuf,
+}
+
+impl KeyLock {
+    /// The lock file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for KeyLock {
+    fn drop(&mut self) {
+        // Removed while held: waiters that opened it retry on a new file (see `KeyLocks::lock`).
+        if crate::names_file(&self.path, &self.file) {
+            let _ = fs::remove_file(&self.path);
+        }
+    }
 }

@@ -758,6 +758,22 @@ pub fn compile_time_connectivity(
     Ok(entry.compile_time.clone())
 }
 
+/// Converts `connectivity` into `store` again, past the memo, with every open of the stored
+/// file recomputing its digest: a stored table whose content no longer matches its name (changed
+/// in place after it was stored) is rewritten from the runtime table and mapped anew, and the
+/// memo holds the new view (ADR 0024). Reads the runtime table and the stored file once more.
+///
+/// Errors: as [`compile_time_connectivity`].
+pub fn reconvert_connectivity(
+    offset: &str,
+    connectivity: &Arc<Connectivity>,
+    store: &TableStore,
+) -> Result<Arc<CompileTimeConnectivity>, OffsetsError> {
+    let key = (Arc::as_ptr(connectivity) as usize, store.dir().to_path_buf());
+    memo().lock().unwrap_or_else(|p| p.into_inner()).remove(&key);
+    compile_time_connectivity(offset, connectivity, &store.clone().verifying(true))
+}
+
 fn fits_i32(table: ArrayView2<'_, i64>) -> bool {
     table.iter().all(|&x| i32::try_from(x).is_ok())
 }

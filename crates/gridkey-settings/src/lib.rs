@@ -114,7 +114,7 @@ pub const VARIABLES: &[Variable] = &[
     },
     Variable {
         name: ENV_CACHE_DIR,
-        meaning: "cache directory (`tables-v1/`, `translation-v2/`, `build-v1/`)",
+        meaning: "cache directory (`tables-v1/`, `translation-v2/`, `build-v2/`)",
         default: "`.gridkey_cache`",
     },
     Variable {
@@ -357,7 +357,7 @@ pub struct TestHooks {
 pub struct Settings {
     /// Runner mode, worker count, timeout ([`ENV_MODE`], [`ENV_JOBS`], [`ENV_TIMEOUT`]).
     pub build_jobs: BuildJobs,
-    /// The cache directory ([`ENV_CACHE_DIR`]); holds `tables-v1/`, `translation-v2/`, `build-v1/`.
+    /// The cache directory ([`ENV_CACHE_DIR`]); holds `tables-v1/`, `translation-v2/`, `build-v2/`.
     pub cache_dir: PathBuf,
     /// Recompute the digest of every stored table on every open ([`ENV_VERIFY_TABLES`]).
     pub verify_tables: bool,

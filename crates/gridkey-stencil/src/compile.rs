@@ -1,7 +1,6 @@
 //! The compile step: translation key, translation cache, translation, build cache.
 
 use std::fs;
-use std::io;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
@@ -9,19 +8,21 @@ use std::time::Instant;
 use gridkey_fingerprint::{
     translate_cached, CacheProtocolError, Request, Tiers, TranslationCache, TranslationKey, TranslationOptions,
 };
+use gridkey_fs::lock::KeyLocks;
 use gridkey_fs::Fault;
 use gridkey_offsets::CompileTimeOffsetProvider;
 use gridkey_settings::{CompilerSettings, Settings};
 use serde::{Deserialize, Serialize};
 use xxhash_rust::xxh3::Xxh3;
 
+use crate::compiler::identity_for_build;
 use crate::{check_options, key_inputs, translate, Program, StencilError};
 
 /// Version of the build cache layout and key; part of its directory name, [`BUILD_DIR`].
-pub const BUILD_FORMAT_VERSION: u32 = 1;
+pub const BUILD_FORMAT_VERSION: u32 = 2;
 
 /// Name of the build cache directory under the cache directory.
-pub const BUILD_DIR: &str = "build-v1";
+pub const BUILD_DIR: &str = "build-v2";
 
 /// Flags every build gets besides the optimisation level.
 const SHARED_FLAGS: [&str; 2] = ["-shared", "-fPIC"];
@@ -82,7 +83,7 @@ pub struct CompileOutcome {
     pub built: bool,
     /// Seconds spent on the build-cache lookup and building.
     pub build_seconds: f64,
-    /// The shared library, `<cache_dir>/build-v1/<hex>.so`.
+    /// The shared library, `<cache_dir>/build-v2/<hex>.so`.
     pub artifact: PathBuf,
     /// On a translation-cache miss, why the entry was not usable.
     pub miss_reason: Option<String>,
@@ -108,16 +109,16 @@ mod key_hex {
 /// 2. the cache protocol, [`translate_cached`], over the local tier `<cache_dir>/translation-v2`:
 ///    a hit is the C source; a miss (absent, or unreadable, corrupt, not UTF-8) translates with
 ///    [`translate`] and stores the source with its key-input record;
-/// 3. build cache: `<cache_dir>/build-v1/<`[`build_key`]`>.so`; when absent, the compiler
-///    `cc -O<level> -shared -fPIC -o <scratch temp in build-v1> <temp>.c` runs in `build-v1`
-///    and the library is written into place by [`gridkey_fs::write_atomic`] (temp file,
-///    `sync_all`, read-only, rename, directory sync), so no partial library is ever visible
-///    under a final name.
+/// 3. build cache: `<cache_dir>/build-v2/<`[`build_key`]`>.so`, used when its checksum
+///    trailer matches its bytes and it loads as this program's kernel; otherwise the compiler
+///    `cc -O<level> -shared -fPIC -o kernel.so kernel.c` runs in a temporary directory of
+///    `build-v2`, and the library with its checksum trailer (ADR 0023) is written atomically
+///    (temp file, sync, rename), so no partial library is ever visible under a final name.
 ///
 /// Errors: [`check_options`] and [`translate`] errors; [`StencilError::Cache`] when the
 /// translation cache cannot be written; [`StencilError::VerifyMismatch`];
 /// [`StencilError::Io`] for the build cache; [`StencilError::Compiler`] when the compiler is
-/// missing or fails (nothing is left in `build-v1`).
+/// missing or fails (nothing is left in `build-v2`).
 pub fn compile(
     program: &Program,
     provider: &CompileTimeOffsetProvider,
@@ -139,13 +140,21 @@ pub fn compile(
     let started = Instant::now();
     let inputs = key_inputs(program, options, provider)?;
     let options = &inputs.options;
-    let tiers = Tiers::new(vec![Box::new(TranslationCache::open(&config.cache_dir)?.with_fault(config.fault.clone()))]);
+    let tiers = Tiers::new(vec![Box::new(TranslationCache::open(&config.cache_dir)?.with_fault(config.fault.clone()))])
+        .with_locks(KeyLocks::new(&config.cache_dir));
     let accept = |payload: &[u8]| {
         std::str::from_utf8(payload).map(|_| ()).map_err(|e| format!("entry is not UTF-8 C source: {e}"))
     };
     let request = Request { inputs: &inputs, verify_hits: config.verify_hits, accept: &accept };
-    let cached = translate_cached(&tiers, &request, || translate(program, provider, options).map(String::into_bytes))
-        .map_err(|e| match e {
+    // Every table the translation read must still hold what its digest (the key) names once the
+    // translation is done: a table changed in place in the window fails this task and is never
+    // cached under the original key. One digest per table, on a miss only.
+    let translate_checked = || {
+        let source = translate(program, provider, options)?;
+        check_tables_read(program, provider)?;
+        Ok::<_, StencilError>(source.into_bytes())
+    };
+    let cached = translate_cached(&tiers, &request, translate_checked).map_err(|e| match e {
         CacheProtocolError::Translate(e) => e,
         CacheProtocolError::Put(e) => StencilError::Cache(e),
         CacheProtocolError::VerifyMismatch { key, first_difference, .. } => {
@@ -158,14 +167,24 @@ pub fn compile(
     let translate_seconds = started.elapsed().as_secs_f64();
 
     let started = Instant::now();
+    let identity = identity_for_build(&config.compiler);
     let flags = build_flags(&opts);
     let dir = config.cache_dir.join(BUILD_DIR);
-    let artifact = dir.join(format!("{}.so", build_key(&source, &config.compiler.command, &flags)));
+    let library_key = build_key(&source, &identity, &flags);
+    let artifact = dir.join(format!("{library_key}.so"));
     let built = if library_usable(&artifact, program) {
         false
     } else {
-        build(program.name(), &config.compiler, &flags, &source, &dir, &artifact, config.fault.as_ref())?;
-        true
+        // One build per key across processes (ADR 0025): a concurrent build of this key is
+        // waited for and its library used. Without locks (a file system that has none) every
+        // process builds, as before.
+        let held = KeyLocks::new(&config.cache_dir).lock(&format!("build-{library_key}")).ok();
+        if held.is_some() && library_usable(&artifact, program) {
+            false
+        } else {
+            build(program.name(), &config.compiler, &flags, &source, &artifact, &library_key, config.fault.as_ref())?;
+            true
+        }
     };
     Ok(CompileOutcome {
         program: program.name().to_owned(),
@@ -187,7 +206,8 @@ fn build_flags(opts: &crate::StencilOptions) -> Vec<String> {
 }
 
 /// The build key ([`build_key`]) of the library that [`compile`] builds from `source` with
-/// `options` and `compiler`: what names it in `<cache_dir>/build-v1/<build key>.so`.
+/// `options` and `compiler`: what names it in `<cache_dir>/build-v2/<build key>.so`. Uses the
+/// identity carried in `compiler` when it has one, else computes it ([`crate::compiler_identity`]).
 ///
 /// Errors: [`check_options`] errors.
 pub fn library_build_key(
@@ -196,57 +216,33 @@ pub fn library_build_key(
     compiler: &CompilerSettings,
 ) -> Result<String, StencilError> {
     let opts = check_options(options)?;
-    Ok(build_key(source, &compiler.command, &build_flags(&opts)))
+    Ok(build_key(source, &identity_for_build(compiler), &build_flags(&opts)))
 }
 
-/// The identity of the C compiler, for sharing libraries between machines (the build key leaves
-/// the compiler's version out): xxh3_128 (32 hex digits) over the bytes of the executable the
-/// command resolved to, and the output of the command with `--version` and with `-dumpmachine`,
-/// run with the compiler's environment only. Two machines share a library only when this is
-/// equal.
+/// Recomputes the digest of every compile-time table `program` reads and compares it with the
+/// digest the key was computed from (ADR 0024).
 ///
-/// Errors: [`StencilError::Compiler`] when the compiler cannot be read or run, or fails.
-pub fn compiler_identity(compiler: &CompilerSettings) -> Result<String, StencilError> {
-    let fail = |status, why: String| StencilError::Compiler {
-        cc: compiler.command_line(),
-        program: "(compiler identity)".to_owned(),
-        status,
-        stderr_tail: why,
-    };
-    let Some((word, pre_args)) = compiler.command.split_first() else {
-        return Err(fail(None, "the compiler command is empty".to_owned()));
-    };
-    let exe = compiler.resolved.as_ref().map_or_else(|| PathBuf::from(word), |r| r.program.clone());
-    let mut h = Xxh3::new();
-    let mut part = |b: &[u8]| {
-        h.update(&(b.len() as u64).to_le_bytes());
-        h.update(b);
-    };
-    part(b"gridkey-stencil compiler identity v1");
-    let bytes = fs::read(&exe).map_err(|e| fail(None, format!("cannot read {}: {e}", exe.display())))?;
-    part(xxhash_rust::xxh3::xxh3_128(&bytes).to_le_bytes().as_slice());
-    for flag in ["--version", "-dumpmachine"] {
-        let out = Command::new(&exe)
-            .env_clear()
-            .envs(&compiler.env)
-            .args(pre_args)
-            .arg(flag)
-            .output()
-            .map_err(|e| fail(None, format!("cannot run {} {flag}: {e}", exe.display())))?;
-        if !out.status.success() {
-            return Err(fail(out.status.code(), format!("{flag}: {}", String::from_utf8_lossy(&out.stderr).trim())));
+/// Errors: [`StencilError::TableChanged`] naming the program, the offset and the file.
+fn check_tables_read(program: &Program, provider: &CompileTimeOffsetProvider) -> Result<(), StencilError> {
+    for offset in program.offsets() {
+        if let Some(c) = provider.gather(&offset) {
+            c.verify().map_err(|source| StencilError::TableChanged {
+                program: program.name().to_owned(),
+                offset: offset.clone(),
+                source,
+            })?;
         }
-        part(&out.stdout);
     }
-    Ok(format!("{:032x}", h.digest128()))
+    Ok(())
 }
 
 /// The build-cache key of a library: xxh3_128 (32 hex digits) over [`BUILD_FORMAT_VERSION`],
-/// the C source, the compiler command words and the flags, each length-prefixed (u64 LE).
+/// the C source, the compiler's identity ([`crate::compiler_identity`]: its command words,
+/// executable, version and target) and the flags, each length-prefixed (u64 LE) (ADR 0022).
 ///
-/// Left out on purpose: the compiler's version and the machine (clear `build-v1` after
-/// changing the compiler behind the same command), and every path.
-pub fn build_key(source: &str, cc: &[String], flags: &[String]) -> String {
+/// Left out on purpose: every path (the compiler's, the cache directory's): identical compilers
+/// at different paths share builds.
+pub fn build_key(source: &str, compiler_identity: &str, flags: &[String]) -> String {
     let mut h = Xxh3::new();
     let mut bytes = |b: &[u8]| {
         h.update(&(b.len() as u64).to_le_bytes());
@@ -255,26 +251,31 @@ pub fn build_key(source: &str, cc: &[String], flags: &[String]) -> String {
     bytes(b"gridkey-stencil build");
     bytes(&BUILD_FORMAT_VERSION.to_le_bytes());
     bytes(source.as_bytes());
-    for list in [cc, flags] {
-        bytes(&(list.len() as u64).to_le_bytes());
-        for word in list {
-            bytes(word.as_bytes());
-        }
+    bytes(compiler_identity.as_bytes());
+    bytes(&(flags.len() as u64).to_le_bytes());
+    for flag in flags {
+        bytes(flag.as_bytes());
     }
     format!("{:032x}", h.digest128())
 }
 
-/// Runs the compiler into a scratch temp file in `dir`, then writes the library to `artifact`
-/// through [`gridkey_fs::write_atomic`], like every other persistent file of the cache.
+/// Name of the lock file in a build's private directory: locked exclusively while the compiler
+/// runs, so that `gridkey cache gc` leaves the directory alone (ADR 0009).
+const BUILD_DIR_LOCK: &str = gridkey_fs::TEMP_DIR_LOCK;
+
+/// Runs the compiler in a private temp directory of the build cache (fixed file names
+/// `kernel.c` and `kernel.so`, so the library's bytes depend only on the source, the compiler
+/// and the flags), appends the checksum trailer and writes the result to `artifact` atomically.
 fn build(
     program: &str,
     compiler: &CompilerSettings,
     flags: &[String],
     source: &str,
-    dir: &Path,
     artifact: &Path,
+    key: &str,
     fault: Option<&Fault>,
 ) -> Result<(), StencilError> {
+    let dir = artifact.parent().unwrap_or(Path::new("."));
     let io_err = |action, path: &Path| {
         let program = program.to_owned();
         let path = path.to_path_buf();
@@ -293,33 +294,27 @@ fn build(
     // the worker's own PATH; unresolved (a library caller), the first word on the given PATH.
     let exe = compiler.resolved.as_ref().map_or_else(|| PathBuf::from(word), |r| r.program.clone());
     fs::create_dir_all(dir).map_err(io_err("create", dir))?;
-    // The source is a temp file of the build cache too, so that a build killed in the middle
-    // (Ctrl-C, a timeout) leaves nothing outside the cache and `gridkey cache gc` removes it.
-    let src = tempfile::Builder::new()
+    // Everything the compiler reads and writes lives in a temp directory of the build cache, so
+    // that a build killed in the middle (Ctrl-C, a timeout) leaves nothing outside the cache
+    // and `gridkey cache gc` removes it once its lock is free and it is old enough.
+    let work = tempfile::Builder::new()
         .prefix(gridkey_fs::TEMP_PREFIX)
-        .suffix(".c")
-        .tempfile_in(dir)
-        .map_err(io_err("create a temp file in", dir))?;
-    fs::write(src.path(), source).map_err(io_err("write", src.path()))?;
-    // The compiler writes a scratch temp file of the build cache; dropping `out` on any error
-    // removes it.
-    let out = tempfile::Builder::new()
-        .prefix(gridkey_fs::TEMP_PREFIX)
-        .suffix(".so")
-        .tempfile_in(dir)
-        .map_err(io_err("create a temp file in", dir))?;
-    // Marks the scratch file as a live write for `gridkey cache gc` (ADR 0009); the linker may
-    // replace the file, so the collector also spares temp files younger than its minimum age.
-    gridkey_fs::lock::lock_exclusive(out.as_file()).map_err(io_err("lock", out.path()))?;
+        .tempdir_in(dir)
+        .map_err(io_err("create a temp directory in", dir))?;
+    let lock_path = work.path().join(BUILD_DIR_LOCK);
+    let lock = fs::File::create(&lock_path).map_err(io_err("create", &lock_path))?;
+    gridkey_fs::lock::lock_exclusive(&lock).map_err(io_err("lock", &lock_path))?;
+    let src = work.path().join("kernel.c");
+    fs::write(&src, source).map_err(io_err("write", &src))?;
+    let out = work.path().join("kernel.so");
     let run = Command::new(&exe)
         .env_clear()
         .envs(&compiler.env)
         .args(pre_args)
         .args(flags)
-        .arg("-o")
-        .arg(out.path())
-        .arg(src.path())
-        .current_dir(dir)
+        .args(["-o", "kernel.so", "kernel.c"])
+        .current_dir(work.path())
+        .stdin(std::process::Stdio::null())
         .output();
     let output = match run {
         Ok(output) => output,
@@ -329,24 +324,30 @@ fn build(
         let stderr = String::from_utf8_lossy(&output.stderr);
         return Err(compiler_err(output.status.code(), tail(stderr.trim_end(), STDERR_TAIL).to_owned()));
     }
-    let written = fs::metadata(out.path()).map_err(io_err("read", out.path()))?;
-    if written.len() == 0 {
-        return Err(compiler_err(
-            output.status.code(),
-            "the compiler exited successfully but wrote no library".to_owned(),
-        ));
-    }
-    // The linker may have replaced the scratch file, so it is opened by name. A concurrent build
-    // of the same key renames a library of the same build key over the artifact: harmless.
-    gridkey_fs::write_atomic(artifact, fault, |sink| io::copy(&mut fs::File::open(out.path())?, sink).map(drop))
-        .map_err(io_err("write", artifact))?;
+    let elf = match fs::read(&out) {
+        Ok(bytes) if !bytes.is_empty() => bytes,
+        Ok(_) | Err(_) => {
+            return Err(compiler_err(
+                output.status.code(),
+                "the compiler exited successfully but wrote no library".to_owned(),
+            ))
+        }
+    };
+    let trailer = crate::library::trailer(key, &elf);
+    // Temp file, sync, rename: no partial library is ever visible under the final name. A
+    // concurrent build of the same key renames the same bytes over it: harmless.
+    gridkey_fs::write_atomic(artifact, fault, |w| {
+        w.write_all(&elf)?;
+        w.write_all(&trailer)
+    })
+    .map_err(io_err("write", artifact))?;
     Ok(())
 }
 
 /// Whether the library in the build cache at `artifact` can be reused for `program`: a regular
-/// file that loads and says it was built for this program. Anything else under the name (a
-/// truncated or foreign library, a symlink) is removed so that it is built again; a directory
-/// is left for the rename to report.
+/// file whose checksum trailer matches its bytes (ADR 0023), that loads and says it was built
+/// for this program. Anything else under the name (an altered, truncated or foreign library, a
+/// symlink) is removed so that it is built again; a directory is left for the rename to report.
 fn library_usable(artifact: &Path, program: &Program) -> bool {
     match fs::symlink_metadata(artifact) {
         Ok(meta) if meta.is_file() => {
@@ -387,14 +388,15 @@ mod tests {
     #[test]
     fn build_key_depends_on_every_input() {
         let s = |v: &[&str]| v.iter().map(|x| (*x).to_owned()).collect::<Vec<_>>();
-        let base = build_key("int x;", &s(&["cc"]), &s(&["-O2"]));
+        let base = build_key("int x;", "id-a", &s(&["-O2"]));
         assert_eq!(base.len(), 32);
-        assert_eq!(base, build_key("int x;", &s(&["cc"]), &s(&["-O2"])));
-        assert_ne!(base, build_key("int y;", &s(&["cc"]), &s(&["-O2"])));
-        assert_ne!(base, build_key("int x;", &s(&["gcc"]), &s(&["-O2"])));
-        assert_ne!(base, build_key("int x;", &s(&["cc"]), &s(&["-O3"])));
-        // Word boundaries are part of the key: "ccache gcc" is not "ccacheg cc".
-        assert_ne!(build_key("", &s(&["ccache", "gcc"]), &[]), build_key("", &s(&["ccacheg", "cc"]), &[]));
-        assert_ne!(build_key("", &s(&["cc", "-O2"]), &[]), build_key("", &s(&["cc"]), &s(&["-O2"])));
+        assert_eq!(base, build_key("int x;", "id-a", &s(&["-O2"])));
+        assert_ne!(base, build_key("int y;", "id-a", &s(&["-O2"])));
+        assert_ne!(base, build_key("int x;", "id-b", &s(&["-O2"])));
+        assert_ne!(base, build_key("int x;", "id-a", &s(&["-O3"])));
+        assert_ne!(base, build_key("int x;", "id-a", &s(&["-O2", "-g"])));
+        // Field boundaries are part of the key.
+        assert_ne!(build_key("int x;", "", &[]), build_key("int x", ";", &[]));
+        assert_ne!(build_key("", "a", &s(&["b"])), build_key("", "ab", &[]));
     }
 }

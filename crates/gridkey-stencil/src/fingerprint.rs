@@ -27,9 +27,11 @@ pub const TRANSLATION_SOURCES: &[&str] =
 /// checks that every file under `src/` is in exactly one of the two lists, so a new file has
 /// to be placed.
 pub const OTHER_SOURCES: &[(&str, &str)] = &[
+    ("src/compiler.rs", "the C compiler's identity, a build-key input, after translation"),
     ("src/error.rs", "error values and messages; a failed translation stores nothing"),
     ("src/exec.rs", "loads and runs built kernels, after translation"),
     ("src/icon.rs", "the shipped programs, keyed by their own encoding"),
+    ("src/library.rs", "the checksum trailer of built libraries, after translation"),
 ];
 
 /// Domain tag hashed first, so that the fingerprint cannot equal another xxh3 digest of gridkey.

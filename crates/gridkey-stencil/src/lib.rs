@@ -10,7 +10,8 @@
 //! 3. **Code generation** ([`emit_c`], [`translate`]): C source with those facts as constants and
 //!    one exported entry point with a fixed ABI that reads the runtime tables in place.
 //! 4. **Compile** ([`compile`]): translation key, translation cache, translate on a miss, then the
-//!    system C compiler into a shared library in the build cache `<cache>/build-v1/`.
+//!    system C compiler into a shared library in the build cache `<cache>/build-v2/`, keyed by the
+//!    compiler's identity ([`compiler_identity`]), not its path.
 //! 5. **Execution** ([`Kernel`]): loads the library and runs it on the runtime offset provider;
 //!    [`evaluate_reference`] is the plain Rust evaluation it is checked against.
 //!
@@ -30,6 +31,7 @@
 #![warn(missing_docs)]
 
 mod compile;
+mod compiler;
 mod emit;
 mod error;
 mod exec;
@@ -37,11 +39,12 @@ pub mod fingerprint;
 mod icon;
 mod infer;
 mod ir;
+mod library;
 
 pub use compile::{
-    build_key, compile, compiler_identity, library_build_key, CompileConfig, CompileOutcome, BUILD_DIR,
-    BUILD_FORMAT_VERSION,
+    build_key, compile, library_build_key, CompileConfig, CompileOutcome, BUILD_DIR, BUILD_FORMAT_VERSION,
 };
+pub use compiler::{compiler_identity, identify_compiler, COMPILER_IDENTITY_VERSION, PROBE_TIMEOUT};
 pub use emit::{
     check_options, emit_c, normalise_options, translate, OptionSpec, StencilOptions, ABI_VERSION, OPTIONS, OPT_LEVEL,
 };
@@ -50,6 +53,7 @@ pub use exec::{dimension_sizes, evaluate_reference, make_inputs, max_relative_er
 pub use icon::icon_programs;
 pub use infer::{infer_domains, infer_domains_runtime, DomainFacts, TableFacts};
 pub use ir::{FieldDecl, FieldRole, FieldShape, Program, Reduce, Stage, IR_FORMAT_VERSION};
+pub use library::{TRAILER_BYTES, TRAILER_MAGIC};
 
 /// The frontend's name, hashed into every translation key (ADR 0003).
 pub const FRONTEND_NAME: &str = "gridkey-stencil";

@@ -152,7 +152,7 @@ fn a_broken_library_in_the_build_cache_is_built_again() {
         assert!(std::fs::symlink_metadata(&again.artifact).unwrap().is_file(), "{what}");
         Kernel::load(&again.artifact, &div).unwrap_or_else(|e| panic!("{what}: {e}"));
         let left: Vec<_> =
-            std::fs::read_dir(cache.path().join("build-v1")).unwrap().flatten().map(|e| e.file_name()).collect();
+            std::fs::read_dir(cache.path().join("build-v2")).unwrap().flatten().map(|e| e.file_name()).collect();
         assert_eq!(left.len(), 1, "{what}: only the library, no temp source or library: {left:?}");
     }
 }
@@ -240,7 +240,7 @@ fn execution_reads_every_runtime_layout_in_place_with_the_same_result() {
 }
 
 /// The one place that expects a compiler failure: compiles `div` with compiler `cc` and checks
-/// the error and that `build-v1` holds no file.
+/// the error and that `build-v2` holds no file.
 fn check_compiler_failure(cc: &str, want_status: Option<i32>, stderr_has: &str) {
     let cache = tempfile::tempdir().unwrap();
     let provider = Patch::new(1, 1).provider(Layout::COrder);
@@ -408,6 +408,92 @@ fn a_loaded_kernel_holds_its_library_against_the_collector() {
 }
 
 #[test]
+fn a_library_altered_on_disk_at_the_same_size_that_still_loads_is_rebuilt_not_loaded() {
+    use object::{Object, ObjectSection};
+    let cache = tempfile::tempdir().unwrap();
+    let provider = Patch::new(2, 2).provider(Layout::COrder);
+    let div = program("div");
+    let outcome = compile_on(&div, &provider, &config(cache.path())).unwrap();
+    assert!(outcome.built);
+    // Flip a letter of the compiler's `.comment` note: same size, still a valid library that the
+    // dynamic loader maps and runs exactly as before.
+    let mut bytes = fs::read(&outcome.artifact).unwrap();
+    let (at, len) = object::File::parse(&*bytes)
+        .unwrap()
+        .section_by_name(".comment")
+        .and_then(|s| s.file_range())
+        .expect("the compiler writes a .comment section");
+    let at = (at..at + len).map(|i| i as usize).find(|&i| bytes[i].is_ascii_alphabetic()).unwrap();
+    bytes[at] ^= 0x20;
+    let mut perms = fs::metadata(&outcome.artifact).unwrap().permissions();
+    #[allow(clippy::permissions_set_readonly_false)]
+    perms.set_readonly(false);
+    fs::set_permissions(&outcome.artifact, perms).unwrap();
+    fs::write(&outcome.artifact, &bytes).unwrap();
+    match Kernel::load(&outcome.artifact, &div) {
+        Err(StencilError::Load { reason, .. }) => assert!(reason.contains("checksum mismatch"), "{reason}"),
+        other => panic!("an altered library is not loaded: {other:?}"),
+    }
+    let again = compile_on(&div, &provider, &config(cache.path())).unwrap();
+    assert!(again.built, "the altered library is a build-cache miss: {again:?}");
+    assert_eq!(again.artifact, outcome.artifact);
+    assert_ne!(fs::read(&again.artifact).unwrap(), bytes, "rebuilt, not the altered bytes");
+    let kernel = Kernel::load(&again.artifact, &div).unwrap();
+    let inputs = make_inputs(&div, &provider, 3).unwrap();
+    let (got, want) = run_both(&kernel, &provider, &inputs);
+    assert!(max_relative_error(&got, &want) <= TOLERANCE);
+}
+
+#[test]
+fn a_kernel_that_was_discarded_is_gone_from_the_build_cache() {
+    let cache = tempfile::tempdir().unwrap();
+    let provider = Patch::new(1, 1).provider(Layout::COrder);
+    let div = program("div");
+    let outcome = compile_on(&div, &provider, &config(cache.path())).unwrap();
+    let kernel = Kernel::load(&outcome.artifact, &div).unwrap();
+    assert!(kernel.discard().unwrap());
+    assert!(!outcome.artifact.exists());
+    assert!(compile_on(&div, &provider, &config(cache.path())).unwrap().built, "never served again");
+}
+
+/// Writes `value` over the first element of the stored int32 table file at `path` holding
+/// `elements` elements, in place (same inode, so every mapping of it sees the change), as a
+/// writer sharing the table would.
+fn overwrite_first_element(path: &Path, elements: usize, value: i32) {
+    use std::io::{Seek, SeekFrom, Write};
+    use std::os::unix::fs::PermissionsExt;
+    fs::set_permissions(path, fs::Permissions::from_mode(0o644)).unwrap();
+    let start = fs::metadata(path).unwrap().len() - (elements * 4) as u64;
+    let mut f = fs::OpenOptions::new().write(true).open(path).unwrap();
+    f.seek(SeekFrom::Start(start)).unwrap();
+    f.write_all(&value.to_le_bytes()).unwrap();
+    f.sync_all().unwrap();
+}
+
+#[test]
+fn a_table_changed_in_the_window_fails_the_task_and_is_never_cached() {
+    let cache = tempfile::tempdir().unwrap();
+    let patch = Patch::new(3, 2);
+    let provider = patch.provider(Layout::COrder);
+    let ct = compile_time(&provider, cache.path());
+    let div = program("div");
+    // Between conversion and translation, C2E changes in place: a larger index than any real
+    // one, which changes what domain inference reads (the codomain's extent).
+    let c2e = ct.gather("C2E").unwrap();
+    overwrite_first_element(c2e.table_path(), c2e.shape()[0] * c2e.shape()[1], 1000);
+    let key = key_inputs(&div, &TranslationOptions::new(), &ct).unwrap().key();
+    match compile(&div, &ct, &TranslationOptions::new(), &config(cache.path())) {
+        Err(StencilError::TableChanged { program, offset, .. }) => {
+            assert_eq!((program.as_str(), offset.as_str()), ("div", "C2E"))
+        }
+        other => panic!("a translation from a changed table fails its task: {other:?}"),
+    }
+    let entries = TranslationCache::open(cache.path()).unwrap();
+    assert_eq!(entries.get(&key), Err(gridkey_fingerprint::Miss::Absent), "nothing is cached under the original key");
+    assert!(files_in(&cache.path().join(BUILD_DIR)).iter().all(|f| !f.ends_with(".so")), "nothing is built");
+}
+
+#[test]
 fn a_default_spelled_out_and_left_out_are_one_key_and_one_translation() {
     let cache = tempfile::tempdir().unwrap();
     let provider = Patch::new(2, 1).provider(Layout::COrder);
@@ -496,7 +582,7 @@ fn a_library_is_written_like_every_cache_file_and_a_full_disk_leaves_nothing() {
     assert!(err.to_string().contains("has space"), "{err}");
     assert_eq!(files_in(&cache.path().join(BUILD_DIR)), Vec::<String>::new(), "no temp file, no library");
 
-    // Without the hook: a translation-cache hit, the library built, read-only, alone in build-v1.
+    // Without the hook: a translation-cache hit, the library built, read-only, alone in build-v2.
     let outcome = compile_on(&div, &provider, &config(cache.path())).unwrap();
     assert!(!outcome.translated && outcome.built, "{outcome:?}");
     let mode = fs::metadata(&outcome.artifact).unwrap().permissions().mode();

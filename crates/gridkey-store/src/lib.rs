@@ -528,6 +528,8 @@ impl MappedTable {
             return Err(StoreError::NotAFile { path });
         }
         let file = Self::open_locked(&path, spec)?;
+        // Marks the table as used now, for the collector's live-run rule (ADR 0026).
+        gridkey_fs::touch(&file);
         let meta = file.metadata().map_err(|source| StoreError::Read { path: path.clone(), source })?;
         if !meta.file_type().is_file() {
             return Err(StoreError::NotAFile { path });

@@ -3,7 +3,7 @@
 //!
 //! A cache directory holds three stores, each named with its format version:
 //! `tables-v1/` (`<hex[0..2]>/<hex>.npy`, gridkey-store), `translation-v2/`
-//! (`<hex[0..2]>/<hex>.bin` with its record `<hex>.json`, gridkey-fingerprint) and `build-v1/`
+//! (`<hex[0..2]>/<hex>.bin` with its record `<hex>.json`, gridkey-fingerprint) and `build-v2/`
 //! (`<hex>.so`, gridkey-stencil). Files named `.tmp-*` are unfinished writes.
 
 use std::fs;
@@ -12,7 +12,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
-use gridkey_fs::{remove_if_unlocked, remove_stale_temps, TEMP_PREFIX};
+use gridkey_fs::{remove_if_unlocked, remove_if_unused, remove_stale_temps, Removal, TEMP_PREFIX};
 use serde::{Deserialize, Serialize};
 
 use crate::AppError;
@@ -107,10 +107,93 @@ pub fn check_cache_dir(cache_dir: &Path) -> Result<Vec<CacheWarning>, AppError> 
     Ok(warnings)
 }
 
+/// Directory of the live-run registrations under the cache directory (ADR 0026).
+pub const RUNS_DIR: &str = "runs";
+
+/// How much earlier than the oldest live run's start an entry must have been last used for
+/// `gridkey cache gc` to remove it while runs are live: covers time stamps of coarse
+/// granularity and clocks of a file server and its clients that differ a little (ADR 0026).
+pub const LIVE_RUN_MARGIN: Duration = Duration::from_secs(2);
+
+/// A run registered as live in a cache directory for as long as this value lives (ADR 0026):
+/// a file `<cache>/runs/<pid>-<random>.run` whose modification time is the run's start, locked
+/// exclusively by the run. `gridkey cache gc` removes, while a run is live, only entries last
+/// used before the oldest live run started; a run marks what it uses ([`gridkey_fs::touch`])
+/// and what it writes is newer than its start, so nothing a live run has produced or is about
+/// to use is removed. A killed run's lock dies with it; the collector then removes its file.
+#[derive(Debug)]
+pub struct LiveRun {
+    path: PathBuf,
+    _lock: fs::File,
+}
+
+impl LiveRun {
+    /// Registers a live run in `cache_dir` (created if needed).
+    ///
+    /// Errors: the I/O error of creating, locking or naming the registration.
+    pub fn register(cache_dir: &Path) -> io::Result<LiveRun> {
+        let dir = cache_dir.join(RUNS_DIR);
+        fs::create_dir_all(&dir)?;
+        // Locked before it is visible under its final name, so that the collector never sees
+        // it unlocked while the run lives.
+        let temp = tempfile::Builder::new().prefix(TEMP_PREFIX).tempfile_in(&dir)?;
+        gridkey_fs::lock::lock_exclusive(temp.as_file())?;
+        let name = format!(
+            "{}-{}.run",
+            std::process::id(),
+            temp.path()
+                .file_name()
+                .map_or_else(String::new, |n| n.to_string_lossy().trim_start_matches(TEMP_PREFIX).to_owned())
+        );
+        let path = dir.join(name);
+        let file = temp.persist(&path).map_err(|e| e.error)?;
+        Ok(LiveRun { path, _lock: file })
+    }
+
+    /// The registration file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for LiveRun {
+    fn drop(&mut self) {
+        let _ = fs::remove_file(&self.path);
+    }
+}
+
+/// The live runs of `cache_dir`: their number and the start of the oldest (the modification
+/// time of its registration). Registrations whose run died (unlocked) are removed on the way.
+///
+/// Errors: the I/O error of listing `<cache_dir>/runs` (a missing directory is no live run).
+pub fn live_runs(cache_dir: &Path) -> io::Result<(u64, Option<SystemTime>)> {
+    let dir = cache_dir.join(RUNS_DIR);
+    let entries = match fs::read_dir(&dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok((0, None)),
+        Err(e) => return Err(e),
+    };
+    let (mut live, mut oldest) = (0, None::<SystemTime>);
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.extension().is_none_or(|e| e != "run") {
+            continue;
+        }
+        // A registration nobody holds is a dead run's: removed on the way.
+        if gridkey_fs::remove_if_unused(&path, || Ok(None))? == gridkey_fs::Removal::Locked {
+            live += 1;
+            if let Ok(start) = fs::symlink_metadata(&path).and_then(|m| m.modified()) {
+                oldest = Some(oldest.map_or(start, |o| o.min(start)));
+            }
+        }
+    }
+    Ok((live, oldest))
+}
+
 /// Entries and bytes of one store.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StoreStats {
-    /// Store directory name (`tables-v1`, `translation-v2`, `build-v1`).
+    /// Store directory name (`tables-v1`, `translation-v2`, `build-v2`).
     pub store: String,
     /// Number of entries (tables, translation entries, libraries).
     pub entries: u64,
@@ -288,17 +371,27 @@ pub struct GcReport {
     /// Entries over the budget that were kept because a process holds a lock on them (mapped
     /// tables, loaded kernels).
     pub kept_in_use: u64,
+    /// Entries over the budget that were kept because they were used since the oldest live run
+    /// started (ADR 0026).
+    #[serde(default)]
+    pub kept_for_live_runs: u64,
+    /// Runs that were live in the cache directory when the collector looked last.
+    #[serde(default)]
+    pub live_runs: u64,
     /// Bytes of the entries left.
     pub bytes_left: u64,
 }
 
-/// `gridkey cache gc`: removes stale temp files ([`remove_stale_temps`]) in every store, then,
-/// with a `max_size`, the least-recently-used entries (by the later of access and modification
-/// time) until the entries of all stores take at most `max_size` bytes. An entry is removed only
-/// under an exclusive lock taken without waiting, so an entry that a running process has
-/// mapped or loaded (it holds a shared lock) is kept and counted in
-/// [`GcReport::kept_in_use`] (ADR 0009). Files that are not entries of a known store are left
-/// alone.
+/// `gridkey cache gc`: removes stale temp files ([`remove_stale_temps`]) in every store, the
+/// locks of dead holders and the registrations of dead runs, then, with a `max_size`, the
+/// least-recently-used entries (by the later of access and modification time) until the entries
+/// of all stores take at most `max_size` bytes. An entry is removed only under an exclusive lock
+/// taken without waiting, so an entry that a running process has mapped or loaded (it holds a
+/// shared lock) is kept and counted in [`GcReport::kept_in_use`] (ADR 0009); and while runs are
+/// live ([`LiveRun`]), only entries last used before the oldest live run started (less
+/// [`LIVE_RUN_MARGIN`]), checked under that lock, so that nothing a live run has produced or is
+/// about to use is removed; the others are counted in [`GcReport::kept_for_live_runs`]
+/// (ADR 0026). Files that are not entries of a known store are left alone.
 ///
 /// Errors: [`AppError::NoCacheDir`], [`AppError::StoreNotADirectory`] and
 /// [`AppError::CacheScan`] as [`stats`], and [`AppError::CacheScan`] when a file cannot be
@@ -310,12 +403,14 @@ pub fn gc(cache_dir: &Path, config: &GcConfig) -> Result<GcReport, AppError> {
         move |source| scan_error(path, source)
     };
     let mut report = GcReport::default();
-    for (store, _) in STORES {
-        let dir = cache_dir.join(store);
+    for dir in STORES.iter().map(|(store, _)| cache_dir.join(store)).chain([cache_dir.join(RUNS_DIR)]) {
         let sweep = remove_stale_temps(&dir, config.temp_min_age).map_err(scan_err(&dir))?;
         report.temps_removed += sweep.removed.len() as u64;
         report.temp_bytes += sweep.bytes;
     }
+    remove_dead_locks(&cache_dir.join(gridkey_fs::lock::LOCKS_DIR)).map_err(scan_err(cache_dir))?;
+    let runs_dir = cache_dir.join(RUNS_DIR);
+    report.live_runs = live_runs(cache_dir).map_err(scan_err(&runs_dir))?.0;
     let mut entries = Vec::new();
     for (store, ext) in STORES {
         for f in scan(&cache_dir.join(store))? {
@@ -332,20 +427,47 @@ pub fn gc(cache_dir: &Path, config: &GcConfig) -> Result<GcReport, AppError> {
             if total <= max {
                 break;
             }
-            if remove_if_unlocked(path).map_err(scan_err(path))? {
-                if let Some(side) = side {
-                    let _ = fs::remove_file(side);
+            // The live runs are looked up again under the entry's lock: a run that registered
+            // before it marked this entry as used is seen (ADR 0026).
+            let used_before = || {
+                let (live, oldest) = live_runs(cache_dir)?;
+                report.live_runs = live;
+                Ok(oldest.map(|start| start.checked_sub(LIVE_RUN_MARGIN).unwrap_or(SystemTime::UNIX_EPOCH)))
+            };
+            match remove_if_unused(path, used_before).map_err(scan_err(path))? {
+                Removal::Removed => {
+                    if let Some(side) = side {
+                        let _ = fs::remove_file(side);
+                    }
+                    report.entries_removed += 1;
+                    report.bytes_removed += bytes;
+                    total -= bytes;
                 }
-                report.entries_removed += 1;
-                report.bytes_removed += bytes;
-                total -= bytes;
-            } else if path.exists() {
-                report.kept_in_use += 1;
+                Removal::Locked => report.kept_in_use += 1,
+                Removal::Recent => report.kept_for_live_runs += 1,
+                Removal::Gone => {}
             }
         }
     }
     report.bytes_left = total;
     Ok(report)
+}
+
+/// Removes the per-key lock files that no process holds (left by a holder that was killed); a
+/// held one is kept, and a waiter on a removed one takes a new one ([`gridkey_fs::lock::KeyLocks`]).
+fn remove_dead_locks(dir: &Path) -> io::Result<()> {
+    let entries = match fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.extension().is_some_and(|e| e == "lock") {
+            remove_if_unlocked(&path)?;
+        }
+    }
+    Ok(())
 }
 
 /// `Ok` when `cache_dir` is a directory.
@@ -380,7 +502,8 @@ struct Found {
 }
 
 /// Every regular file under `dir` (recursively; symlinks are not followed); a missing `dir` is
-/// empty.
+/// empty. Files named [`TEMP_PREFIX`]`*`, and every file under a directory so named (a build's
+/// private directory), are temp files.
 fn scan(dir: &Path) -> Result<Vec<Found>, AppError> {
     let mut out = Vec::new();
     let entries = match fs::read_dir(dir) {
@@ -395,7 +518,9 @@ fn scan(dir: &Path) -> Result<Vec<Found>, AppError> {
             continue;
         };
         if meta.is_dir() {
-            out.extend(scan(&path)?);
+            let inner = scan(&path)?;
+            let temp_dir = entry.file_name().to_string_lossy().starts_with(TEMP_PREFIX);
+            out.extend(inner.into_iter().map(|f| Found { temp: f.temp || temp_dir, ..f }));
         } else if meta.is_file() {
             let modified = meta.modified().unwrap_or(SystemTime::UNIX_EPOCH);
             let accessed = meta.accessed().unwrap_or(SystemTime::UNIX_EPOCH);

@@ -25,7 +25,7 @@ use gridkey_fingerprint::{FingerprintError, KeyInputs, TranslationCache, Transla
 use gridkey_fs::Fault;
 use gridkey_grid::{read_grid, Grid, GridError};
 use gridkey_jobs::{CompilationTask, NoProgress, Progress, Runner, TaskHandler, WorkerCommand};
-use gridkey_offsets::{compile_time_offset_provider, CompileTimeOffsetProvider, OffsetsError};
+use gridkey_offsets::{compile_time_offset_provider, CompileTimeOffsetProvider, Entry, OffsetsError};
 pub use gridkey_settings::Settings;
 use gridkey_settings::SettingsError;
 use gridkey_stencil::{CompileConfig, CompileOutcome, Program};
@@ -376,6 +376,20 @@ pub fn run_with_progress(
     let programs = programs.as_slice();
     let mut warnings = cache::check_cache_dir(&config.settings.cache_dir)?;
     let settings = task_settings(&config.settings)?;
+    // Registered for the whole run, so that `gridkey cache gc` beside it removes nothing it has
+    // produced or is about to use (ADR 0026).
+    let _live = match cache::LiveRun::register(&settings.cache_dir) {
+        Ok(live) => Some(live),
+        Err(e) => {
+            warnings.push(cache::CacheWarning {
+                path: settings.cache_dir.join(cache::RUNS_DIR),
+                message: format!(
+                    "cannot register this run as live ({e}): `gridkey cache gc` beside it may remove what it uses"
+                ),
+            });
+            None
+        }
+    };
     // A misconfigured shared tier is an error here, before any work; an unreachable one is off.
     let remote = match &settings.remote {
         Some(remote) => Some(Arc::new(gridkey_remote::Remote::connect(remote)?)),
@@ -388,7 +402,7 @@ pub fn run_with_progress(
     let store = TableStore::open(&settings.cache_dir)?.verifying(settings.verify_tables).with_fault(fault);
     let cache_dir = settings.cache_dir.clone();
     let t = Instant::now();
-    let ct = Arc::new(compile_time_offset_provider(grid.provider(), &store)?);
+    let mut ct = Arc::new(compile_time_offset_provider(grid.provider(), &store)?);
     let convert_seconds = t.elapsed().as_secs_f64();
     warnings.extend(store.repaired().into_iter().map(cache::CacheWarning::repaired_table));
 
@@ -426,9 +440,29 @@ pub fn run_with_progress(
         run_batch(runner, &tasks, &waits, progress, &mut outcomes);
         s.upload(&cache, &inputs, &routes, &waits, &done(&outcomes, &waits));
     }
+    // A stored table changed in place while this run held it fails the tasks that translated
+    // from it, and nothing is cached from it (ADR 0024): rewrite it from the runtime table and
+    // compile those programs once more.
+    let failed: Vec<usize> = (0..outcomes.len()).filter(|&i| matches!(outcomes[i], Some(Err(_)))).collect();
+    if !failed.is_empty() {
+        let (repaired, repairs) = repair_tables(grid, &ct, &store);
+        if !repairs.is_empty() {
+            ct = Arc::new(repaired);
+            warnings.extend(repairs);
+            let again: Vec<Program> = failed.iter().map(|&i| programs[i].clone()).collect();
+            let retried = runner.run_all_with(&tasks_for(&again, &ct, &config.options, &settings), &NoProgress);
+            for (&i, outcome) in failed.iter().zip(retried) {
+                outcomes[i] = Some(outcome);
+            }
+            if let Some(s) = &shared {
+                s.upload(&cache, &inputs, &routes, &failed, &done(&outcomes, &failed));
+            }
+        }
+    }
     let compile_seconds = t.elapsed().as_secs_f64();
 
     let t = Instant::now();
+    let compile_config = CompileConfig::from_settings(&settings)?;
     let reports: Vec<ProgramReport> = programs
         .iter()
         .zip(outcomes)
@@ -437,7 +471,8 @@ pub fn run_with_progress(
             Ok(outcome) => {
                 let hint = if outcome.translated { explain::miss_hint(&cache, &outcome.key) } else { None };
                 let tier = if outcome.translated { None } else { route.tier().or(Some("local")).map(str::to_owned) };
-                ProgramReport { miss_hint: hint, tier, ..verify(program, grid, outcome) }
+                let rebuild = || gridkey_stencil::compile(program, &ct, &config.options, &compile_config);
+                ProgramReport { miss_hint: hint, tier, ..verify(program, grid, outcome, &cache, &rebuild) }
             }
             Err(e) => ProgramReport {
                 program: program.name().to_owned(),
@@ -546,9 +581,48 @@ fn tier_reports(
     out
 }
 
+/// The compile-time view `ct` with every table whose mapped content no longer matches its
+/// digest converted again from the grid's runtime table (the stored file rewritten, ADR 0024),
+/// and a warning for each. Reads every table once; called only after a task failed.
+fn repair_tables(
+    grid: &Grid,
+    ct: &CompileTimeOffsetProvider,
+    store: &TableStore,
+) -> (CompileTimeOffsetProvider, Vec<cache::CacheWarning>) {
+    let mut repaired = CompileTimeOffsetProvider::new();
+    let mut warnings = Vec::new();
+    for (name, entry) in ct.entries() {
+        let entry = match entry {
+            Entry::Gather(c) if c.verify().is_err() => {
+                match grid
+                    .provider()
+                    .gather(name)
+                    .map(|runtime| gridkey_offsets::reconvert_connectivity(name, runtime, store))
+                {
+                    Some(Ok(fresh)) => {
+                        warnings.push(cache::CacheWarning {
+                            path: c.table_path().to_path_buf(),
+                            message: format!(
+                                "(table of offset {name}) was changed after it was stored; rewritten from the runtime table, and the programs that failed compiled again"
+                            ),
+                        });
+                        Entry::Gather(fresh)
+                    }
+                    _ => entry.clone(),
+                }
+            }
+            other => other.clone(),
+        };
+        // The names are those of a provider already built: no duplicate.
+        let _ = repaired.push(name.clone(), entry);
+    }
+    (repaired, warnings)
+}
+
 /// The settings as they travel with the tasks of one run: the cache directory made absolute
-/// (workers may run elsewhere) and the compiler resolved once, here, so that every mode and
-/// every worker runs the same program whatever its own `PATH` (ADR 0013).
+/// (workers may run elsewhere) and the compiler resolved and identified once, here, so that
+/// every mode and every worker runs the same program whatever its own `PATH` and keys its
+/// builds by the same identity (ADR 0013, ADR 0022).
 ///
 /// Errors: [`AppError::CacheDir`] when the cache directory does not exist or cannot be made
 /// absolute, [`AppError::Settings`] when the compiler is not found.
@@ -559,18 +633,31 @@ pub fn task_settings(settings: &Settings) -> Result<Arc<Settings>, AppError> {
         .map_err(|source| AppError::CacheDir { path: settings.cache_dir.clone(), source })?;
     let cwd = std::env::current_dir().map_err(|source| AppError::CacheDir { path: ".".into(), source })?;
     settings.compiler.resolve(&cwd)?;
-    if settings.remote.is_some() {
-        // Libraries travel between machines only when the compilers are the same; a compiler
-        // whose identity cannot be taken shares no library (and fails its builds as usual).
-        if let Ok(identity) = gridkey_stencil::compiler_identity(&settings.compiler) {
-            settings.compiler.resolved.as_mut().expect("resolved just above").identity = identity;
-        }
-    }
+    gridkey_stencil::identify_compiler(&mut settings.compiler, &cwd)?;
     Ok(Arc::new(settings))
 }
 
 /// Loads the artifact, runs it on the runtime provider and compares with the Rust evaluation.
-fn verify(program: &Program, grid: &Grid, outcome: CompileOutcome) -> ProgramReport {
+/// A kernel whose results do not match is removed from the build cache, and its translation
+/// from the translation cache, so that neither is served again (ADR 0023).
+fn verify(
+    program: &Program,
+    grid: &Grid,
+    outcome: CompileOutcome,
+    cache: &TranslationCache,
+    rebuild: &dyn Fn() -> Result<CompileOutcome, gridkey_stencil::StencilError>,
+) -> ProgramReport {
+    let mut outcome = outcome;
+    // A library that cannot be loaded (removed or altered since it was built, ADR 0023) is
+    // built again here, once.
+    let kernel = match gridkey_stencil::Kernel::load(&outcome.artifact, program) {
+        Err(gridkey_stencil::StencilError::Load { .. }) => rebuild().and_then(|again| {
+            outcome.built |= again.built;
+            outcome.build_seconds += again.build_seconds;
+            gridkey_stencil::Kernel::load(&again.artifact, program)
+        }),
+        other => other,
+    };
     let mut report = ProgramReport {
         program: outcome.program.clone(),
         key: Some(outcome.key.to_hex()),
@@ -585,20 +672,24 @@ fn verify(program: &Program, grid: &Grid, outcome: CompileOutcome) -> ProgramRep
         miss_hint: None,
         tier: None,
     };
-    let checked = (|| {
+    let checked = kernel.and_then(|kernel| {
         let provider = grid.provider();
         let inputs = gridkey_stencil::make_inputs(program, provider, INPUT_SEED)?;
-        let kernel = gridkey_stencil::Kernel::load(&outcome.artifact, program)?;
         let got = kernel.run(provider, &inputs)?;
         let want = gridkey_stencil::evaluate_reference(program, provider, &inputs)?;
-        Ok::<f64, gridkey_stencil::StencilError>(gridkey_stencil::max_relative_error(&got, &want))
-    })();
+        Ok((gridkey_stencil::max_relative_error(&got, &want), kernel))
+    });
     match checked {
-        Ok(err) => {
+        Ok((err, kernel)) => {
             report.max_rel_error = Some(err);
             report.verified = err < TOLERANCE;
             if !report.verified {
-                report.error = Some(format!("max relative error {err:e} exceeds {TOLERANCE:e}"));
+                let removed = kernel.discard().unwrap_or(false);
+                cache.remove(&outcome.key);
+                report.error = Some(format!(
+                    "max relative error {err:e} exceeds {TOLERANCE:e}; {} and its translation removed from the cache",
+                    if removed { "the library was" } else { "the library was already gone," }
+                ));
             }
         }
         Err(e) => report.error = Some(e.to_string()),

@@ -137,7 +137,7 @@ fn parse_option(s: &str) -> Result<(String, String), String> {
 
 #[derive(Subcommand)]
 enum CacheCommand {
-    /// Entries and bytes per store (tables-v1, translation-v2, build-v1), temp files, and each
+    /// Entries and bytes per store (tables-v1, translation-v2, build-v2), temp files, and each
     /// tier's counters over all runs (hits, misses, bytes in and out, errors, lease waits).
     Stats {
         /// Cache directory (default: GRIDKEY_CACHE_DIR, else .gridkey_cache).
@@ -416,12 +416,14 @@ fn cache_command(command: CacheCommand) -> Result<ExitCode> {
             } else {
                 let c = output::count;
                 println!(
-                    "removed {} ({}) and {} ({}); kept {} in use; {} left in {}",
+                    "removed {} ({}) and {} ({}); kept {} in use and {} used by {}; {} left in {}",
                     c(r.temps_removed, "temp file", "temp files"),
                     c(r.temp_bytes, "byte", "bytes"),
                     c(r.entries_removed, "entry", "entries"),
                     c(r.bytes_removed, "byte", "bytes"),
                     r.kept_in_use,
+                    r.kept_for_live_runs,
+                    c(r.live_runs, "live run", "live runs"),
                     c(r.bytes_left, "byte", "bytes"),
                     dir.display()
                 );

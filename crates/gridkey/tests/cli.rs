@@ -114,10 +114,10 @@ fn a_failing_c_compiler_fails_each_program_and_leaves_no_artifact() {
         "2",
     ];
     check_fails(&args, &[("CC", "false")], 1, &["0/8 programs verified", "CC"]);
-    let build = cache.path().join("build-v1");
+    let build = cache.path().join("build-v2");
     let left: Vec<_> =
         std::fs::read_dir(&build).map(|d| d.flatten().map(|e| e.file_name()).collect()).unwrap_or_default();
-    assert!(left.is_empty(), "nothing left in build-v1: {left:?}");
+    assert!(left.is_empty(), "nothing left in build-v2: {left:?}");
 }
 
 #[test]
@@ -135,7 +135,7 @@ fn a_table_planted_under_another_tables_name_never_reaches_a_translation() {
     std::fs::remove_file(&c2e).unwrap();
     std::fs::copy(&c2v, &c2e).unwrap();
     std::fs::remove_dir_all(cache.path().join("translation-v2")).unwrap();
-    std::fs::remove_dir_all(cache.path().join("build-v1")).unwrap();
+    std::fs::remove_dir_all(cache.path().join("build-v2")).unwrap();
     let out = gridkey(&args, &[]);
     let (stdout, stderr) = text(&out);
     assert!(out.status.success(), "{stdout}\n{stderr}");

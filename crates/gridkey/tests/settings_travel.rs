@@ -135,7 +135,12 @@ fn verify_cache_hits_is_honoured_in_every_mode_also_by_a_reused_pool() {
 /// A compiler wrapper `dir/mycc` that appends one line to `log` and runs the real compiler.
 fn wrapper(dir: &Path, log: &Path) {
     let real = which::which("cc").expect("a C compiler on PATH");
-    let script = format!("#!/bin/sh\necho built >> '{}'\nexec '{}' \"$@\"\n", log.display(), real.display());
+    // Logs builds only, not the identity probes (`--version`, `-dumpmachine`) of the parent.
+    let script = format!(
+        "#!/bin/sh\ncase \" $* \" in *\" -shared \"*) echo built >> '{}';; esac\nexec '{}' \"$@\"\n",
+        log.display(),
+        real.display()
+    );
     let path = dir.join("mycc");
     std::fs::write(&path, script).unwrap();
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();

@@ -1,0 +1,82 @@
+//! No poisoned entry (ADR 0024): a stored table changed in place while a run holds it fails the
+//! tasks that translated from it, nothing is cached from it, and the run rewrites the table from
+//! the runtime table and compiles those programs again, in every mode.
+
+mod common;
+
+use std::io::{Seek, SeekFrom, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use gridkey::{RunConfig, StencilHandler};
+use gridkey_fingerprint::{TranslationCache, TranslationOptions};
+use gridkey_jobs::{BuildJobs, BuildJobsMode, Runner, WorkerCommand};
+use gridkey_offsets::compile_time_offset_provider;
+use gridkey_store::{TableStore, TableView};
+
+/// Writes `value` over the first element of the stored int32 table at `path` holding `elements`
+/// elements, in place: the same inode, so every mapping of it sees the change.
+fn overwrite_first_element(path: &Path, elements: usize, value: i32) {
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let start = std::fs::metadata(path).unwrap().len() - (elements * 4) as u64;
+    let mut f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+    f.seek(SeekFrom::Start(start)).unwrap();
+    f.write_all(&value.to_le_bytes()).unwrap();
+    f.sync_all().unwrap();
+}
+
+fn check_mode(mode: BuildJobsMode) {
+    let cache = tempfile::tempdir().unwrap();
+    let grid_path = common::data("grids/oQU480.231010.nc");
+    let grid = gridkey_grid::read_grid(&grid_path).unwrap();
+    let programs = gridkey_stencil::icon_programs();
+    let options = TranslationOptions::new();
+    // The run's conversion finds this view in the memo: the run holds the mapping changed below.
+    let ct = compile_time_offset_provider(grid.provider(), &TableStore::open(cache.path()).unwrap()).unwrap();
+    let c2e = ct.gather("C2E").unwrap();
+    let TableView::I32(table) = c2e.table() else { panic!("C2E is int32") };
+    let max = table.iter().copied().max().unwrap();
+    let path: PathBuf = c2e.table_path().to_path_buf();
+    // A larger index than any real one: domain inference would read another codomain extent.
+    overwrite_first_element(&path, table.len(), max + 5);
+
+    let worker = WorkerCommand::gridkey(PathBuf::from(env!("CARGO_BIN_EXE_gridkey")));
+    let runner = Runner::new(BuildJobs::new(mode, 2), Arc::new(StencilHandler), worker.clone());
+    let config = RunConfig {
+        grid: grid_path,
+        settings: common::settings(cache.path()).as_ref().clone(),
+        worker,
+        options: options.clone(),
+    };
+    let report = gridkey::run_with(&grid, &programs, &runner, &config, 0.0).unwrap();
+    for p in &report.programs {
+        assert!(p.verified, "{mode}: {}: {:?}", p.program, p.error);
+    }
+    assert!(
+        report.warnings.iter().any(|w| w.path == path && w.message.contains("changed after it was stored")),
+        "{mode}: the repair is said: {:?}",
+        report.warnings
+    );
+    // Every entry is what a translation from the intact tables gives (an independent conversion
+    // into another store).
+    let other = tempfile::tempdir().unwrap();
+    let good = compile_time_offset_provider(grid.provider(), &TableStore::open(other.path()).unwrap()).unwrap();
+    let entries = TranslationCache::open(cache.path()).unwrap();
+    for program in &programs {
+        let key = gridkey_stencil::key_inputs(program, &options, &good).unwrap().key();
+        let fresh = gridkey_stencil::translate(program, &good, &options).unwrap();
+        assert_eq!(entries.get(&key).as_deref(), Ok(fresh.as_bytes()), "{mode}: {}", program.name());
+    }
+    assert!(TableStore::open(cache.path()).unwrap().open_verified(c2e.spec()).is_ok(), "{mode}: the file is repaired");
+}
+
+#[test]
+fn a_table_changed_while_a_serial_run_holds_it_is_repaired_and_nothing_poisoned_is_cached() {
+    check_mode(BuildJobsMode::Serial);
+}
+
+#[test]
+fn a_table_changed_while_a_process_run_holds_it_is_repaired_and_nothing_poisoned_is_cached() {
+    check_mode(BuildJobsMode::Process);
+}
