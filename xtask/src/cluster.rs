@@ -347,8 +347,8 @@ pub fn cluster(args: &[String], bin: &Path) -> Result<bool> {
         }
         shared_s.push(shared.seconds);
         println!(
-            "warm round {round}: {} fresh nodes from the shared tier {:.2} s, the same nodes warm from full local caches \
-             {:.2} s",
+            "warm round {round}: {} fresh nodes from the shared tier {:.2} s ({t} translations, {b} builds), the same \
+             nodes warm from full local caches {:.2} s",
             o.nodes, shared.seconds, local.seconds
         );
         last_shared = Some(shared);
