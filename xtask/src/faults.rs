@@ -13,6 +13,11 @@
 //! (`GRIDKEY_FAULT=enospc:...`, parsed by the binary into a `gridkey_fs::Fault`) and the row says
 //! so. Every persistent file (table, translation entry, kernel library) is written through
 //! `gridkey_fs::write_atomic`, so each is killed and starved the same way.
+//!
+//! The shared tier's rows (`faults/remote.rs`) run against a real `redis-server`, installed
+//! when missing.
+
+mod remote;
 
 use std::fs;
 use std::io::{BufRead, BufReader, Write};
@@ -55,10 +60,12 @@ struct Matrix {
     survived: usize,
     lost: usize,
     can_mount: bool,
+    /// Only the rows whose name contains this (`--only TEXT`).
+    only: Option<String>,
 }
 
 /// Runs the matrix; `Ok(true)` when every fault was survived.
-pub fn faults(root: &Path, bin: PathBuf) -> Result<bool> {
+pub fn faults(root: &Path, bin: PathBuf, only: Option<String>) -> Result<bool> {
     let work = tempfile::tempdir()?;
     let can_mount = try_mount(&work.path().join("probe"), "size=64k").is_ok_and(|m| {
         let _ = unmount(&m);
@@ -73,6 +80,7 @@ pub fn faults(root: &Path, bin: PathBuf) -> Result<bool> {
         survived: 0,
         lost: 0,
         can_mount,
+        only,
     };
     let started = Instant::now();
     println!("{:<58} {:<44} seen", "fault", "expected");
@@ -176,6 +184,9 @@ pub fn faults(root: &Path, bin: PathBuf) -> Result<bool> {
         Matrix::gc_loop_beside_run,
     );
 
+    // 8. The shared tier (ADR 0018, ADR 0019).
+    remote::rows(&mut m)?;
+
     println!(
         "\n{} s; tmpfs mounts {}",
         started.elapsed().as_secs(),
@@ -191,6 +202,9 @@ pub fn faults(root: &Path, bin: PathBuf) -> Result<bool> {
 
 impl Matrix {
     fn row(&mut self, fault: &str, expected: &str, check: impl FnOnce(&mut Matrix) -> Result<Seen>) {
+        if self.only.as_ref().is_some_and(|only| !fault.contains(only.as_str())) {
+            return;
+        }
         let seen =
             check(self).unwrap_or_else(|e| Seen { survived: false, lost: false, text: format!("driver error: {e:#}") });
         self.tried += 1;
@@ -888,7 +902,12 @@ fn check_final_files(cache: &Path) -> Vec<String> {
     let mut problems = Vec::new();
     for path in all_files(cache) {
         let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        if name.starts_with(TEMP_PREFIX) || name == "planted.npy" {
+        // A temp file, or a file inside a temp directory (a build's private directory, with
+        // what the C compiler wrote), is not under a final name.
+        let in_temp = path
+            .strip_prefix(cache)
+            .is_ok_and(|rel| rel.components().any(|c| c.as_os_str().to_string_lossy().starts_with(TEMP_PREFIX)));
+        if in_temp || name == "planted.npy" {
             continue;
         }
         let in_store = |store: &str| {

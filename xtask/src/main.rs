@@ -16,6 +16,10 @@
 //! `cargo xtask memory` (worker start time and per-worker memory with mapped tables) and
 //! `cargo xtask kill-demo` (a worker killed in the middle of `gridkey run`): see their modules.
 //! `cargo xtask faults` is the fault matrix of ADR 0012 (see `faults.rs`).
+//! `cargo xtask cluster --nodes N`: N simulated nodes on one Redis server, cold and warm starts
+//! and the server killed mid-run (see `cluster.rs`).
+//! `cargo xtask with-redis -- CMD ARGS...` runs CMD with a real Redis server of its own on loopback
+//! (`GRIDKEY_TEST_REDIS_URL`), installing Debian's `redis-server` when missing (see `redis_server.rs`).
 //! `cargo xtask py-test` and `cargo xtask py-bench` test and measure the Python package (see
 //! `py.rs`).
 //! `cargo xtask bench [--quick]` measures digest, compile-time views, keys, payload, build jobs
@@ -25,11 +29,13 @@
 //! `cargo xtask gt4py [--reduced]` is the proof on GT4Py 1.2.3 with `gridkey.gt4py` (see `gt4py.rs`).
 
 mod bench;
+mod cluster;
 mod faults;
 mod gt4py;
 mod kill_demo;
 mod memory;
 mod py;
+mod redis_server;
 mod test;
 
 use std::collections::BTreeMap;
@@ -60,16 +66,26 @@ fn main() -> ExitCode {
         Some("py-bench") => py::py_bench(&args[1..]),
         Some("gt4py") => gt4py::gt4py(&args[1..]),
         Some("memory") => build_gridkey().and_then(|bin| memory::memory(&args[1..], &bin)),
+        Some("cluster") => build_gridkey().and_then(|bin| cluster::cluster(&args[1..], &bin)),
+        Some("with-redis") => {
+            return redis_server::with_redis(&args[1..]).unwrap_or_else(|e| {
+                eprintln!("xtask: error: {e:#}");
+                ExitCode::from(2)
+            })
+        }
         Some("kill-demo") => build_gridkey().and_then(|bin| kill_demo::kill_demo(&args[1..], &bin)),
         Some("faults") => match &args[1..] {
             // Another build of the binary, e.g. an older commit's, to see which faults it survives.
-            [flag, bin] if flag == "--bin" => faults::faults(&root(), PathBuf::from(bin)),
-            [] => build_gridkey().and_then(|bin| faults::faults(&root(), bin)),
-            other => Err(anyhow::anyhow!("unexpected arguments {other:?}: expected [--bin GRIDKEY]")),
+            [flag, bin] if flag == "--bin" => faults::faults(&root(), PathBuf::from(bin), None),
+            [flag, only] if flag == "--only" => {
+                build_gridkey().and_then(|bin| faults::faults(&root(), bin, Some(only.clone())))
+            }
+            [] => build_gridkey().and_then(|bin| faults::faults(&root(), bin, None)),
+            other => Err(anyhow::anyhow!("unexpected arguments {other:?}: expected [--bin GRIDKEY] or [--only TEXT]")),
         },
         _ => {
             eprintln!(
-                "usage: cargo xtask test\n       cargo xtask modes [--grid FILE]\n       cargo xtask bench [--quick]\n       cargo xtask faults [--bin GRIDKEY]\n       cargo xtask memory [--scale N] [--workers W] [--starts S]\n       cargo xtask kill-demo [--grid FILE]\n       cargo xtask py-test [--python PYTHON] [--fresh]\n       cargo xtask py-bench [--python PYTHON] [--quick]\n       cargo xtask gt4py [--reduced] [--python PYTHON]"
+                "usage: cargo xtask test\n       cargo xtask modes [--grid FILE]\n       cargo xtask bench [--quick]\n       cargo xtask faults [--bin GRIDKEY | --only TEXT]\n       cargo xtask memory [--scale N] [--workers W] [--starts S]\n       cargo xtask kill-demo [--grid FILE]\n       cargo xtask py-test [--python PYTHON] [--fresh]\n       cargo xtask py-bench [--python PYTHON] [--quick]\n       cargo xtask gt4py [--reduced] [--python PYTHON]\n       cargo xtask cluster --nodes N [--grid FILE] [--mode M] [--jobs J] [--rounds R] [--loopback]\n       cargo xtask with-redis -- CMD ARGS..."
             );
             return ExitCode::from(2);
         }

@@ -4,8 +4,9 @@
 //! 1. a virtual environment `target/test-venv` (CPython from `python3`) with the PyPI packages
 //!    the tests' witnesses use ([`PYPI_PACKAGES`]) and, when the crate is in the tree, the
 //!    `gridkey` Python package built from `crates/gridkey-python`;
-//! 2. a Redis server (`redis-server`, Debian's package) on a private loopback port, with its data
-//!    in a temp directory, stopped at the end whatever happened;
+//! 2. a Redis server (`redis-server`, Debian's package, installed with `apt-get` when missing,
+//!    `redis_server.rs`) on a private loopback port, with its data in a temp directory, stopped at
+//!    the end whatever happened;
 //! 3. `cargo test --workspace` with `GRIDKEY_TEST_PYTHON` (the venv's interpreter),
 //!    `GRIDKEY_TEST_REDIS_URL` and `GRIDKEY_TEST_REQUIRE` (the services that must be present: a
 //!    test that finds one missing fails instead of saying it skipped);
@@ -15,7 +16,7 @@
 //! tests say that they skipped, and name this command.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -43,45 +44,6 @@ impl Timings {
             println!("  {:>8.1} s  {name}", d.as_secs_f64());
         }
     }
-}
-
-/// A Redis server started for the tests; killed on drop.
-struct Redis {
-    child: Child,
-    url: String,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// A free loopback port: bound, read, released.
-fn free_port() -> Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
-}
-
-fn start_redis() -> Result<Redis> {
-    let dir = tempfile::tempdir()?;
-    let port = free_port()?;
-    let child = Command::new("redis-server")
-        .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-        .arg("--dir")
-        .arg(dir.path())
-        .stdout(Stdio::null())
-        .spawn()
-        .context("cannot start redis-server: install Debian's redis-server (apt-get install redis-server)")?;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        if Instant::now() > deadline {
-            bail!("redis-server did not listen on 127.0.0.1:{port} within 10 s");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    Ok(Redis { child, url: format!("redis://127.0.0.1:{port}/"), _dir: dir })
 }
 
 fn run(cmd: &mut Command) -> Result<()> {
@@ -113,11 +75,16 @@ fn venv(root: &Path, target: &Path) -> Result<PathBuf> {
 
 /// `cargo xtask test`: see the module documentation. Returns whether every step passed.
 ///
-/// Errors: a service that cannot be set up (no `python3 -m venv`, no `redis-server`).
+/// Errors: a service that cannot be set up (no `python3 -m venv`, no `redis-server` and no
+/// `apt-get` to install it).
 pub fn test(root: &Path, target: &Path) -> Result<bool> {
     let mut timings = Timings(Vec::new());
     let python = timings.step("virtual environment with the test packages", || venv(root, target))?;
-    let redis = timings.step("Redis on a private port", start_redis)?;
+    let redis = timings.step("Redis on a private port", || {
+        let binary = crate::redis_server::ensure_installed()?;
+        Ok((crate::redis_server::RedisServer::start(&binary, None)?, binary))
+    })?;
+    let (redis, redis_binary) = redis;
     let mut require = vec!["numpy", "redis", "netcdf4"];
     let package = root.join("crates/gridkey-python").join("pyproject.toml").is_file();
     if package {
@@ -129,7 +96,8 @@ pub fn test(root: &Path, target: &Path) -> Result<bool> {
             .args(["test", "--workspace"])
             .current_dir(root)
             .env("GRIDKEY_TEST_PYTHON", &python)
-            .env("GRIDKEY_TEST_REDIS_URL", &redis.url)
+            .env(crate::redis_server::TEST_URL_VAR, redis.url())
+            .env(crate::redis_server::TEST_SERVER_VAR, &redis_binary)
             .env("GRIDKEY_TEST_REQUIRE", require.join(","))
             .status()?
             .success())
@@ -139,7 +107,7 @@ pub fn test(root: &Path, target: &Path) -> Result<bool> {
             Ok(Command::new(&python)
                 .args(["-m", "pytest", "-q", "crates/gridkey-python/tests"])
                 .current_dir(root)
-                .env("GRIDKEY_TEST_REDIS_URL", &redis.url)
+                .env(crate::redis_server::TEST_URL_VAR, redis.url())
                 .status()?
                 .success())
         })?

@@ -138,6 +138,17 @@ pub enum FingerprintError {
         /// The I/O error.
         source: io::Error,
     },
+    /// A tier other than a directory (the shared tier) did not store an entry; the local tier
+    /// still has it.
+    #[error("the {tier} tier did not store translation entry {key}: {reason}")]
+    TierWrite {
+        /// The tier's name.
+        tier: String,
+        /// The key.
+        key: TranslationKey,
+        /// Why, with what to do.
+        reason: String,
+    },
     /// A key text is not 32 hex digits.
     #[error("{text:?} is not a translation key: expected 32 hex digits")]
     ParseKey {
@@ -216,6 +227,16 @@ impl TranslationKey {
         let mut e = KeyEncoder::default();
         inputs.encode_key(&mut e);
         e.finish()
+    }
+
+    /// The 16 bytes, most significant first (the order of the hex text).
+    pub fn as_bytes(&self) -> &[u8; 16] {
+        &self.0
+    }
+
+    /// The key whose bytes, most significant first, are `bytes`.
+    pub fn from_bytes(bytes: [u8; 16]) -> Self {
+        Self(bytes)
     }
 
     /// The 32 lowercase hex digits.

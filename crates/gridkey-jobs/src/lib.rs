@@ -9,7 +9,7 @@
 //! The runner is chosen by [`BuildJobs`] (mode, worker count, per-task timeout) from the typed
 //! [`Settings`] an entry point parsed once (`gridkey-settings`); this crate reads no
 //! environment. Every task carries the parent's [`Settings`], and process workers receive them
-//! in the task frame (protocol v3), so the handler sees the same settings in every mode, also in
+//! in the task frame (protocol v4), so the handler sees the same settings in every mode, also in
 //! a pool reused after a setting changed.
 //!
 //! # Example

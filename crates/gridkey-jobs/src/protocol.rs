@@ -27,8 +27,9 @@ use serde::{Deserialize, Serialize};
 use crate::{CompilationTask, Settings};
 
 /// Version of the worker protocol; checked in the handshake. Version 2: shapes as fixed-width
-/// little-endian u64; version 3: the task carries the typed settings (ADR 0013).
-pub const PROTOCOL_VERSION: u32 = 3;
+/// little-endian u64; version 3: the task carries the typed settings (ADR 0013); version 4: the
+/// settings carry the shared tier's (`Settings::remote`, ADR 0018).
+pub const PROTOCOL_VERSION: u32 = 4;
 
 /// Largest frame accepted, in bytes; anything longer is a protocol error, not an allocation.
 pub const MAX_FRAME_BYTES: u64 = 64 << 20;

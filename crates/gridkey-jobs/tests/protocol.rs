@@ -1,4 +1,4 @@
-//! Worker protocol v3 (ADR 0013): frames round-trip, anything else is an error, and a task's
+//! Worker protocol v4 (ADR 0013): frames round-trip, anything else is an error, and a task's
 //! payload does not grow with table size.
 
 use std::io::Cursor;

@@ -44,6 +44,14 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+mod remote;
+
+pub use remote::{
+    redact, RemoteSettings, Role, ENV_REMOTE_CONNECT_TIMEOUT, ENV_REMOTE_LEASE_TTL, ENV_REMOTE_LEASE_WAIT,
+    ENV_REMOTE_MAX_OBJECT, ENV_REMOTE_NAMESPACE, ENV_REMOTE_SIGNING_KEY, ENV_REMOTE_TIMEOUT, ENV_REMOTE_TRUSTED_KEYS,
+    ENV_REMOTE_URL, ENV_REMOTE_WRITER,
+};
+
 /// Variable choosing the build-jobs mode: `serial`, `thread` or `process`.
 pub const ENV_MODE: &str = "GRIDKEY_BUILD_JOBS_MODE";
 /// Variable giving the worker count (an integer; 0 or less means serial).
@@ -130,6 +138,16 @@ pub const VARIABLES: &[Variable] = &[
         meaning: "test hook of the fault matrix: stop or fail a cache write",
         default: "unset",
     },
+    remote::REMOTE_VARIABLES[0],
+    remote::REMOTE_VARIABLES[1],
+    remote::REMOTE_VARIABLES[2],
+    remote::REMOTE_VARIABLES[3],
+    remote::REMOTE_VARIABLES[4],
+    remote::REMOTE_VARIABLES[5],
+    remote::REMOTE_VARIABLES[6],
+    remote::REMOTE_VARIABLES[7],
+    remote::REMOTE_VARIABLES[8],
+    remote::REMOTE_VARIABLES[9],
 ];
 
 /// Errors of parsing settings (ADR 0005); each names the variable, the value and what is
@@ -349,6 +367,9 @@ pub struct Settings {
     pub compiler: CompilerSettings,
     /// Test hooks ([`ENV_FAULT`]).
     pub test_hooks: TestHooks,
+    /// The shared tier on Redis ([`ENV_REMOTE_URL`] and the other `GRIDKEY_REMOTE_*` variables);
+    /// `None`: no shared tier, nothing changes.
+    pub remote: Option<RemoteSettings>,
 }
 
 impl Default for Settings {
@@ -361,6 +382,7 @@ impl Default for Settings {
             verify_cache_hits: false,
             compiler: CompilerSettings::default(),
             test_hooks: TestHooks::default(),
+            remote: None,
         }
     }
 }
@@ -401,6 +423,7 @@ impl Settings {
             verify_cache_hits: parse_switch(ENV_VERIFY_CACHE_HITS, lookup(ENV_VERIFY_CACHE_HITS).as_deref())?,
             compiler,
             test_hooks: TestHooks { fault: set(ENV_FAULT) },
+            remote: RemoteSettings::from_vars(&lookup)?,
         })
     }
 

@@ -195,8 +195,7 @@ pub fn compile(
         usable
     };
     let identity = identity_for_build(&config.compiler);
-    let mut flags = opts.cflags();
-    flags.extend(SHARED_FLAGS.iter().map(|f| (*f).to_owned()));
+    let flags = build_flags(&opts);
     let dir = config.cache_dir.join(BUILD_DIR);
     let library_key = build_key(&source, &identity, &flags);
     let artifact = dir.join(format!("{library_key}.so"));
@@ -230,6 +229,27 @@ pub fn compile(
         artifact,
         miss_reason,
     })
+}
+
+/// The compiler flags of a build with `opts`: the optimisation level, then `-shared -fPIC`.
+fn build_flags(opts: &crate::StencilOptions) -> Vec<String> {
+    let mut flags = opts.cflags();
+    flags.extend(SHARED_FLAGS.iter().map(|f| (*f).to_owned()));
+    flags
+}
+
+/// The build key ([`build_key`]) of the library that [`compile`] builds from `source` with
+/// `options` and `compiler`: what names it in `<cache_dir>/build-v2/<build key>.so`. Uses the
+/// identity carried in `compiler` when it has one, else computes it ([`crate::compiler_identity`]).
+///
+/// Errors: [`check_options`] errors.
+pub fn library_build_key(
+    source: &str,
+    options: &TranslationOptions,
+    compiler: &CompilerSettings,
+) -> Result<String, StencilError> {
+    let opts = check_options(options)?;
+    Ok(build_key(source, &identity_for_build(compiler), &build_flags(&opts)))
 }
 
 /// Recomputes the digest of every compile-time table `program` reads and compares it with the

@@ -41,7 +41,9 @@ mod infer;
 mod ir;
 mod library;
 
-pub use compile::{build_key, compile, CompileConfig, CompileOutcome, BUILD_DIR, BUILD_FORMAT_VERSION};
+pub use compile::{
+    build_key, compile, library_build_key, CompileConfig, CompileOutcome, BUILD_DIR, BUILD_FORMAT_VERSION,
+};
 pub use compiler::{compiler_identity, identify_compiler, COMPILER_IDENTITY_VERSION, PROBE_TIMEOUT};
 pub use emit::{
     check_options, emit_c, normalise_options, translate, OptionSpec, StencilOptions, ABI_VERSION, OPTIONS, OPT_LEVEL,

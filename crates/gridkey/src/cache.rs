@@ -229,6 +229,124 @@ pub fn stats(cache_dir: &Path) -> Result<Vec<StoreStats>, AppError> {
     Ok(out)
 }
 
+/// File of the local tier's counters, summed over runs, in the cache directory.
+pub const LOCAL_STATS_FILE: &str = "tier-stats-v1";
+
+/// The counters of one tier, for a run (`gridkey run --json`, `tiers`) or summed over runs
+/// (`gridkey cache stats`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TierReport {
+    /// `local` or `remote`.
+    pub tier: String,
+    /// The cache directory, or the shared tier's URL with its password hidden.
+    pub location: String,
+    /// Whether the tier was usable (a shared tier that could not be reached is off).
+    pub on: bool,
+    /// Hits, misses, bytes in (read from the tier) and out (written to it), errors, lease waits
+    /// and the shared tier's round trips, leases and take-overs.
+    #[serde(flatten)]
+    pub stats: gridkey_remote::TierStats,
+    /// Why the tier went off, if it did.
+    pub warning: Option<String>,
+    /// `cache stats` of the shared tier: the objects of each kind on the server.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub objects: Vec<gridkey_remote::KindStats>,
+    /// `cache stats`: the runs whose counters are summed here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runs: Option<u64>,
+}
+
+impl TierReport {
+    /// The local tier of `cache_dir` with `stats`.
+    pub fn local(cache_dir: &Path, stats: gridkey_remote::TierStats) -> Self {
+        TierReport {
+            tier: "local".to_owned(),
+            location: cache_dir.display().to_string(),
+            on: true,
+            stats,
+            warning: None,
+            objects: Vec::new(),
+            runs: None,
+        }
+    }
+
+    /// The shared tier of `remote` with `stats`.
+    pub fn remote(remote: &gridkey_remote::Remote, stats: gridkey_remote::TierStats) -> Self {
+        TierReport {
+            tier: "remote".to_owned(),
+            location: remote.shown_url().to_owned(),
+            on: remote.is_on(),
+            stats,
+            warning: remote.warning(),
+            objects: Vec::new(),
+            runs: None,
+        }
+    }
+}
+
+/// The local tier's counters summed over runs, with the number of runs ([`LOCAL_STATS_FILE`]);
+/// zero when there are none yet or the file is unreadable.
+pub fn local_stats(cache_dir: &Path) -> (gridkey_remote::TierStats, u64) {
+    #[derive(Default, Deserialize)]
+    struct Totals {
+        #[serde(default)]
+        runs: u64,
+        #[serde(default)]
+        stats: gridkey_remote::TierStats,
+    }
+    let totals: Totals = fs::read(cache_dir.join(LOCAL_STATS_FILE))
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or_default();
+    (totals.stats, totals.runs)
+}
+
+/// Adds one run's counters of the local tier to [`LOCAL_STATS_FILE`], under an exclusive lock
+/// of `tier-stats-v1.lock` so that concurrent runs add up, written atomically.
+///
+/// Errors: the lock or the file cannot be written.
+pub fn record_local_stats(cache_dir: &Path, run: &gridkey_remote::TierStats) -> io::Result<()> {
+    let lock =
+        fs::OpenOptions::new().create(true).truncate(false).write(true).open(cache_dir.join("tier-stats-v1.lock"))?;
+    gridkey_fs::lock::lock_exclusive(&lock)?;
+    let (mut stats, runs) = local_stats(cache_dir);
+    stats.add(run);
+    let text = serde_json::to_vec_pretty(&serde_json::json!({ "runs": runs + 1, "stats": stats }))
+        .expect("counters serialise");
+    gridkey_fs::write_atomic(&cache_dir.join(LOCAL_STATS_FILE), None, |out| out.write_all(&text))?;
+    Ok(())
+}
+
+/// `gridkey cache stats`: the stores, then each tier's counters summed over runs.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CacheStats {
+    /// One [`StoreStats`] per store of [`STORES`], in that order.
+    pub stores: Vec<StoreStats>,
+    /// `local`, then `remote` when a shared tier is configured.
+    pub tiers: Vec<TierReport>,
+}
+
+/// [`stats`] and the tiers' totals: the local tier's ([`local_stats`]) and, with `remote`, the
+/// shared tier's (every client's published counters and the objects on the server).
+///
+/// Errors: as [`stats`]; [`AppError::RemoteUnreachable`] when the shared tier is off.
+pub fn cache_stats(cache_dir: &Path, remote: Option<&gridkey_remote::Remote>) -> Result<CacheStats, AppError> {
+    let stores = stats(cache_dir)?;
+    let (local, runs) = local_stats(cache_dir);
+    let mut tiers = vec![TierReport { runs: Some(runs), ..TierReport::local(cache_dir, local) }];
+    if let Some(remote) = remote {
+        let server = remote.server_stats().ok_or_else(|| {
+            AppError::RemoteUnreachable(remote.warning().unwrap_or_else(|| "the shared tier is off".to_owned()))
+        })?;
+        tiers.push(TierReport {
+            objects: server.kinds,
+            runs: Some(server.runs),
+            ..TierReport::remote(remote, server.totals)
+        });
+    }
+    Ok(CacheStats { stores, tiers })
+}
+
 /// What `gridkey cache gc` does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct GcConfig {

@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
-use gridkey_fingerprint::{FingerprintError, TranslationCache, TranslationKey, TranslationOptions};
+use gridkey_fingerprint::{FingerprintError, KeyInputs, TranslationCache, TranslationKey, TranslationOptions};
 use gridkey_fs::Fault;
 use gridkey_grid::{read_grid, Grid, GridError};
 use gridkey_jobs::{CompilationTask, NoProgress, Progress, Runner, TaskHandler, WorkerCommand};
@@ -35,6 +35,8 @@ use serde::{Deserialize, Serialize};
 pub mod cache;
 pub mod keys;
 pub mod layouts;
+pub mod push;
+pub mod shared;
 pub mod supported;
 
 /// The ICON grid shipped in the repository, relative to the repository root.
@@ -74,6 +76,15 @@ pub enum AppError {
     /// The translation cache could not be opened.
     #[error(transparent)]
     Cache(#[from] FingerprintError),
+    /// The shared tier is misconfigured (URL, password, key files): found at start.
+    #[error(transparent)]
+    Remote(#[from] gridkey_remote::RemoteError),
+    /// A command that needs the shared tier was run without one.
+    #[error("no shared tier is configured; give --remote redis://HOST:PORT/ or set GRIDKEY_REMOTE_URL")]
+    NoRemote,
+    /// The shared tier could not be reached.
+    #[error("{0}")]
+    RemoteUnreachable(String),
     /// No cached key starts with the given prefix.
     #[error("no translation-cache entry in {dir} has a key starting with {prefix:?}; list keys with `gridkey run` or check --cache-dir")]
     UnknownKey {
@@ -242,6 +253,9 @@ pub struct ProgramReport {
     pub error: Option<String>,
     /// For a miss, the nearest other cached entry of the program and the inputs that differ.
     pub miss_hint: Option<String>,
+    /// The tier that served the translation on a hit: `local` or `remote`; `None` on a miss.
+    #[serde(default)]
+    pub tier: Option<String>,
 }
 
 /// The outcome of the main job.
@@ -273,6 +287,10 @@ pub struct RunReport {
     /// Abandoned temp files removed from the cache before the run ([`cache::STALE_TEMP_AGE`]).
     #[serde(default)]
     pub temps_removed: u64,
+    /// The counters of each tier in this run: `local`, then `remote` when a shared tier is
+    /// configured.
+    #[serde(default)]
+    pub tiers: Vec<cache::TierReport>,
     /// The programs the grid does not support, with the reason ([`supported::split`]).
     #[serde(default)]
     pub skipped: Vec<supported::SkippedProgram>,
@@ -302,6 +320,11 @@ impl RunReport {
     /// Number of translations done in this run.
     pub fn translations(&self) -> usize {
         self.programs.iter().filter(|p| p.translated).count()
+    }
+
+    /// Number of hits served by the shared tier.
+    pub fn remote_hits(&self) -> usize {
+        self.programs.iter().filter(|p| p.tier.as_deref() == Some("remote")).count()
     }
 }
 
@@ -390,6 +413,11 @@ pub fn run_with_progress(
             None
         }
     };
+    // A misconfigured shared tier is an error here, before any work; an unreachable one is off.
+    let remote = match &settings.remote {
+        Some(remote) => Some(Arc::new(gridkey_remote::Remote::connect(remote)?)),
+        None => None,
+    };
     let temps_removed =
         cache::gc(&settings.cache_dir, &cache::GcConfig { max_size: None, temp_min_age: cache::STALE_TEMP_AGE })?
             .temps_removed;
@@ -407,18 +435,40 @@ pub fn run_with_progress(
     // fails, a full disk) is still counted as the hit or miss and translation it was.
     let cache = TranslationCache::open(&cache_dir)?;
     let t = Instant::now();
-    let keys: Vec<TranslationKey> = programs
-        .iter()
-        .map(|p| gridkey_stencil::key_inputs(p, &config.options, &ct).map(|inputs| inputs.key()))
-        .collect::<Result<_, _>>()?;
-    let cached_before: Vec<bool> = keys.iter().map(|k| cache.get(k).is_ok()).collect();
+    let inputs: Vec<KeyInputs> =
+        programs.iter().map(|p| gridkey_stencil::key_inputs(p, &config.options, &ct)).collect::<Result<_, _>>()?;
+    let keys: Vec<TranslationKey> = inputs.iter().map(KeyInputs::key).collect();
+    let looked_up: Vec<Option<usize>> = keys.iter().map(|k| cache.get(k).ok().map(|p| p.len())).collect();
+    let cached_before: Vec<bool> = looked_up.iter().map(Option::is_some).collect();
     let keys_seconds = t.elapsed().as_secs_f64();
+    let mut shared = remote.map(|r| shared::SharedRun::new(r, settings.clone(), config.options.clone()));
     let t = Instant::now();
-    let mut outcomes = runner.run_all_with(&tasks, progress);
+    let mut routes: Vec<shared::Route> = match &mut shared {
+        Some(s) => s.plan(&cache, &inputs, &cached_before),
+        None => cached_before
+            .iter()
+            .map(|&hit| if hit { shared::Route::Local } else { shared::Route::Here { upload: false } })
+            .collect(),
+    };
+    let mut outcomes: Vec<Option<Result<CompileOutcome, gridkey_jobs::TaskError>>> =
+        programs.iter().map(|_| None).collect();
+    let first: Vec<usize> = (0..programs.len()).filter(|&i| routes[i] != shared::Route::Wait).collect();
+    run_batch(runner, &tasks, &first, progress, &mut outcomes);
+    if let Some(s) = &shared {
+        s.upload(&cache, &inputs, &routes, &first, &done(&outcomes, &first));
+    }
+    let waits: Vec<usize> = (0..programs.len()).filter(|&i| routes[i] == shared::Route::Wait).collect();
+    if let (Some(s), false) = (&mut shared, waits.is_empty()) {
+        for (&i, route) in waits.iter().zip(s.wait(&cache, &inputs, &waits)) {
+            routes[i] = route;
+        }
+        run_batch(runner, &tasks, &waits, progress, &mut outcomes);
+        s.upload(&cache, &inputs, &routes, &waits, &done(&outcomes, &waits));
+    }
     // A stored table changed in place while this run held it fails the tasks that translated
     // from it, and nothing is cached from it (ADR 0024): rewrite it from the runtime table and
     // compile those programs once more.
-    let failed: Vec<usize> = (0..outcomes.len()).filter(|&i| outcomes[i].is_err()).collect();
+    let failed: Vec<usize> = (0..outcomes.len()).filter(|&i| matches!(outcomes[i], Some(Err(_)))).collect();
     if !failed.is_empty() {
         let (repaired, repairs) = repair_tables(grid, &ct, &store);
         if !repairs.is_empty() {
@@ -426,8 +476,11 @@ pub fn run_with_progress(
             warnings.extend(repairs);
             let again: Vec<Program> = failed.iter().map(|&i| programs[i].clone()).collect();
             let retried = runner.run_all_with(&tasks_for(&again, &ct, &config.options, &settings), &NoProgress);
-            for (i, outcome) in failed.into_iter().zip(retried) {
-                outcomes[i] = outcome;
+            for (&i, outcome) in failed.iter().zip(retried) {
+                outcomes[i] = Some(outcome);
+            }
+            if let Some(s) = &shared {
+                s.upload(&cache, &inputs, &routes, &failed, &done(&outcomes, &failed));
             }
         }
     }
@@ -435,21 +488,22 @@ pub fn run_with_progress(
 
     let t = Instant::now();
     let compile_config = CompileConfig::from_settings(&settings)?;
-    let reports = programs
+    let reports: Vec<ProgramReport> = programs
         .iter()
         .zip(outcomes)
-        .zip(keys.iter().zip(&cached_before))
-        .map(|((program, outcome), (key, &hit))| match outcome {
+        .zip(keys.iter().zip(&cached_before).zip(&routes))
+        .map(|((program, outcome), ((key, &hit), route))| match outcome.expect("every program ran") {
             Ok(outcome) => {
                 let hint = if outcome.translated { explain::miss_hint(&cache, &outcome.key) } else { None };
+                let tier = if outcome.translated { None } else { route.tier().or(Some("local")).map(str::to_owned) };
                 let rebuild = || gridkey_stencil::compile(program, &ct, &config.options, &compile_config);
-                ProgramReport { miss_hint: hint, ..verify(program, grid, outcome, &cache, &rebuild) }
+                ProgramReport { miss_hint: hint, tier, ..verify(program, grid, outcome, &cache, &rebuild) }
             }
             Err(e) => ProgramReport {
                 program: program.name().to_owned(),
                 key: Some(key.to_hex()),
-                cache_hit: hit,
-                translated: !hit && cache.get(key).is_ok(),
+                cache_hit: hit || *route == shared::Route::Remote,
+                translated: !hit && *route != shared::Route::Remote && cache.get(key).is_ok(),
                 built: false,
                 translate_seconds: 0.0,
                 build_seconds: 0.0,
@@ -462,9 +516,11 @@ pub fn run_with_progress(
                 verified: false,
                 error: Some(e.to_string()),
                 miss_hint: None,
+                tier: route.tier().map(str::to_owned),
             },
         })
         .collect();
+    let tiers = tier_reports(&cache_dir, &cache, &reports, &looked_up, shared.as_ref());
     Ok(RunReport {
         grid: config.grid.clone(),
         mode: runner.mode().to_string(),
@@ -477,8 +533,83 @@ pub fn run_with_progress(
         programs: reports,
         warnings,
         temps_removed,
+        tiers,
         skipped,
     })
+}
+
+/// Runs the tasks `which` of `tasks` and stores each result at its index in `outcomes`; the
+/// progress reporter sees the program indices, not the batch's.
+fn run_batch(
+    runner: &Runner<StencilHandler>,
+    tasks: &[CompilationTask],
+    which: &[usize],
+    progress: &dyn Progress,
+    outcomes: &mut [Option<Result<CompileOutcome, gridkey_jobs::TaskError>>],
+) {
+    if which.is_empty() {
+        return;
+    }
+    struct Mapped<'a> {
+        inner: &'a dyn Progress,
+        index: &'a [usize],
+    }
+    impl Progress for Mapped<'_> {
+        fn started(&self, index: usize, program: &str) {
+            self.inner.started(self.index[index], program);
+        }
+        fn finished(&self, index: usize, program: &str, ok: bool) {
+            self.inner.finished(self.index[index], program, ok);
+        }
+    }
+    let batch: Vec<CompilationTask> = which.iter().map(|&i| tasks[i].clone()).collect();
+    let results = runner.run_all_with(&batch, &Mapped { inner: progress, index: which });
+    for (&i, result) in which.iter().zip(results) {
+        outcomes[i] = Some(result);
+    }
+}
+
+/// The successful outcomes of the programs `which`, in that order.
+fn done<'a>(
+    outcomes: &'a [Option<Result<CompileOutcome, gridkey_jobs::TaskError>>],
+    which: &[usize],
+) -> Vec<Option<&'a CompileOutcome>> {
+    which.iter().map(|&i| outcomes[i].as_ref().and_then(|r| r.as_ref().ok())).collect()
+}
+
+/// The counters of each tier for this run (also added to the local totals, and published to
+/// the shared tier's, for `gridkey cache stats`).
+fn tier_reports(
+    cache_dir: &Path,
+    cache: &TranslationCache,
+    reports: &[ProgramReport],
+    looked_up: &[Option<usize>],
+    shared: Option<&shared::SharedRun>,
+) -> Vec<cache::TierReport> {
+    let hits = looked_up.iter().filter(|l| l.is_some()).count() as u64;
+    let translated_bytes: u64 = reports
+        .iter()
+        .filter(|r| r.translated)
+        .filter_map(|r| r.key.as_ref()?.parse().ok())
+        .filter_map(|k| cache.get(&k).ok())
+        .map(|p| p.len() as u64)
+        .sum();
+    let local = gridkey_remote::TierStats {
+        hits,
+        misses: looked_up.len() as u64 - hits,
+        bytes_in: looked_up.iter().flatten().map(|&n| n as u64).sum(),
+        bytes_out: translated_bytes + shared.map_or(0, |s| s.written_locally),
+        ..Default::default()
+    };
+    // Best effort: totals that cannot be recorded leave the run's result as it is.
+    let _ = cache::record_local_stats(cache_dir, &local);
+    let mut out = vec![cache::TierReport::local(cache_dir, local)];
+    if let Some(s) = shared {
+        let remote = s.remote();
+        remote.publish_stats();
+        out.push(cache::TierReport::remote(remote, remote.stats()));
+    }
+    out
 }
 
 /// The compile-time view `ct` with every table whose mapped content no longer matches its
@@ -578,6 +709,7 @@ fn verify(
         verified: false,
         error: None,
         miss_hint: None,
+        tier: None,
     };
     let checked = kernel.and_then(|kernel| {
         let provider = grid.provider();

@@ -53,6 +53,8 @@ enum Command {
         /// (a table modified in place is rebuilt).
         #[arg(long)]
         verify: bool,
+        #[command(flatten)]
+        remote: RemoteFlags,
     },
     /// Inspect or clean the cache directory.
     Cache {
@@ -113,6 +115,19 @@ enum Command {
     },
 }
 
+/// The flags of the shared tier (README "The shared tier").
+#[derive(clap::Args, Clone, Debug, Default)]
+struct RemoteFlags {
+    /// Redis URL of the shared tier, redis://[:PASSWORD@]HOST:PORT[/DB] (default:
+    /// GRIDKEY_REMOTE_URL, else none).
+    #[arg(long, value_name = "URL")]
+    remote: Option<String>,
+    /// Upload translations and libraries and take leases: a designated writer (default:
+    /// GRIDKEY_REMOTE_WRITER, else read-only).
+    #[arg(long)]
+    remote_writer: bool,
+}
+
 fn parse_option(s: &str) -> Result<(String, String), String> {
     match s.split_once('=') {
         Some((k, v)) if !k.is_empty() => Ok((k.to_owned(), v.to_owned())),
@@ -122,7 +137,8 @@ fn parse_option(s: &str) -> Result<(String, String), String> {
 
 #[derive(Subcommand)]
 enum CacheCommand {
-    /// Entries and bytes per store (tables-v1, translation-v2, build-v2), and temp files.
+    /// Entries and bytes per store (tables-v1, translation-v2, build-v2), temp files, and each
+    /// tier's counters over all runs (hits, misses, bytes in and out, errors, lease waits).
     Stats {
         /// Cache directory (default: GRIDKEY_CACHE_DIR, else .gridkey_cache).
         #[arg(long)]
@@ -130,6 +146,26 @@ enum CacheCommand {
         /// Print JSON.
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        remote: RemoteFlags,
+    },
+    /// Upload every translation entry of the local cache, and the kernel library this compiler
+    /// built from it, to the shared tier (needs a designated writer).
+    Push {
+        /// Cache directory (default: GRIDKEY_CACHE_DIR, else .gridkey_cache).
+        #[arg(long)]
+        cache_dir: Option<PathBuf>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        remote: RemoteFlags,
+    },
+    /// Write a new Ed25519 signing key for a writer of the shared tier to FILE (mode 0600, never
+    /// replaced) and print its public key, the line for the readers' trusted keys file.
+    Keygen {
+        /// The new key file.
+        file: PathBuf,
     },
     /// Remove abandoned temp files and, with --max-size, least-recently-used entries beyond the
     /// budget; never an entry that a running process has mapped or loaded.
@@ -254,9 +290,16 @@ fn dispatch(command: Command) -> Result<ExitCode> {
             println!("{}", serde_json::to_string_pretty(&report)?);
             Ok(ExitCode::SUCCESS)
         }
-        Command::Run { grid, mode, jobs, cache_dir, options, json, verify } => {
+        Command::Run { grid, mode, jobs, cache_dir, options, json, verify, remote } => {
             // Parsed once, here; a flag replaces its variable.
-            let settings = settings::settings(&settings::Flags { mode, jobs, cache_dir, verify })?;
+            let settings = settings::settings(&settings::Flags {
+                mode,
+                jobs,
+                cache_dir,
+                verify,
+                remote: remote.remote,
+                remote_writer: remote.remote_writer,
+            })?;
             let options: gridkey_fingerprint::TranslationOptions = options.into_iter().collect();
             // Bad options are a usage error, said once, not a failure of every program.
             gridkey_stencil::check_options(&options)?;
@@ -288,6 +331,9 @@ fn dispatch(command: Command) -> Result<ExitCode> {
             for w in &report.warnings {
                 eprintln!("gridkey: warning: {}: {}", w.path.display(), w.message);
             }
+            for w in report.tiers.iter().filter_map(|t| t.warning.as_deref()) {
+                eprintln!("gridkey: warning: {w}");
+            }
             if json {
                 println!("{}", serde_json::to_string_pretty(&report)?);
             } else {
@@ -300,27 +346,66 @@ fn dispatch(command: Command) -> Result<ExitCode> {
 
 fn cache_command(command: CacheCommand) -> Result<ExitCode> {
     match command {
-        CacheCommand::Stats { cache_dir, json } => {
-            let dir = settings::cache_dir(cache_dir);
-            let stats = gridkey::cache::stats(&dir)?;
+        CacheCommand::Stats { cache_dir, json, remote } => {
+            let settings = settings::settings(&settings::Flags {
+                cache_dir,
+                remote: remote.remote,
+                remote_writer: remote.remote_writer,
+                ..Default::default()
+            })?;
+            let dir = settings.cache_dir.clone();
+            let client = settings.remote.as_ref().map(gridkey_remote::Remote::connect).transpose()?;
+            let stats = gridkey::cache::cache_stats(&dir, client.as_ref())?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&stats)?);
             } else {
                 println!("{:<15} {:>8} {:>14} {:>10} {:>12}", "store", "entries", "bytes", "temp files", "temp bytes");
-                for s in &stats {
+                for s in &stats.stores {
                     println!(
                         "{:<15} {:>8} {:>14} {:>10} {:>12}",
                         s.store, s.entries, s.bytes, s.temp_files, s.temp_bytes
                     );
                 }
-                let (n, b): (u64, u64) = stats.iter().fold((0, 0), |(n, b), s| (n + s.entries, b + s.bytes));
+                let (n, b): (u64, u64) = stats.stores.iter().fold((0, 0), |(n, b), s| (n + s.entries, b + s.bytes));
                 println!(
                     "{}, {} in {}",
                     output::count(n, "entry", "entries"),
                     output::count(b, "byte", "bytes"),
                     dir.display()
                 );
+                print_tiers(&stats.tiers);
+                for t in stats.tiers.iter().filter(|t| !t.objects.is_empty()) {
+                    for o in &t.objects {
+                        println!("{} tier holds {} {} objects, {} bytes", t.tier, o.objects, o.kind, o.bytes);
+                    }
+                }
             }
+        }
+        CacheCommand::Push { cache_dir, json, remote } => {
+            let settings = settings::settings(&settings::Flags {
+                cache_dir,
+                remote: remote.remote,
+                remote_writer: remote.remote_writer,
+                ..Default::default()
+            })?;
+            let r = gridkey::push::push(&settings)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&r)?);
+            } else {
+                println!(
+                    "pushed {} translation entries and {} kernel libraries ({} bytes) to {}; {} skipped",
+                    r.entries, r.libraries, r.bytes, r.remote, r.skipped
+                );
+            }
+        }
+        CacheCommand::Keygen { file } => {
+            let public = gridkey_remote::trust::generate_signing_key(&file)?;
+            eprintln!(
+                "wrote signing key {}; give it to writers as GRIDKEY_REMOTE_SIGNING_KEY and add this line to the readers' \
+                 GRIDKEY_REMOTE_TRUSTED_KEYS file:",
+                file.display()
+            );
+            println!("{public}");
         }
         CacheCommand::Gc { cache_dir, max_size, temp_age, json } => {
             let dir = settings::cache_dir(cache_dir);
@@ -357,6 +442,38 @@ fn default_grid() -> PathBuf {
     }
     let beside_sources = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../..")).join(SHIPPED_GRID);
     std::fs::canonicalize(&beside_sources).unwrap_or(beside_sources)
+}
+
+/// One line per tier: hits, misses, bytes in and out, errors, lease waits.
+fn print_tiers(tiers: &[gridkey::cache::TierReport]) {
+    for t in tiers {
+        let s = &t.stats;
+        let runs = t.runs.map_or_else(String::new, |n| format!(" over {n} runs"));
+        let mut line = format!(
+            "{} tier {}{runs}: {} hits, {} misses, {} bytes in, {} bytes out, {} errors, {} lease waits ({:.3} s)",
+            t.tier,
+            t.location,
+            s.hits,
+            s.misses,
+            s.bytes_in,
+            s.bytes_out,
+            s.errors,
+            s.lease_waits,
+            s.lease_wait_seconds
+        );
+        if t.tier == "remote" {
+            line += &format!(
+                ", {} rejected, {} uploads, {} leases, {} take-overs, {} round trips{}",
+                s.rejected,
+                s.uploads,
+                s.leases,
+                s.takeovers,
+                s.round_trips,
+                if t.on { "" } else { " (off)" }
+            );
+        }
+        println!("{line}");
+    }
 }
 
 fn print_changes(changes: &[gridkey_fingerprint::InputChange]) {
@@ -411,5 +528,14 @@ fn print_report(report: &RunReport) {
     }
     for s in &report.skipped {
         println!("skipped {}: {}", s.program, s.reason);
+    }
+    // With a shared tier: where the hits came from, and what each tier did.
+    if report.tiers.len() > 1 {
+        println!(
+            "{} hits from the local tier, {} from the remote tier",
+            report.hits() - report.remote_hits(),
+            report.remote_hits()
+        );
+        print_tiers(&report.tiers);
     }
 }

@@ -4,7 +4,10 @@
 
 use std::path::PathBuf;
 
-use gridkey_settings::{BuildJobsMode, Settings, SettingsError, ENV_CACHE_DIR, ENV_JOBS, ENV_MODE, ENV_VERIFY_TABLES};
+use gridkey_settings::{
+    BuildJobsMode, Settings, SettingsError, ENV_CACHE_DIR, ENV_JOBS, ENV_MODE, ENV_REMOTE_URL, ENV_REMOTE_WRITER,
+    ENV_VERIFY_TABLES,
+};
 
 /// Variable that asks for plain progress lines instead of a bar.
 pub const ENV_NO_PROGRESS: &str = "GRIDKEY_NO_PROGRESS";
@@ -20,6 +23,10 @@ pub struct Flags {
     pub cache_dir: Option<PathBuf>,
     /// `--verify`: switches `GRIDKEY_VERIFY_TABLES` on whatever the variable says.
     pub verify: bool,
+    /// `--remote URL`: replaces `GRIDKEY_REMOTE_URL`.
+    pub remote: Option<String>,
+    /// `--remote-writer`: switches `GRIDKEY_REMOTE_WRITER` on whatever the variable says.
+    pub remote_writer: bool,
 }
 
 /// The settings of this run: `flags` first, then the process environment.
@@ -31,6 +38,8 @@ pub fn settings(flags: &Flags) -> Result<Settings, SettingsError> {
         ENV_JOBS if flags.jobs.is_some() => flags.jobs.map(|n| n.to_string()),
         ENV_CACHE_DIR if flags.cache_dir.is_some() => None,
         ENV_VERIFY_TABLES if flags.verify => Some("1".to_owned()),
+        ENV_REMOTE_URL if flags.remote.is_some() => flags.remote.clone(),
+        ENV_REMOTE_WRITER if flags.remote_writer => Some("1".to_owned()),
         _ => std::env::var(name).ok(),
     })?;
     if let Some(dir) = &flags.cache_dir {

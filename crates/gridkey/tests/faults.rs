@@ -270,10 +270,10 @@ fn cache_stats_count_every_entry_and_gc_removes_least_recently_used_but_never_a_
     };
     let bytes = |dir: &str| files(&cache.path().join(dir)).iter().map(|p| fs::metadata(p).unwrap().len()).sum::<u64>();
     for (i, (dir, ext)) in [("tables-v1", "npy"), ("translation-v2", "bin"), ("build-v2", "so")].iter().enumerate() {
-        assert_eq!(stats[i]["store"], *dir);
-        assert_eq!(stats[i]["entries"], count(dir, ext), "{dir}");
-        assert_eq!(stats[i]["bytes"], bytes(dir), "{dir}");
-        assert_eq!(stats[i]["temp_files"], 0, "{dir}");
+        assert_eq!(stats["stores"][i]["store"], *dir);
+        assert_eq!(stats["stores"][i]["entries"], count(dir, ext), "{dir}");
+        assert_eq!(stats["stores"][i]["bytes"], bytes(dir), "{dir}");
+        assert_eq!(stats["stores"][i]["temp_files"], 0, "{dir}");
     }
     assert_eq!(count("tables-v1", "npy"), specs().len() as u64);
 

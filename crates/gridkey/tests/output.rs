@@ -93,5 +93,5 @@ fn a_full_standard_output_is_one_error() {
     // The run itself completed: its translations are in the cache for the next one.
     let stats = gridkey_command(&["cache", "stats", "--cache-dir", c, "--json"], &[]).output().unwrap();
     let stats: serde_json::Value = serde_json::from_slice(&stats.stdout).unwrap();
-    assert_eq!(stats[1]["entries"], 8, "{stats}\n{}", String::from_utf8_lossy(&run.stderr));
+    assert_eq!(stats["stores"][1]["entries"], 8, "{stats}\n{}", String::from_utf8_lossy(&run.stderr));
 }

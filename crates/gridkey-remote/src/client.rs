@@ -1,0 +1,822 @@
+//! The client of the shared tier: one synchronous Redis connection with connect and reply
+//! timeouts, a per-run circuit breaker, the lease protocol and the counters.
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use redis::{Connection, RedisError, RedisResult, Value};
+use serde::{Deserialize, Serialize};
+
+use crate::object::{self, hex, Kind, Reject};
+use crate::trust::Trust;
+use crate::RemoteError;
+use gridkey_settings::RemoteSettings;
+
+/// Takes the lease unless the object is there or the lease is held: 2 present, 1 taken, 0 held.
+const CLAIM: &str = "if redis.call('EXISTS', KEYS[1]) == 1 then return 2 end \
+    if redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end return 0";
+
+/// Renews every lease of KEYS still held by ARGV[1]; returns how many.
+const RENEW: &str = "local n = 0 for _, k in ipairs(KEYS) do \
+    if redis.call('GET', k) == ARGV[1] then redis.call('PEXPIRE', k, ARGV[2]) n = n + 1 end end return n";
+
+/// Deletes every lease of KEYS still held by ARGV[1]; returns how many.
+const RELEASE: &str = "local n = 0 for _, k in ipairs(KEYS) do \
+    if redis.call('GET', k) == ARGV[1] then redis.call('DEL', k) n = n + 1 end end return n";
+
+/// Longest pause between two looks at a lease that is waited on.
+const MAX_POLL: Duration = Duration::from_millis(100);
+
+/// A 16-byte key an object answers: a translation key, or a kernel library's remote key.
+pub type ObjectKey = [u8; 16];
+
+/// What a lookup found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Fetched {
+    /// A checked payload.
+    Hit(Vec<u8>),
+    /// No object under the key.
+    Absent,
+    /// An object that failed a check: a miss, reported.
+    Rejected(Reject),
+    /// The tier is off for this run (unreachable, or failed earlier).
+    Off,
+}
+
+/// What an upload did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Stored {
+    /// Uploaded, this many bytes of object.
+    Uploaded(u64),
+    /// Not uploaded: this client is read-only.
+    ReadOnly,
+    /// Not uploaded: the object would be over the size limit.
+    TooLarge {
+        /// Bytes of the object.
+        len: u64,
+        /// The limit.
+        max: u64,
+    },
+    /// The tier is off for this run.
+    Off,
+}
+
+/// What [`Remote::claim`] decided for one key that missed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Claim {
+    /// This writer holds the lease: translate, then [`Remote::put_many`] (which releases it).
+    Won,
+    /// The object arrived in the meantime: look it up again.
+    Present,
+    /// Another writer holds the lease: [`Remote::wait`] for it.
+    Held,
+    /// Read-only and no writer holds a lease: translate here and upload nothing.
+    Free,
+    /// The tier is off for this run: translate here.
+    Off,
+}
+
+/// How a [`Remote::wait`] on another writer's lease ended for one key.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Waited {
+    /// The object arrived and checks: a hit.
+    Arrived(Vec<u8>),
+    /// An object arrived that failed a check: translate here (a writer uploads over it).
+    Rejected(Reject),
+    /// The holder's lease expired without an object (the holder died); this writer took the
+    /// lease over: translate, then [`Remote::put_many`].
+    TakenOver,
+    /// Read-only: the lease went away without an object; translate here.
+    Gone,
+    /// The wait cap passed: translate here (a writer uploads without a lease).
+    TimedOut,
+    /// The tier went off for this run.
+    Off,
+}
+
+/// Counters of one client over its run (README "Usage", `gridkey cache stats`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct TierStats {
+    /// Lookups that returned a checked payload.
+    pub hits: u64,
+    /// Lookups that returned nothing usable (absent or rejected).
+    pub misses: u64,
+    /// Objects that failed a check (counted in `misses` too).
+    pub rejected: u64,
+    /// Objects downloaded (hits and rejects).
+    pub fetches: u64,
+    /// Object bytes downloaded.
+    pub bytes_in: u64,
+    /// Objects uploaded.
+    pub uploads: u64,
+    /// Object bytes uploaded.
+    pub bytes_out: u64,
+    /// Failed requests (each one turns the tier off for the run, so at most one, plus a
+    /// heartbeat's).
+    pub errors: u64,
+    /// Leases taken, including take-overs.
+    pub leases: u64,
+    /// Leases taken over from a holder that died.
+    pub takeovers: u64,
+    /// Keys waited on because another writer held the lease.
+    pub lease_waits: u64,
+    /// Seconds spent waiting on leases.
+    pub lease_wait_seconds: f64,
+    /// Requests sent to the server (a pipeline is one).
+    pub round_trips: u64,
+}
+
+impl TierStats {
+    /// Adds `other`'s counters to these (totals over runs).
+    pub fn add(&mut self, other: &TierStats) {
+        for ((_, slot), (_, n)) in stat_fields_mut(self).into_iter().zip(stat_fields(other)) {
+            *slot += n;
+        }
+        self.lease_wait_seconds += other.lease_wait_seconds;
+    }
+}
+
+#[derive(Default)]
+struct Counters {
+    hits: AtomicU64,
+    misses: AtomicU64,
+    rejected: AtomicU64,
+    fetches: AtomicU64,
+    bytes_in: AtomicU64,
+    uploads: AtomicU64,
+    bytes_out: AtomicU64,
+    errors: AtomicU64,
+    leases: AtomicU64,
+    takeovers: AtomicU64,
+    lease_waits: AtomicU64,
+    lease_wait_micros: AtomicU64,
+    round_trips: AtomicU64,
+}
+
+fn add(counter: &AtomicU64, n: u64) {
+    counter.fetch_add(n, Ordering::Relaxed);
+}
+
+/// What the client and its heartbeat thread share.
+struct Shared {
+    settings: RemoteSettings,
+    shown_url: String,
+    client: redis::Client,
+    owner: String,
+    off: AtomicBool,
+    warning: Mutex<Option<String>>,
+    counters: Counters,
+    /// Redis names of the leases this client holds.
+    leases: Mutex<BTreeSet<String>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic elsewhere cannot leave these values half-updated: every update is one assignment.
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl Shared {
+    /// Turns the tier off for the rest of the run, keeping the first warning.
+    fn trip(&self, what: &str, error: &RedisError) {
+        add(&self.counters.errors, 1);
+        self.off.store(true, Ordering::SeqCst);
+        let mut warning = lock(&self.warning);
+        if warning.is_none() {
+            *warning = Some(format!(
+                "shared cache {}: {what} failed ({error}); the shared tier is off for the rest of this run, which goes \
+                 on with the local cache",
+                self.shown_url
+            ));
+        }
+    }
+
+    fn connect(&self) -> RedisResult<Connection> {
+        let con = self.client.get_connection_with_timeout(self.settings.connect_timeout)?;
+        con.set_read_timeout(Some(self.settings.timeout))?;
+        con.set_write_timeout(Some(self.settings.timeout))?;
+        Ok(con)
+    }
+
+    fn ttl_ms(&self) -> u64 {
+        self.settings.lease_ttl.as_millis().max(1) as u64
+    }
+}
+
+/// Whether `e` says the server cannot be reached (down, black-holed, dropped the connection,
+/// busy loading) rather than that the settings are wrong.
+fn unreachable(e: &RedisError) -> bool {
+    e.is_io_error()
+        || e.is_timeout()
+        || e.is_connection_refusal()
+        || e.is_connection_dropped()
+        || matches!(e.code(), Some("LOADING" | "BUSY" | "MASTERDOWN" | "TRYAGAIN"))
+}
+
+/// A client of the shared tier for one run (ADR 0019, ADR 0018).
+///
+/// Every request goes through one connection with the settings' timeouts. The first request
+/// that fails (a timeout, a dropped connection, an error reply) turns the tier off for the rest
+/// of the run and records one warning ([`Remote::warning`]); every later call answers `Off`
+/// at once, so a dead remote costs at most one timeout per run. Leases are renewed by a
+/// heartbeat thread on a second connection and released when the client is dropped.
+pub struct Remote {
+    shared: Arc<Shared>,
+    trust: Trust,
+    con: Mutex<Option<Connection>>,
+    heartbeat: Mutex<Option<(mpsc::Sender<()>, JoinHandle<()>)>>,
+}
+
+impl std::fmt::Debug for Remote {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Remote").field("url", &self.shared.shown_url).field("on", &self.is_on()).finish()
+    }
+}
+
+impl Remote {
+    /// Checks the settings, reads the key files and connects.
+    ///
+    /// A server that cannot be reached (refused, timed out, black-holed) is not an error: the
+    /// client is returned off, with its warning. Errors, all at start: [`RemoteError::Url`]
+    /// for a URL the client cannot use, [`RemoteError::Refused`] when the server rejects the
+    /// credentials or the connection (a wrong password, a password missing), and the key-file
+    /// errors of [`Trust::load`].
+    pub fn connect(settings: &RemoteSettings) -> Result<Remote, RemoteError> {
+        let shown_url = settings.shown_url();
+
+        let client = redis::Client::open(settings.url.as_str())
+            .map_err(|e| RemoteError::Url { url: shown_url.clone(), reason: e.to_string() })?;
+        let trust = Trust::load(settings.signing_key.as_deref(), settings.trusted_keys.as_deref())?;
+        let shared = Arc::new(Shared {
+            settings: settings.clone(),
+            shown_url,
+            client,
+            owner: owner_token(),
+            off: AtomicBool::new(false),
+            warning: Mutex::new(None),
+            counters: Counters::default(),
+            leases: Mutex::new(BTreeSet::new()),
+        });
+        let remote = Remote { shared, trust, con: Mutex::new(None), heartbeat: Mutex::new(None) };
+        let shared = &remote.shared;
+        add(&shared.counters.round_trips, 1);
+        let connected = shared.connect().and_then(|mut con| {
+            redis::cmd("PING").query::<String>(&mut con)?;
+            Ok(con)
+        });
+        match connected {
+            Ok(con) => *lock(&remote.con) = Some(con),
+            Err(e) if unreachable(&e) => shared.trip("connecting", &e),
+            Err(e) if e.kind() == redis::ErrorKind::InvalidClientConfig => {
+                return Err(RemoteError::Url { url: shared.shown_url.clone(), reason: e.to_string() })
+            }
+            Err(e) => return Err(RemoteError::Refused { url: shared.shown_url.clone(), reason: e.to_string() }),
+        }
+        Ok(remote)
+    }
+
+    /// The settings this client was made with.
+    pub fn settings(&self) -> &RemoteSettings {
+        &self.shared.settings
+    }
+
+    /// The URL with its password hidden.
+    pub fn shown_url(&self) -> &str {
+        &self.shared.shown_url
+    }
+
+    /// The trust material (signing key, trusted keys).
+    pub fn trust(&self) -> &Trust {
+        &self.trust
+    }
+
+    /// Whether the tier is still on for this run.
+    pub fn is_on(&self) -> bool {
+        !self.shared.off.load(Ordering::SeqCst)
+    }
+
+    /// The one warning of the run: why the tier went off, if it did.
+    pub fn warning(&self) -> Option<String> {
+        lock(&self.shared.warning).clone()
+    }
+
+    /// Whether this client uploads and takes leases.
+    pub fn is_writer(&self) -> bool {
+        self.shared.settings.is_writer()
+    }
+
+    /// The counters so far.
+    pub fn stats(&self) -> TierStats {
+        let c = &self.shared.counters;
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        TierStats {
+            hits: get(&c.hits),
+            misses: get(&c.misses),
+            rejected: get(&c.rejected),
+            fetches: get(&c.fetches),
+            bytes_in: get(&c.bytes_in),
+            uploads: get(&c.uploads),
+            bytes_out: get(&c.bytes_out),
+            errors: get(&c.errors),
+            leases: get(&c.leases),
+            takeovers: get(&c.takeovers),
+            lease_waits: get(&c.lease_waits),
+            lease_wait_seconds: get(&c.lease_wait_micros) as f64 * 1e-6,
+            round_trips: get(&c.round_trips),
+        }
+    }
+
+    /// The Redis name of the object answering `key` of `kind`: `<namespace>:obj-v1:<te|kl>:<hex>`.
+    pub fn object_name(&self, kind: Kind, key: &ObjectKey) -> String {
+        format!("{}:obj-v{}:{}:{}", self.shared.settings.namespace, object::OBJECT_FORMAT_VERSION, kind.tag(), hex(key))
+    }
+
+    /// The Redis name of the lease on `key` of `kind`: `<namespace>:lease-v1:<te|kl>:<hex>`.
+    pub fn lease_name(&self, kind: Kind, key: &ObjectKey) -> String {
+        format!("{}:lease-v1:{}:{}", self.shared.settings.namespace, kind.tag(), hex(key))
+    }
+
+    /// Runs one request; on failure turns the tier off and returns `None`.
+    fn request<T>(&self, what: &str, f: impl FnOnce(&mut Connection) -> RedisResult<T>) -> Option<T> {
+        if !self.is_on() {
+            return None;
+        }
+        let mut guard = lock(&self.con);
+        let con = guard.as_mut()?;
+        add(&self.shared.counters.round_trips, 1);
+        match f(con) {
+            Ok(v) => Some(v),
+            Err(e) => {
+                self.shared.trip(what, &e);
+                *guard = None;
+                None
+            }
+        }
+    }
+
+    /// [`Remote::get_many`] for one key.
+    pub fn get(&self, kind: Kind, key: &ObjectKey) -> Fetched {
+        self.get_many(kind, std::slice::from_ref(key)).pop().expect("one result per key")
+    }
+
+    /// Looks up the objects of `kind` answering `keys`, in one round trip, and checks each
+    /// ([`object::decode`]) before it is returned. Never downloads more than the size limit of
+    /// any object. Counts hits, misses, rejects and bytes.
+    pub fn get_many(&self, kind: Kind, keys: &[ObjectKey]) -> Vec<Fetched> {
+        if keys.is_empty() {
+            return Vec::new();
+        }
+        let max = self.shared.settings.max_object_bytes;
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        for key in keys {
+            let name = self.object_name(kind, key);
+            pipe.cmd("STRLEN").arg(&name).cmd("GETRANGE").arg(&name).arg(0).arg(max.saturating_sub(1));
+        }
+        let Some(replies) = self.request("looking up objects", |con| pipe.query::<Vec<RedisResult<Value>>>(con)) else {
+            return vec![Fetched::Off; keys.len()];
+        };
+        let c = &self.shared.counters;
+        keys.iter()
+            .zip(replies.chunks(2))
+            .map(|(key, pair)| {
+                let fetched = match pair {
+                    [Ok(Value::Int(0)), _] => Fetched::Absent,
+                    [Ok(Value::Int(len)), _] if *len as u64 > max => {
+                        Fetched::Rejected(Reject::TooLarge { len: *len as u64, max })
+                    }
+                    [Ok(Value::Int(_)), Ok(Value::BulkString(bytes))] => {
+                        add(&c.fetches, 1);
+                        add(&c.bytes_in, bytes.len() as u64);
+                        match object::decode(kind, key, bytes, max, &self.trust) {
+                            Ok(payload) => Fetched::Hit(payload.to_vec()),
+                            Err(reject) => Fetched::Rejected(reject),
+                        }
+                    }
+                    [Err(e), _] | [_, Err(e)] => Fetched::Rejected(Reject::Unreadable { reason: e.to_string() }),
+                    other => Fetched::Rejected(Reject::Unreadable { reason: format!("unexpected reply {other:?}") }),
+                };
+                match &fetched {
+                    Fetched::Hit(_) => add(&c.hits, 1),
+                    Fetched::Rejected(_) => {
+                        add(&c.rejected, 1);
+                        add(&c.misses, 1);
+                    }
+                    Fetched::Absent => add(&c.misses, 1),
+                    Fetched::Off => {}
+                }
+                fetched
+            })
+            .collect()
+    }
+
+    /// [`Remote::put_many`] for one object.
+    pub fn put(&self, kind: Kind, key: &ObjectKey, payload: &[u8]) -> Stored {
+        self.put_many(kind, &[(*key, payload)]).pop().expect("one result per object")
+    }
+
+    /// Uploads the objects of `kind` for `items` (key, payload), signed when this client has a
+    /// signing key, in one round trip, and releases the leases this client holds on those keys
+    /// in the same round trip. A read-only client uploads nothing. An object over the size limit
+    /// is not uploaded.
+    pub fn put_many(&self, kind: Kind, items: &[(ObjectKey, &[u8])]) -> Vec<Stored> {
+        if !self.is_writer() {
+            return vec![Stored::ReadOnly; items.len()];
+        }
+        if !self.is_on() {
+            return vec![Stored::Off; items.len()];
+        }
+        let max = self.shared.settings.max_object_bytes;
+        let mut out = Vec::with_capacity(items.len());
+        let mut pipe = redis::pipe();
+        let mut sent = 0;
+        for (key, payload) in items {
+            let object = object::encode(kind, key, payload, &self.trust);
+            let len = object.len() as u64;
+            if len > max {
+                out.push(Stored::TooLarge { len, max });
+                continue;
+            }
+            pipe.cmd("SET").arg(self.object_name(kind, key)).arg(object).ignore();
+            out.push(Stored::Uploaded(len));
+            sent += 1;
+        }
+        let leases: Vec<String> = {
+            let held = lock(&self.shared.leases);
+            items.iter().map(|(key, _)| self.lease_name(kind, key)).filter(|l| held.contains(l)).collect()
+        };
+        if !leases.is_empty() {
+            pipe.cmd("EVAL").arg(RELEASE).arg(leases.len()).arg(&leases).arg(&self.shared.owner).ignore();
+        }
+        if sent == 0 && leases.is_empty() {
+            return out;
+        }
+        if self.request("uploading objects", |con| pipe.query::<()>(con)).is_none() {
+            return vec![Stored::Off; items.len()];
+        }
+        let mut held = lock(&self.shared.leases);
+        for lease in &leases {
+            held.remove(lease);
+        }
+        let c = &self.shared.counters;
+        for stored in &out {
+            if let Stored::Uploaded(len) = stored {
+                add(&c.uploads, 1);
+                add(&c.bytes_out, *len);
+            }
+        }
+        out
+    }
+
+    /// Decides, for each key of `kind` that missed, who translates it (ADR 0018). A
+    /// writer takes the lease with `SET NX PX` unless the object arrived or
+    /// another writer holds it, in one round trip; a read-only client takes no lease and only
+    /// looks whether a writer holds one.
+    pub fn claim(&self, kind: Kind, keys: &[ObjectKey]) -> Vec<Claim> {
+        if keys.is_empty() {
+            return Vec::new();
+        }
+        let mut pipe = redis::pipe();
+        let ttl = self.shared.ttl_ms();
+        for key in keys {
+            let (object, lease) = (self.object_name(kind, key), self.lease_name(kind, key));
+            if self.is_writer() {
+                pipe.cmd("EVAL").arg(CLAIM).arg(2).arg(object).arg(lease).arg(&self.shared.owner).arg(ttl);
+            } else {
+                pipe.cmd("EXISTS").arg(object).cmd("EXISTS").arg(lease);
+            }
+        }
+        let Some(replies) = self.request("taking leases", |con| pipe.query::<Vec<i64>>(con)) else {
+            return vec![Claim::Off; keys.len()];
+        };
+        if self.is_writer() {
+            let claims: Vec<Claim> = replies
+                .iter()
+                .map(|r| match r {
+                    2 => Claim::Present,
+                    1 => Claim::Won,
+                    _ => Claim::Held,
+                })
+                .collect();
+            let won: Vec<String> = keys
+                .iter()
+                .zip(&claims)
+                .filter(|(_, c)| **c == Claim::Won)
+                .map(|(k, _)| self.lease_name(kind, k))
+                .collect();
+            self.hold(won);
+            claims
+        } else {
+            replies
+                .chunks(2)
+                .map(|pair| match pair {
+                    [1, _] => Claim::Present,
+                    [_, 1] => Claim::Held,
+                    _ => Claim::Free,
+                })
+                .collect()
+        }
+    }
+
+    /// Records leases taken and starts the heartbeat that renews them.
+    fn hold(&self, leases: Vec<String>) {
+        if leases.is_empty() {
+            return;
+        }
+        add(&self.shared.counters.leases, leases.len() as u64);
+        lock(&self.shared.leases).extend(leases);
+        let mut heartbeat = lock(&self.heartbeat);
+        if heartbeat.is_none() {
+            let (stop, stopped) = mpsc::channel();
+            let shared = self.shared.clone();
+            let thread = std::thread::Builder::new()
+                .name("gridkey-lease-heartbeat".to_owned())
+                .spawn(move || beat(&shared, &stopped))
+                .expect("a thread can be started");
+            *heartbeat = Some((stop, thread));
+        }
+    }
+
+    /// Releases the leases this client holds on `keys` of `kind` without uploading (the
+    /// translation failed): another writer may take them at once.
+    pub fn release(&self, kind: Kind, keys: &[ObjectKey]) {
+        let leases: Vec<String> = {
+            let mut held = lock(&self.shared.leases);
+            keys.iter().map(|k| self.lease_name(kind, k)).filter(|l| held.remove(l)).collect()
+        };
+        self.release_names(&leases);
+    }
+
+    fn release_names(&self, leases: &[String]) {
+        if leases.is_empty() {
+            return;
+        }
+        let mut cmd = redis::cmd("EVAL");
+        cmd.arg(RELEASE).arg(leases.len()).arg(leases).arg(&self.shared.owner);
+        let _ = self.request("releasing leases", |con| cmd.query::<i64>(con));
+    }
+
+    /// Waits on other writers' leases on `keys` of `kind` until each object arrives, its lease
+    /// goes away, or the wait cap of the settings passes; one round trip per look, the looks
+    /// spaced from 5 ms up to 100 ms. A writer takes over the lease of a holder that died (its
+    /// lease expired without an object).
+    pub fn wait(&self, kind: Kind, keys: &[ObjectKey]) -> Vec<Waited> {
+        let mut out: Vec<Option<Waited>> = vec![None; keys.len()];
+        if keys.is_empty() {
+            return Vec::new();
+        }
+        let c = &self.shared.counters;
+        add(&c.lease_waits, keys.len() as u64);
+        let started = Instant::now();
+        let mut pause = Duration::from_millis(5);
+        loop {
+            let pending: Vec<usize> = (0..keys.len()).filter(|&i| out[i].is_none()).collect();
+            if pending.is_empty() {
+                break;
+            }
+            if !self.is_on() {
+                pending.iter().for_each(|&i| out[i] = Some(Waited::Off));
+                break;
+            }
+            if started.elapsed() >= self.shared.settings.lease_wait {
+                pending.iter().for_each(|&i| out[i] = Some(Waited::TimedOut));
+                break;
+            }
+            let mut pipe = redis::pipe();
+            for &i in &pending {
+                pipe.cmd("EXISTS")
+                    .arg(self.object_name(kind, &keys[i]))
+                    .cmd("EXISTS")
+                    .arg(self.lease_name(kind, &keys[i]));
+            }
+            let Some(replies) = self.request("waiting on leases", |con| pipe.query::<Vec<i64>>(con)) else { continue };
+            let mut arrived = Vec::new();
+            let mut gone = Vec::new();
+            for (&i, pair) in pending.iter().zip(replies.chunks(2)) {
+                match pair {
+                    [1, _] => arrived.push(i),
+                    [_, 0] => gone.push(i),
+                    _ => {}
+                }
+            }
+            let fetched = self.get_many(kind, &arrived.iter().map(|&i| keys[i]).collect::<Vec<_>>());
+            for (&i, f) in arrived.iter().zip(fetched) {
+                out[i] = match f {
+                    Fetched::Hit(payload) => Some(Waited::Arrived(payload)),
+                    Fetched::Rejected(reject) => Some(Waited::Rejected(reject)),
+                    Fetched::Off => Some(Waited::Off),
+                    // Evicted between the two requests: look again.
+                    Fetched::Absent => None,
+                };
+            }
+            if self.is_writer() {
+                let claims = self.claim(kind, &gone.iter().map(|&i| keys[i]).collect::<Vec<_>>());
+                for (&i, claim) in gone.iter().zip(claims) {
+                    match claim {
+                        Claim::Won => {
+                            add(&c.takeovers, 1);
+                            out[i] = Some(Waited::TakenOver);
+                        }
+                        Claim::Off => out[i] = Some(Waited::Off),
+                        // Present: fetched on the next look; Held: another writer took over first.
+                        _ => {}
+                    }
+                }
+            } else {
+                gone.iter().for_each(|&i| out[i] = Some(Waited::Gone));
+            }
+            if out.iter().any(Option::is_none) {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(MAX_POLL);
+            }
+        }
+        add(&c.lease_wait_micros, started.elapsed().as_micros() as u64);
+        out.into_iter().map(|w| w.expect("every key decided")).collect()
+    }
+
+    /// Adds this run's counters to the server-side totals (`<namespace>:stats-v1`, one hash
+    /// shared by every client) in one round trip; `gridkey cache stats` reads them back with
+    /// [`Remote::server_stats`].
+    /// A read-only client publishes nothing: it writes nothing to the server.
+    pub fn publish_stats(&self) {
+        if !self.is_writer() {
+            return;
+        }
+        let s = self.stats();
+        let name = format!("{}:stats-v1", self.shared.settings.namespace);
+        let mut pipe = redis::pipe();
+        for (field, n) in stat_fields(&s) {
+            pipe.cmd("HINCRBY").arg(&name).arg(field).arg(n).ignore();
+        }
+        pipe.cmd("HINCRBY").arg(&name).arg("lease_wait_micros").arg((s.lease_wait_seconds * 1e6) as u64).ignore();
+        pipe.cmd("HINCRBY").arg(&name).arg("runs").arg(1).ignore();
+        let _ = self.request("publishing counters", |con| pipe.query::<()>(con));
+    }
+
+    /// What the server holds: objects and bytes of each kind (a `SCAN` of this namespace) and
+    /// the totals that every client's [`Remote::publish_stats`] added. `None` when the tier is
+    /// off.
+    pub fn server_stats(&self) -> Option<ServerStats> {
+        let mut out = ServerStats::default();
+        for kind in Kind::ALL {
+            let pattern =
+                format!("{}:obj-v{}:{}:*", self.shared.settings.namespace, object::OBJECT_FORMAT_VERSION, kind.tag());
+            let mut cursor = 0u64;
+            let (mut objects, mut bytes) = (0u64, 0u64);
+            loop {
+                let (next, names): (u64, Vec<String>) = self.request("listing objects", |con| {
+                    redis::cmd("SCAN").arg(cursor).arg("MATCH").arg(&pattern).arg("COUNT").arg(1000).query(con)
+                })?;
+                if !names.is_empty() {
+                    let mut pipe = redis::pipe();
+                    for name in &names {
+                        pipe.cmd("STRLEN").arg(name);
+                    }
+                    let lens: Vec<u64> = self.request("sizing objects", |con| pipe.query(con))?;
+                    objects += lens.iter().filter(|&&n| n > 0).count() as u64;
+                    bytes += lens.iter().sum::<u64>();
+                }
+                cursor = next;
+                if cursor == 0 {
+                    break;
+                }
+            }
+            out.kinds.push(KindStats { kind: kind.as_str().to_owned(), objects, bytes });
+        }
+        let name = format!("{}:stats-v1", self.shared.settings.namespace);
+        let totals: Vec<(String, u64)> =
+            self.request("reading counters", |con| redis::cmd("HGETALL").arg(&name).query(con))?;
+        let get = |f: &str| totals.iter().find(|(k, _)| k == f).map_or(0, |(_, v)| *v);
+        let mut t = TierStats::default();
+        for (field, slot) in stat_fields_mut(&mut t) {
+            *slot = get(field);
+        }
+        t.lease_wait_seconds = get("lease_wait_micros") as f64 * 1e-6;
+        out.totals = t;
+        out.runs = get("runs");
+        Some(out)
+    }
+}
+
+/// The integer counters by name, in the order of [`TierStats`].
+fn stat_fields(s: &TierStats) -> [(&'static str, u64); 12] {
+    [
+        ("hits", s.hits),
+        ("misses", s.misses),
+        ("rejected", s.rejected),
+        ("fetches", s.fetches),
+        ("bytes_in", s.bytes_in),
+        ("uploads", s.uploads),
+        ("bytes_out", s.bytes_out),
+        ("errors", s.errors),
+        ("leases", s.leases),
+        ("takeovers", s.takeovers),
+        ("lease_waits", s.lease_waits),
+        ("round_trips", s.round_trips),
+    ]
+}
+
+fn stat_fields_mut(s: &mut TierStats) -> [(&'static str, &mut u64); 12] {
+    [
+        ("hits", &mut s.hits),
+        ("misses", &mut s.misses),
+        ("rejected", &mut s.rejected),
+        ("fetches", &mut s.fetches),
+        ("bytes_in", &mut s.bytes_in),
+        ("uploads", &mut s.uploads),
+        ("bytes_out", &mut s.bytes_out),
+        ("errors", &mut s.errors),
+        ("leases", &mut s.leases),
+        ("takeovers", &mut s.takeovers),
+        ("lease_waits", &mut s.lease_waits),
+        ("round_trips", &mut s.round_trips),
+    ]
+}
+
+/// Objects and bytes of one kind on the server.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct KindStats {
+    /// `translation entry` or `kernel library`.
+    pub kind: String,
+    /// Objects of this kind.
+    pub objects: u64,
+    /// Bytes of those objects.
+    pub bytes: u64,
+}
+
+/// What [`Remote::server_stats`] reports.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ServerStats {
+    /// Objects and bytes per kind.
+    pub kinds: Vec<KindStats>,
+    /// The counters of every run that published them, added up.
+    pub totals: TierStats,
+    /// Runs that published their counters.
+    pub runs: u64,
+}
+
+/// The heartbeat: every third of the lease time, renews the leases still held, on a
+/// connection of its own; stops when told or when a request fails (which turns the tier off).
+fn beat(shared: &Shared, stop: &mpsc::Receiver<()>) {
+    let period = shared.settings.lease_ttl / 3;
+    let mut con: Option<Connection> = None;
+    loop {
+        match stop.recv_timeout(period) {
+            Err(RecvTimeoutError::Timeout) => {}
+            _ => return,
+        }
+        if shared.off.load(Ordering::SeqCst) {
+            return;
+        }
+        let leases: Vec<String> = lock(&shared.leases).iter().cloned().collect();
+        if leases.is_empty() {
+            continue;
+        }
+        add(&shared.counters.round_trips, 1);
+        let renewed = match con.as_mut() {
+            Some(c) => Ok(c),
+            None => shared.connect().map(|c| con.insert(c)),
+        }
+        .and_then(|c| {
+            redis::cmd("EVAL")
+                .arg(RENEW)
+                .arg(leases.len())
+                .arg(&leases)
+                .arg(&shared.owner)
+                .arg(shared.ttl_ms())
+                .query::<i64>(c)
+        });
+        if let Err(e) = renewed {
+            shared.trip("renewing leases", &e);
+            return;
+        }
+    }
+}
+
+impl Drop for Remote {
+    /// Stops the heartbeat and releases the leases still held.
+    fn drop(&mut self) {
+        if let Some((stop, thread)) = lock(&self.heartbeat).take() {
+            let _ = stop.send(());
+            let _ = thread.join();
+        }
+        let leases: Vec<String> = std::mem::take(&mut *lock(&self.shared.leases)).into_iter().collect();
+        self.release_names(&leases);
+    }
+}
+
+/// A token naming this client as a lease holder: process id and 16 random bytes.
+fn owner_token() -> String {
+    use std::io::Read;
+    let mut random = [0u8; 16];
+    let read = std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut random));
+    if read.is_err() {
+        // Without a random source the time and the address of a local still tell clients apart.
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos();
+        random = (now ^ (&random as *const _ as u128)).to_le_bytes();
+    }
+    format!("{}-{}", std::process::id(), hex(&random))
+}

@@ -1,0 +1,106 @@
+//! The shared tier of the translation and build caches, on Redis.
+//!
+//! Many nodes that compile the same programs against the same grids share one Redis server:
+//! one node translates a key, the others download the result. Each key has one
+//! self-contained, checked object ([`object`], ADR 0019); a writer takes a lease before it
+//! translates, so that a cold cluster translates each key once ([`Remote::claim`],
+//! [`Remote::wait`]); clients are read-only unless designated writers, and readers with trusted
+//! keys accept only objects signed by a writer ([`trust`], ADR 0018).
+//!
+//! # Architecture invariant
+//!
+//! Nothing downloaded is handed out before [`object::decode`] checked all of it (format,
+//! kind, key, length, checksum, size limit, signature policy): a bad object is a reported miss,
+//! never a hit. Correctness never depends on a lease: any object that checks is accepted. A
+//! server that is down, slow or dies costs at most one timeout per [`Remote`] (the tier is then
+//! off, with one warning); only a misconfiguration is an error, at [`Remote::connect`]. The
+//! crate reads no environment variable: it takes [`RemoteSettings`], parsed at the edge with the
+//! other settings (`gridkey_settings`).
+//!
+//! # Example
+//!
+//! ```
+//! use gridkey_remote::{object, Fetched, Kind, Remote, RemoteSettings, Role, Trust};
+//!
+//! // An object checks only under its own key and kind.
+//! let key = [7u8; 16];
+//! let bytes = object::encode(Kind::TranslationEntry, &key, b"int kernel;", &Trust::none());
+//! let payload = object::decode(Kind::TranslationEntry, &key, &bytes, 1 << 20, &Trust::none()).unwrap();
+//! assert_eq!(payload, b"int kernel;");
+//! assert!(object::decode(Kind::KernelLibrary, &key, &bytes, 1 << 20, &Trust::none()).is_err());
+//!
+//! // A server that cannot be reached is not an error: the tier is off, with one warning.
+//! let mut settings = RemoteSettings::new("redis://127.0.0.1:1/");
+//! settings.role = Role::Writer;
+//! let remote = Remote::connect(&settings).unwrap();
+//! assert!(!remote.is_on());
+//! assert_eq!(remote.get(Kind::TranslationEntry, &key), Fetched::Off);
+//! assert!(remote.warning().unwrap().contains("off for the rest of this run"));
+//! ```
+
+#![warn(missing_docs)]
+
+use std::io;
+use std::path::PathBuf;
+
+mod client;
+pub mod object;
+mod tier;
+pub mod trust;
+
+pub use client::{Claim, Fetched, KindStats, ObjectKey, Remote, ServerStats, Stored, TierStats, Waited};
+/// The Ed25519 implementation of signatures and keys ([`Trust::new`] takes its types).
+pub use ed25519_dalek;
+pub use gridkey_settings::{RemoteSettings, Role};
+pub use object::{Kind, Reject};
+pub use tier::{library_key, RemoteTier};
+pub use trust::Trust;
+
+/// Errors of the shared tier: all of them misconfigurations, found at start.
+#[derive(Debug, thiserror::Error)]
+pub enum RemoteError {
+    /// The URL cannot be used.
+    #[error("shared cache URL {url} cannot be used: {reason}; give GRIDKEY_REMOTE_URL (or --remote) as redis://[:PASSWORD@]HOST:PORT[/DB]")]
+    Url {
+        /// The URL, password hidden.
+        url: String,
+        /// Why.
+        reason: String,
+    },
+    /// The server refused the connection's credentials or setup.
+    #[error("shared cache {url} refused the connection: {reason}; fix the password or user in GRIDKEY_REMOTE_URL (or --remote)")]
+    Refused {
+        /// The URL, password hidden.
+        url: String,
+        /// The server's reply.
+        reason: String,
+    },
+    /// A key file is missing or unreadable.
+    #[error("cannot read {what} file {path}: {source}; fix the path in GRIDKEY_REMOTE_SIGNING_KEY or GRIDKEY_REMOTE_TRUSTED_KEYS")]
+    KeyFile {
+        /// The file.
+        path: PathBuf,
+        /// Which file it is (`signing key`, `trusted keys`).
+        what: &'static str,
+        /// The I/O error.
+        source: io::Error,
+    },
+    /// A key file does not hold what its format says.
+    #[error("key file {path}, line {line}: {reason}; a key is 64 hex digits (`gridkey cache keygen` writes one)")]
+    KeyFormat {
+        /// The file.
+        path: PathBuf,
+        /// The line (1-based; 0 for the file as a whole).
+        line: usize,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The signing key file may be read by others.
+    #[error("signing key file {path} has mode {mode:03o}, readable by others; run chmod 600 on it")]
+    KeyPermissions {
+        /// The file.
+        path: PathBuf,
+        /// Its permission bits.
+        mode: u32,
+    },
+}

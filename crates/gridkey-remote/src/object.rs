@@ -1,0 +1,277 @@
+//! The remote object format, version 1 (ADR 0019).
+//!
+//! One object per key, self-contained: nothing in it refers to another key, so evicting any
+//! other key never makes it unusable. All integers are little-endian.
+//!
+//! | offset | bytes | field |
+//! |---|---|---|
+//! | 0 | 4 | magic `b"GKRO"` ([`OBJECT_MAGIC`]) |
+//! | 4 | 2 | format version, u16 ([`OBJECT_FORMAT_VERSION`]) |
+//! | 6 | 1 | kind ([`Kind`]: 1 translation entry, 2 kernel library) |
+//! | 7 | 1 | flags: bit 0 set when signed; every other bit 0 |
+//! | 8 | 16 | the key the object answers |
+//! | 24 | 8 | payload length `n`, u64 |
+//! | 32 | `n` | payload |
+//! | 32 + n | 96 | only when signed: the writer's Ed25519 public key (32), then the signature (64) over bytes `0 .. 64 + n` (header, payload and public key) |
+//! | end - 16 | 16 | xxh3_128 of every byte before it, u128 |
+//!
+//! [`decode`] checks every field before it hands out the payload: a short, foreign, future,
+//! mislabelled, misplaced (another key), resized, corrupted, oversize, unsigned-where-required
+//! or wrongly signed object is a [`Reject`], never a payload.
+
+use std::fmt;
+
+use ed25519_dalek::{Signature, Signer, VerifyingKey};
+use xxhash_rust::xxh3::xxh3_128;
+
+use crate::trust::Trust;
+
+/// Magic bytes that start every remote object.
+pub const OBJECT_MAGIC: &[u8; 4] = b"GKRO";
+
+/// Version of the remote object format; part of every Redis key name (`obj-v1`), so that a
+/// new format never meets old objects.
+pub const OBJECT_FORMAT_VERSION: u16 = 1;
+
+/// Bytes before the payload.
+pub const HEADER_BYTES: usize = 32;
+
+/// Bytes of the signature block (public key and signature) of a signed object.
+pub const SIGNATURE_BYTES: usize = 32 + 64;
+
+/// Bytes of the trailing checksum.
+pub const CHECKSUM_BYTES: usize = 16;
+
+const FLAG_SIGNED: u8 = 1;
+
+/// What an object holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Kind {
+    /// A translation-cache entry: the payload is the translated source, the key a translation key.
+    TranslationEntry,
+    /// A kernel library of the build cache: the payload is the shared library, the key the
+    /// build key combined with the compiler identity.
+    KernelLibrary,
+}
+
+impl Kind {
+    /// Both kinds.
+    pub const ALL: [Kind; 2] = [Kind::TranslationEntry, Kind::KernelLibrary];
+
+    /// The kind byte of the format.
+    pub fn code(self) -> u8 {
+        match self {
+            Kind::TranslationEntry => 1,
+            Kind::KernelLibrary => 2,
+        }
+    }
+
+    /// The short name used in Redis key names: `te` or `kl`.
+    pub fn tag(self) -> &'static str {
+        match self {
+            Kind::TranslationEntry => "te",
+            Kind::KernelLibrary => "kl",
+        }
+    }
+
+    /// The name people read: `translation entry` or `kernel library`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::TranslationEntry => "translation entry",
+            Kind::KernelLibrary => "kernel library",
+        }
+    }
+
+    fn from_code(code: u8) -> Option<Kind> {
+        Kind::ALL.into_iter().find(|k| k.code() == code)
+    }
+}
+
+impl fmt::Display for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Why a downloaded object was not used. Each is reported and counted, and is a miss.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Reject {
+    /// Fewer bytes than a header and checksum.
+    #[error("object is {len} bytes, shorter than the {min} bytes of its header and checksum (truncated)")]
+    Truncated {
+        /// Bytes found.
+        len: usize,
+        /// Bytes at least.
+        min: usize,
+    },
+    /// Not a gridkey remote object.
+    #[error("not a gridkey remote object (bad magic)")]
+    Magic,
+    /// Written by another format version.
+    #[error("object format version {found}, this gridkey reads {OBJECT_FORMAT_VERSION}")]
+    Version {
+        /// The version found.
+        found: u16,
+    },
+    /// The announced payload length does not match the bytes there.
+    #[error("object announces {announced} payload bytes, holds {held} (truncated or extended)")]
+    Length {
+        /// Bytes announced in the header.
+        announced: u64,
+        /// Bytes actually there.
+        held: u64,
+    },
+    /// The checksum over the object does not match.
+    #[error("object checksum mismatch (corrupted)")]
+    Checksum,
+    /// Flags this format does not define.
+    #[error("object has unknown flags {flags:#04x}")]
+    Flags {
+        /// The flag byte.
+        flags: u8,
+    },
+    /// Another kind than the one asked for.
+    #[error("object holds a {found}, not a {expected}")]
+    Kind {
+        /// The kind asked for.
+        expected: Kind,
+        /// The kind found (`unknown kind N` when not a kind).
+        found: String,
+    },
+    /// Stored under another key than the one it answers (a swapped object).
+    #[error("object answers key {found}, not the key {expected} it is stored under (swapped)")]
+    Key {
+        /// The key asked for, hex.
+        expected: String,
+        /// The key in the object, hex.
+        found: String,
+    },
+    /// Larger than the size limit.
+    #[error("object is {len} bytes, over the limit of {max} bytes")]
+    TooLarge {
+        /// Bytes of the object.
+        len: u64,
+        /// The limit.
+        max: u64,
+    },
+    /// Unsigned, but this reader accepts only signed objects.
+    #[error("object is not signed, and this reader accepts only objects signed by a trusted key")]
+    Unsigned,
+    /// Signed by a key that is not in the trusted keys.
+    #[error("object is signed by {signer}, which is not a trusted key")]
+    Untrusted {
+        /// The signer's public key, hex.
+        signer: String,
+    },
+    /// The server could not hand out the object as bytes (another Redis type under its name).
+    #[error("object cannot be read: {reason}")]
+    Unreadable {
+        /// The server's reply.
+        reason: String,
+    },
+    /// The signature does not verify.
+    #[error("object signature by {signer} does not verify (forged or corrupted)")]
+    Signature {
+        /// The signer's public key, hex.
+        signer: String,
+    },
+}
+
+/// The bytes of the object answering `key` of `kind` with `payload`, signed when `trust` holds
+/// a signing key.
+pub fn encode(kind: Kind, key: &[u8; 16], payload: &[u8], trust: &Trust) -> Vec<u8> {
+    let signer = trust.signing_key();
+    let extra = if signer.is_some() { SIGNATURE_BYTES } else { 0 };
+    let mut out = Vec::with_capacity(HEADER_BYTES + payload.len() + extra + CHECKSUM_BYTES);
+    out.extend_from_slice(OBJECT_MAGIC);
+    out.extend_from_slice(&OBJECT_FORMAT_VERSION.to_le_bytes());
+    out.push(kind.code());
+    out.push(if signer.is_some() { FLAG_SIGNED } else { 0 });
+    out.extend_from_slice(key);
+    out.extend_from_slice(&(payload.len() as u64).to_le_bytes());
+    out.extend_from_slice(payload);
+    if let Some(signer) = signer {
+        out.extend_from_slice(signer.verifying_key().as_bytes());
+        let signature = signer.sign(&out);
+        out.extend_from_slice(&signature.to_bytes());
+    }
+    let check = xxh3_128(&out);
+    out.extend_from_slice(&check.to_le_bytes());
+    out
+}
+
+/// The payload of `bytes`, an object that must answer `key` of `kind`, be at most `max_bytes`
+/// long and satisfy `trust` (signed by a trusted key when `trust` has trusted keys).
+///
+/// Errors: a [`Reject`] naming the first check that failed; the checks run in this order:
+/// size limit, length, magic, version, announced length, checksum, flags, kind, key,
+/// signature.
+pub fn decode<'a>(
+    kind: Kind,
+    key: &[u8; 16],
+    bytes: &'a [u8],
+    max_bytes: u64,
+    trust: &Trust,
+) -> Result<&'a [u8], Reject> {
+    if bytes.len() as u64 > max_bytes {
+        return Err(Reject::TooLarge { len: bytes.len() as u64, max: max_bytes });
+    }
+    let min = HEADER_BYTES + CHECKSUM_BYTES;
+    if bytes.len() < min {
+        return Err(Reject::Truncated { len: bytes.len(), min });
+    }
+    if &bytes[..4] != OBJECT_MAGIC {
+        return Err(Reject::Magic);
+    }
+    let version = u16::from_le_bytes([bytes[4], bytes[5]]);
+    if version != OBJECT_FORMAT_VERSION {
+        return Err(Reject::Version { found: version });
+    }
+    let flags = bytes[7];
+    let signed = flags & FLAG_SIGNED != 0;
+    let announced = u64::from_le_bytes(bytes[24..32].try_into().expect("8 bytes"));
+    let trailer = CHECKSUM_BYTES + if signed { SIGNATURE_BYTES } else { 0 };
+    let held = bytes.len().saturating_sub(HEADER_BYTES + trailer) as u64;
+    if bytes.len() < HEADER_BYTES + trailer || announced != held {
+        return Err(Reject::Length { announced, held });
+    }
+    let (body, check) = bytes.split_at(bytes.len() - CHECKSUM_BYTES);
+    if xxh3_128(body).to_le_bytes() != check {
+        return Err(Reject::Checksum);
+    }
+    if flags & !FLAG_SIGNED != 0 {
+        return Err(Reject::Flags { flags });
+    }
+    match Kind::from_code(bytes[6]) {
+        Some(found) if found == kind => {}
+        Some(found) => return Err(Reject::Kind { expected: kind, found: found.as_str().to_owned() }),
+        None => return Err(Reject::Kind { expected: kind, found: format!("unknown kind {}", bytes[6]) }),
+    }
+    if bytes[8..24] != key[..] {
+        return Err(Reject::Key { expected: hex(key), found: hex(&bytes[8..24]) });
+    }
+    let payload_end = HEADER_BYTES + held as usize;
+    if signed {
+        let public: [u8; 32] = body[payload_end..payload_end + 32].try_into().expect("32 bytes");
+        let signature: [u8; 64] = body[payload_end + 32..].try_into().expect("64 bytes");
+        let signer = hex(&public);
+        if trust.requires_signature() && !trust.is_trusted(&public) {
+            return Err(Reject::Untrusted { signer });
+        }
+        // A signature is checked even by a reader that trusts no key in particular: what is
+        // signed must verify.
+        let verifies = VerifyingKey::from_bytes(&public)
+            .is_ok_and(|k| k.verify_strict(&body[..payload_end + 32], &Signature::from_bytes(&signature)).is_ok());
+        if !verifies {
+            return Err(Reject::Signature { signer });
+        }
+    } else if trust.requires_signature() {
+        return Err(Reject::Unsigned);
+    }
+    Ok(&bytes[HEADER_BYTES..payload_end])
+}
+
+/// Lowercase hex of `bytes`.
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}

@@ -1,0 +1,90 @@
+//! The shared tier as a [`Tier`] of the translation cache, and the remote key of a kernel
+//! library of the build cache.
+
+use std::sync::Arc;
+
+use gridkey_fingerprint::{FingerprintError, KeyInputs, Miss, Tier, TranslationKey};
+use xxhash_rust::xxh3::Xxh3;
+
+use crate::{Fetched, Kind, ObjectKey, Remote, Stored};
+
+/// The shared tier of the translation cache, for [`gridkey_fingerprint::Tiers`] after the local
+/// tier: [`Tier::get`] downloads and checks the translation entry, [`Tier::put`] uploads it
+/// (designated writers only). Every call goes through the one [`Remote`] of the run, so a dead
+/// server costs one timeout, whichever call meets it.
+///
+/// `gridkey run` does the remote I/O of a run in its parent, in batches and with leases, through
+/// [`RemoteTier::remote`]; an embedder that translates in its own process may instead put this
+/// tier into the [`gridkey_fingerprint::Tiers`] that `translate_cached` looks up (no leases then:
+/// every object that checks is accepted, whoever wrote it first).
+#[derive(Clone, Debug)]
+pub struct RemoteTier {
+    remote: Arc<Remote>,
+}
+
+impl RemoteTier {
+    /// The tier over `remote`.
+    pub fn new(remote: Arc<Remote>) -> Self {
+        Self { remote }
+    }
+
+    /// The client.
+    pub fn remote(&self) -> &Arc<Remote> {
+        &self.remote
+    }
+}
+
+impl Tier for RemoteTier {
+    fn name(&self) -> &str {
+        "remote"
+    }
+
+    /// The checked payload of the translation entry answering `key`; an absent object, or a tier
+    /// that is off, is [`Miss::Absent`]; an object that fails a check is [`Miss::Invalid`] naming
+    /// the check.
+    fn get(&self, key: &TranslationKey) -> Result<Vec<u8>, Miss> {
+        match self.remote.get(Kind::TranslationEntry, key.as_bytes()) {
+            Fetched::Hit(payload) => Ok(payload),
+            Fetched::Absent | Fetched::Off => Err(Miss::Absent),
+            Fetched::Rejected(reject) => Err(Miss::Invalid(format!(
+                "{} object {}: {reject}",
+                self.remote.shown_url(),
+                self.remote.object_name(Kind::TranslationEntry, key.as_bytes())
+            ))),
+        }
+    }
+
+    /// Uploads the translation entry (the key-input record stays local: a reader computes the
+    /// inputs itself). A tier that is off stores nothing and says so once, in its warning.
+    ///
+    /// Errors: [`FingerprintError::TierWrite`] when the object is over the size limit.
+    fn put(&self, inputs: &KeyInputs, payload: &[u8]) -> Result<(), FingerprintError> {
+        let key = inputs.key();
+        match self.remote.put(Kind::TranslationEntry, key.as_bytes(), payload) {
+            Stored::Uploaded(_) | Stored::ReadOnly | Stored::Off => Ok(()),
+            Stored::TooLarge { len, max } => Err(FingerprintError::TierWrite {
+                tier: self.name().to_owned(),
+                key,
+                reason: format!("the object is {len} bytes, over the limit of {max}; raise GRIDKEY_REMOTE_MAX_OBJECT"),
+            }),
+        }
+    }
+
+    /// Only a designated writer's tier is written, and only while it is on.
+    fn writable(&self) -> bool {
+        self.remote.is_writer() && self.remote.is_on()
+    }
+}
+
+/// The remote key of a kernel library: xxh3_128 over `gridkey kernel library v1`, the build key
+/// (32 hex digits, `gridkey_stencil::build_key`) and the compiler identity, each
+/// length-prefixed (u64 LE). A library is shared only between nodes whose compiler identity
+/// matches (ADR 0019).
+pub fn library_key(build_key: &str, compiler_identity: &str) -> ObjectKey {
+    let mut h = Xxh3::new();
+    for part in [b"gridkey kernel library v1".as_slice(), build_key.as_bytes(), compiler_identity.as_bytes()] {
+        h.update(&(part.len() as u64).to_le_bytes());
+        h.update(part);
+    }
+    h.digest128().to_be_bytes()
+}

@@ -1,0 +1,389 @@
+//! The client against a real Redis server (README "The shared tier"): lookups, uploads, every
+//! bad object, leases, the read-only role, trust, timeouts and the circuit breaker.
+//! Without `GRIDKEY_TEST_REDIS_URL` each test says that it skipped and how to run it.
+
+mod common;
+
+use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
+use std::time::{Duration, Instant};
+
+use common::{connect, port_of, raw, settings, PrivateRedis};
+use gridkey_remote::{object, trust, Claim, Fetched, Kind, Reject, Remote, RemoteError, Role, Stored, Trust, Waited};
+
+const TE: Kind = Kind::TranslationEntry;
+const KL: Kind = Kind::KernelLibrary;
+
+fn key(n: u8) -> [u8; 16] {
+    [n; 16]
+}
+
+/// Puts raw bytes under the object name of `key` (what a hostile or broken writer could do).
+fn plant(url: &str, remote: &Remote, kind: Kind, key: &[u8; 16], bytes: &[u8]) {
+    let name = remote.object_name(kind, key);
+    let reply = raw(port_of(url), None, &[b"SET", name.as_bytes(), bytes]);
+    assert_eq!(reply, b"+OK\r\n");
+}
+
+#[test]
+fn an_uploaded_object_is_a_hit_for_another_client_and_counted() {
+    let Some(url) = common::shared_url("an_uploaded_object_is_a_hit_for_another_client_and_counted") else { return };
+    let w = settings(&url, "roundtrip", Role::Writer);
+    let writer = connect(&w);
+    let reader = connect(&gridkey_remote::RemoteSettings { role: Role::ReadOnly, ..w.clone() });
+    assert_eq!(reader.get(TE, &key(1)), Fetched::Absent);
+    let stored = writer.put(TE, &key(1), b"void kernel(void) {}");
+    let Stored::Uploaded(len) = stored else { panic!("{stored:?}") };
+    assert_eq!(len as usize, object::HEADER_BYTES + 20 + object::CHECKSUM_BYTES);
+    assert_eq!(reader.get(TE, &key(1)), Fetched::Hit(b"void kernel(void) {}".to_vec()));
+    // The same key of the other kind is another object.
+    assert_eq!(reader.get(KL, &key(1)), Fetched::Absent);
+    let s = reader.stats();
+    assert_eq!((s.hits, s.misses, s.fetches, s.bytes_in, s.errors), (1, 2, 1, len, 0));
+    let s = writer.stats();
+    assert_eq!((s.uploads, s.bytes_out), (1, len));
+    // Several keys: one round trip.
+    let before = reader.stats().round_trips;
+    let got = reader.get_many(TE, &[key(1), key(2), key(1)]);
+    assert_eq!(got[1], Fetched::Absent);
+    assert!(matches!(got[2], Fetched::Hit(_)));
+    assert_eq!(reader.stats().round_trips, before + 1);
+}
+
+#[test]
+fn a_read_only_client_uploads_nothing() {
+    let Some(url) = common::shared_url("a_read_only_client_uploads_nothing") else { return };
+    let s = settings(&url, "readonly", Role::ReadOnly);
+    let reader = connect(&s);
+    assert_eq!(reader.put(TE, &key(3), b"x"), Stored::ReadOnly);
+    assert_eq!(reader.claim(TE, &[key(3)]), vec![Claim::Free]);
+    let writer = connect(&gridkey_remote::RemoteSettings { role: Role::Writer, ..s.clone() });
+    assert_eq!(writer.get(TE, &key(3)), Fetched::Absent);
+    assert_eq!(reader.stats().uploads + reader.stats().leases, 0);
+}
+
+#[test]
+fn every_bad_object_is_a_reported_miss() {
+    let Some(url) = common::shared_url("every_bad_object_is_a_reported_miss") else { return };
+    let s = settings(&url, "bad", Role::Writer);
+    let remote = connect(&s);
+    let good = object::encode(TE, &key(5), b"source text", &Trust::none());
+    type Expect = fn(&Reject) -> bool;
+    let cases: Vec<(&str, Vec<u8>, Expect)> = vec![
+        ("truncated", good[..good.len() - 3].to_vec(), |r| matches!(r, Reject::Length { .. })),
+        ("too short", good[..10].to_vec(), |r| matches!(r, Reject::Truncated { .. })),
+        (
+            "corrupted",
+            {
+                let mut b = good.clone();
+                b[object::HEADER_BYTES + 2] ^= 1;
+                b
+            },
+            |r| *r == Reject::Checksum,
+        ),
+        ("swapped", object::encode(TE, &key(6), b"source text", &Trust::none()), |r| matches!(r, Reject::Key { .. })),
+        ("other kind", object::encode(KL, &key(5), b"source text", &Trust::none()), |r| {
+            matches!(r, Reject::Kind { .. })
+        }),
+        ("foreign", b"this is some other program's value, not a gridkey object at all".to_vec(), |r| {
+            *r == Reject::Magic
+        }),
+    ];
+    for (what, bytes, expected) in cases {
+        plant(&url, &remote, TE, &key(5), &bytes);
+        match remote.get(TE, &key(5)) {
+            Fetched::Rejected(r) => assert!(expected(&r), "{what}: {r}"),
+            other => panic!("{what}: {other:?}"),
+        }
+    }
+    // Another Redis type under the name.
+    let name = remote.object_name(TE, &key(7));
+    raw(port_of(&url), None, &[b"RPUSH", name.as_bytes(), b"a"]);
+    assert!(matches!(remote.get(TE, &key(7)), Fetched::Rejected(Reject::Unreadable { .. })));
+    assert!(remote.is_on(), "a bad object does not turn the tier off");
+    let st = remote.stats();
+    assert_eq!((st.hits, st.rejected, st.errors), (0, 7, 0));
+    // A writer replaces a bad object with a good one.
+    remote.put(TE, &key(5), b"source text");
+    assert_eq!(remote.get(TE, &key(5)), Fetched::Hit(b"source text".to_vec()));
+}
+
+#[test]
+fn objects_over_the_size_limit_are_neither_uploaded_nor_downloaded() {
+    let Some(url) = common::shared_url("objects_over_the_size_limit_are_neither_uploaded_nor_downloaded") else {
+        return;
+    };
+    let mut s = settings(&url, "size", Role::Writer);
+    s.max_object_bytes = 1000;
+    let small = connect(&s);
+    let big = vec![7u8; 2000];
+    assert!(matches!(small.put(KL, &key(8), &big), Stored::TooLarge { max: 1000, .. }));
+    assert_eq!(small.get(KL, &key(8)), Fetched::Absent);
+    let roomy = connect(&gridkey_remote::RemoteSettings { max_object_bytes: 1 << 20, ..s.clone() });
+    assert!(matches!(roomy.put(KL, &key(8), &big), Stored::Uploaded(_)));
+    let before = small.stats().bytes_in;
+    assert!(matches!(small.get(KL, &key(8)), Fetched::Rejected(Reject::TooLarge { max: 1000, .. })));
+    assert_eq!(small.stats().bytes_in, before, "an oversize object is not downloaded");
+}
+
+#[test]
+fn one_writer_wins_the_lease_and_the_others_wait_for_its_object() {
+    let Some(url) = common::shared_url("one_writer_wins_the_lease_and_the_others_wait_for_its_object") else { return };
+    let s = settings(&url, "lease", Role::Writer);
+    let a = connect(&s);
+    let b = connect(&s);
+    assert_eq!(a.claim(TE, &[key(9)]), vec![Claim::Won]);
+    assert_eq!(b.claim(TE, &[key(9)]), vec![Claim::Held]);
+    // The heartbeat keeps the lease past its time to live.
+    std::thread::sleep(s.lease_ttl * 3);
+    assert_eq!(b.claim(TE, &[key(9)]), vec![Claim::Held]);
+    let waiter = std::thread::scope(|scope| {
+        let waiting = scope.spawn(|| b.wait(TE, &[key(9)]));
+        std::thread::sleep(Duration::from_millis(100));
+        a.put(TE, &key(9), b"translated once");
+        waiting.join().unwrap()
+    });
+    assert_eq!(waiter, vec![Waited::Arrived(b"translated once".to_vec())]);
+    // The upload released the lease, and a later claim sees the object.
+    assert_eq!(b.claim(TE, &[key(9)]), vec![Claim::Present]);
+    let st = b.stats();
+    assert_eq!((st.lease_waits, st.fetches, st.leases), (1, 1, 0));
+    assert_eq!(a.stats().leases, 1);
+}
+
+#[test]
+fn a_lease_whose_holder_died_is_taken_over() {
+    let Some(url) = common::shared_url("a_lease_whose_holder_died_is_taken_over") else { return };
+    let s = settings(&url, "takeover", Role::Writer);
+    let waiter = connect(&s);
+    // A holder that died: its lease is there, nobody renews it.
+    let lease = waiter.lease_name(TE, &key(10));
+    let ttl = s.lease_ttl.as_millis().to_string();
+    raw(port_of(&url), None, &[b"SET", lease.as_bytes(), b"dead-holder", b"PX", ttl.as_bytes()]);
+    assert_eq!(waiter.claim(TE, &[key(10)]), vec![Claim::Held]);
+    let t = Instant::now();
+    assert_eq!(waiter.wait(TE, &[key(10)]), vec![Waited::TakenOver]);
+    assert!(t.elapsed() < s.lease_ttl + Duration::from_millis(500), "took over {:?}", t.elapsed());
+    assert_eq!(waiter.stats().takeovers, 1);
+    // Dropping the new holder releases its lease.
+    drop(waiter);
+    let other = connect(&s);
+    assert_eq!(other.claim(TE, &[key(10)]), vec![Claim::Won]);
+}
+
+#[test]
+fn a_live_holder_past_the_wait_cap_and_a_read_only_waiter() {
+    let Some(url) = common::shared_url("a_live_holder_past_the_wait_cap_and_a_read_only_waiter") else { return };
+    let mut s = settings(&url, "cap", Role::Writer);
+    s.lease_wait = Duration::from_millis(400);
+    let holder = connect(&s);
+    let waiter = connect(&s);
+    assert_eq!(holder.claim(TE, &[key(11)]), vec![Claim::Won]);
+    let t = Instant::now();
+    assert_eq!(waiter.wait(TE, &[key(11)]), vec![Waited::TimedOut]);
+    assert!(t.elapsed() >= s.lease_wait);
+    let reader = connect(&gridkey_remote::RemoteSettings { role: Role::ReadOnly, ..s.clone() });
+    assert_eq!(reader.claim(TE, &[key(11)]), vec![Claim::Held]);
+    std::thread::scope(|scope| {
+        let waiting = scope.spawn(|| reader.wait(TE, &[key(11)]));
+        std::thread::sleep(Duration::from_millis(100));
+        holder.release(TE, &[key(11)]);
+        assert_eq!(waiting.join().unwrap(), vec![Waited::Gone]);
+    });
+    assert_eq!(reader.stats().leases, 0);
+}
+
+#[test]
+fn eviction_of_every_key_is_a_miss_not_an_error() {
+    let Some(_) = common::shared_url("eviction_of_every_key_is_a_miss_not_an_error") else { return };
+    let Some(server) = PrivateRedis::start("eviction_of_every_key_is_a_miss_not_an_error", None) else { return };
+    let s = settings(&server.url(), "flush", Role::Writer);
+    let remote = connect(&s);
+    remote.put(TE, &key(12), b"a");
+    remote.put(KL, &key(12), b"b");
+    assert_eq!(raw(server.port, None, &[b"FLUSHALL"]), b"+OK\r\n");
+    assert_eq!(remote.get_many(TE, &[key(12)]), vec![Fetched::Absent]);
+    assert_eq!(remote.get(KL, &key(12)), Fetched::Absent);
+    assert!(remote.is_on());
+    remote.put(TE, &key(12), b"a");
+    assert_eq!(remote.get(TE, &key(12)), Fetched::Hit(b"a".to_vec()));
+}
+
+/// Writes `text` to a new file with `mode`.
+fn file(dir: &std::path::Path, name: &str, text: &str, mode: u32) -> std::path::PathBuf {
+    let path = dir.join(name);
+    let mut f = std::fs::File::create(&path).unwrap();
+    f.write_all(text.as_bytes()).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+    path
+}
+
+#[test]
+fn readers_with_trusted_keys_take_only_objects_signed_by_them() {
+    let Some(url) = common::shared_url("readers_with_trusted_keys_take_only_objects_signed_by_them") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let (sk, other_sk) = (dir.path().join("writer.key"), dir.path().join("other.key"));
+    let public = trust::generate_signing_key(&sk).unwrap();
+    let other_public = trust::generate_signing_key(&other_sk).unwrap();
+    let trusted = file(dir.path(), "trusted", &format!("# the site's writers\n{public} ci-writer\n"), 0o644);
+    let base = settings(&url, "trust", Role::Writer);
+    let signed = connect(&gridkey_remote::RemoteSettings { signing_key: Some(sk.clone()), ..base.clone() });
+    let forger = connect(&gridkey_remote::RemoteSettings { signing_key: Some(other_sk), ..base.clone() });
+    let unsigned = connect(&base);
+    let reader =
+        connect(&gridkey_remote::RemoteSettings { role: Role::ReadOnly, trusted_keys: Some(trusted), ..base.clone() });
+    let trusting_nobody = connect(&gridkey_remote::RemoteSettings { role: Role::ReadOnly, ..base.clone() });
+
+    signed.put(TE, &key(20), b"by the writer");
+    assert_eq!(reader.get(TE, &key(20)), Fetched::Hit(b"by the writer".to_vec()));
+    forger.put(TE, &key(21), b"by someone else");
+    assert_eq!(reader.get(TE, &key(21)), Fetched::Rejected(Reject::Untrusted { signer: other_public }));
+    // A reader that trusts no key in particular takes any object that checks.
+    assert!(matches!(trusting_nobody.get(TE, &key(21)), Fetched::Hit(_)));
+    unsigned.put(TE, &key(22), b"unsigned");
+    assert_eq!(reader.get(TE, &key(22)), Fetched::Rejected(Reject::Unsigned));
+    // A signed object whose payload was changed and whose checksum was recomputed: the
+    // signature no longer verifies.
+    let good = object::encode(TE, &key(23), b"by the writer", &Trust::load(Some(&sk), None).unwrap());
+    let mut forged = good[..good.len() - object::CHECKSUM_BYTES].to_vec();
+    forged[object::HEADER_BYTES] ^= 0x20;
+    let check = xxhash_rust::xxh3::xxh3_128(&forged).to_le_bytes();
+    forged.extend_from_slice(&check);
+    plant(&url, &reader, TE, &key(23), &forged);
+    assert!(matches!(reader.get(TE, &key(23)), Fetched::Rejected(Reject::Signature { .. })));
+    assert!(matches!(trusting_nobody.get(TE, &key(23)), Fetched::Rejected(Reject::Signature { .. })));
+}
+
+#[test]
+fn misconfigurations_are_errors_at_start() {
+    let Some(_) = common::shared_url("misconfigurations_are_errors_at_start") else { return };
+    let Some(server) = PrivateRedis::start("misconfigurations_are_errors_at_start", Some("s3cret")) else { return };
+    let at = |url: String| settings(&url, "config", Role::Writer);
+    let right = Remote::connect(&at(format!("redis://:s3cret@127.0.0.1:{}/", server.port))).unwrap();
+    assert!(right.is_on());
+    for url in [format!("redis://:wrong@127.0.0.1:{}/", server.port), server.url()] {
+        match Remote::connect(&at(url.clone())) {
+            Err(e @ RemoteError::Refused { .. }) => {
+                let text = e.to_string();
+                assert!(!text.contains("wrong"), "the password is not shown: {text}");
+                assert!(text.contains("GRIDKEY_REMOTE_URL"), "{text}");
+            }
+            other => panic!("{url}: {other:?}"),
+        }
+    }
+    for url in ["not a url", "http://127.0.0.1:6379/", "redis://127.0.0.1:6379/notadb", "rediss://127.0.0.1:6379/"] {
+        assert!(matches!(Remote::connect(&at(url.to_owned())), Err(RemoteError::Url { .. })), "{url}");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing.key");
+    let good = at(server.url().replace("redis://", "redis://:s3cret@"));
+    let err = Remote::connect(&gridkey_remote::RemoteSettings { signing_key: Some(missing.clone()), ..good.clone() });
+    assert!(matches!(err, Err(RemoteError::KeyFile { ref path, .. }) if *path == missing), "{err:?}");
+    let err = Remote::connect(&gridkey_remote::RemoteSettings { trusted_keys: Some(missing.clone()), ..good.clone() });
+    assert!(matches!(err, Err(RemoteError::KeyFile { .. })), "{err:?}");
+    let open_key = file(dir.path(), "open.key", &"ab".repeat(32), 0o644);
+    let err = Remote::connect(&gridkey_remote::RemoteSettings { signing_key: Some(open_key), ..good.clone() });
+    assert!(matches!(err, Err(RemoteError::KeyPermissions { mode: 0o644, .. })), "{err:?}");
+    let bad_trusted = file(dir.path(), "trusted", "# nothing\n\nnot-a-key\n", 0o644);
+    let err = Remote::connect(&gridkey_remote::RemoteSettings { trusted_keys: Some(bad_trusted), ..good.clone() });
+    assert!(matches!(err, Err(RemoteError::KeyFormat { line: 3, .. })), "{err:?}");
+    let empty = file(dir.path(), "empty", "# no keys yet\n", 0o644);
+    let err = Remote::connect(&gridkey_remote::RemoteSettings { trusted_keys: Some(empty), ..good });
+    assert!(matches!(err, Err(RemoteError::KeyFormat { line: 0, .. })), "{err:?}");
+}
+
+#[test]
+fn a_server_down_at_start_turns_the_tier_off_with_one_warning() {
+    let Some(_) = common::shared_url("a_server_down_at_start_turns_the_tier_off_with_one_warning") else { return };
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let s = settings(&format!("redis://127.0.0.1:{port}/"), "down", Role::Writer);
+    let remote = Remote::connect(&s).unwrap();
+    assert!(!remote.is_on());
+    assert_eq!(remote.get(TE, &key(1)), Fetched::Off);
+    assert_eq!(remote.claim(TE, &[key(1)]), vec![Claim::Off]);
+    assert_eq!(remote.put(TE, &key(1), b"x"), Stored::Off);
+    let st = remote.stats();
+    assert_eq!((st.errors, st.round_trips), (1, 1));
+    assert!(remote.warning().unwrap().contains(&format!("127.0.0.1:{port}")));
+}
+
+/// A server that stops answering costs one reply timeout; every later call is off at once.
+fn costs_one_timeout(test: &str, stall: impl FnOnce(&PrivateRedis)) {
+    let Some(_) = common::shared_url(test) else { return };
+    let Some(server) = PrivateRedis::start(test, None) else { return };
+    let s = settings(&server.url(), test, Role::Writer);
+    let remote = connect(&s);
+    remote.put(TE, &key(30), b"before");
+    assert_eq!(remote.get(TE, &key(30)), Fetched::Hit(b"before".to_vec()));
+    stall(&server);
+    let t = Instant::now();
+    assert_eq!(remote.get(TE, &key(30)), Fetched::Off);
+    let first = t.elapsed();
+    assert!(first >= s.timeout && first < s.timeout * 3, "first call took {first:?}");
+    let t = Instant::now();
+    for i in 0..20 {
+        assert_eq!(remote.get(TE, &key(i)), Fetched::Off);
+        assert_eq!(remote.claim(TE, &[key(i)]), vec![Claim::Off]);
+        assert_eq!(remote.wait(TE, &[key(i)]), vec![Waited::Off]);
+    }
+    assert!(t.elapsed() < Duration::from_millis(50), "later calls took {:?}", t.elapsed());
+    assert_eq!(remote.stats().errors, 1);
+    assert!(remote.warning().unwrap().contains("off for the rest of this run"));
+}
+
+#[test]
+fn a_black_holed_server_costs_one_timeout() {
+    costs_one_timeout("a_black_holed_server_costs_one_timeout", |server| server.signal(libc::SIGSTOP));
+}
+
+#[test]
+fn a_paused_server_costs_one_timeout() {
+    costs_one_timeout("a_paused_server_costs_one_timeout", |server| {
+        assert_eq!(raw(server.port, None, &[b"CLIENT", b"PAUSE", b"3000", b"ALL"]), b"+OK\r\n");
+    });
+}
+
+#[test]
+fn a_server_killed_mid_run_turns_the_tier_off_at_once() {
+    let Some(_) = common::shared_url("a_server_killed_mid_run_turns_the_tier_off_at_once") else { return };
+    let Some(mut server) = PrivateRedis::start("a_server_killed_mid_run_turns_the_tier_off_at_once", None) else {
+        return;
+    };
+    let remote = connect(&settings(&server.url(), "killed", Role::Writer));
+    assert_eq!(remote.claim(TE, &[key(31)]), vec![Claim::Won]);
+    server.child.kill().unwrap();
+    server.child.wait().unwrap();
+    let t = Instant::now();
+    assert_eq!(remote.put(TE, &key(31), b"x"), Stored::Off);
+    assert!(t.elapsed() < Duration::from_millis(400), "{:?}", t.elapsed());
+    assert_eq!(remote.get(TE, &key(31)), Fetched::Off);
+    assert_eq!(remote.stats().errors, 1);
+    // Dropping the client with a lease still held does not block or fail.
+    let t = Instant::now();
+    drop(remote);
+    assert!(t.elapsed() < Duration::from_secs(1));
+}
+
+#[test]
+fn counters_are_published_and_read_back_with_the_server_inventory() {
+    let Some(url) = common::shared_url("counters_are_published_and_read_back_with_the_server_inventory") else {
+        return;
+    };
+    let s = settings(&url, "stats", Role::Writer);
+    let remote = connect(&s);
+    remote.put(TE, &key(40), b"abc");
+    remote.put(KL, &key(41), b"library bytes");
+    remote.get(TE, &key(40));
+    remote.get(TE, &key(42));
+    remote.publish_stats();
+    let other = connect(&s);
+    other.get(KL, &key(41));
+    other.publish_stats();
+    let server = other.server_stats().unwrap();
+    assert_eq!(server.runs, 2);
+    assert_eq!((server.totals.hits, server.totals.misses, server.totals.uploads), (2, 1, 2));
+    let te = &server.kinds[0];
+    assert_eq!((te.kind.as_str(), te.objects), ("translation entry", 1));
+    assert_eq!(te.bytes as usize, object::HEADER_BYTES + 3 + object::CHECKSUM_BYTES);
+    assert_eq!(server.kinds[1].objects, 1);
+}

@@ -1,0 +1,201 @@
+//! The settings of the shared tier on Redis (crate `gridkey-remote`), parsed with the rest.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::{parse_switch, SettingsError, Variable};
+
+/// The Redis URL of the shared tier; unset or blank: no shared tier.
+pub const ENV_REMOTE_URL: &str = "GRIDKEY_REMOTE_URL";
+/// Switch: this client uploads objects and takes leases (a designated writer).
+pub const ENV_REMOTE_WRITER: &str = "GRIDKEY_REMOTE_WRITER";
+/// File of the writer's Ed25519 signing key.
+pub const ENV_REMOTE_SIGNING_KEY: &str = "GRIDKEY_REMOTE_SIGNING_KEY";
+/// File of the public keys whose signatures a reader accepts.
+pub const ENV_REMOTE_TRUSTED_KEYS: &str = "GRIDKEY_REMOTE_TRUSTED_KEYS";
+/// Seconds to wait for a connection.
+pub const ENV_REMOTE_CONNECT_TIMEOUT: &str = "GRIDKEY_REMOTE_CONNECT_TIMEOUT";
+/// Seconds to wait for a reply (and for a write to be taken).
+pub const ENV_REMOTE_TIMEOUT: &str = "GRIDKEY_REMOTE_TIMEOUT";
+/// Seconds a lease lives without a heartbeat.
+pub const ENV_REMOTE_LEASE_TTL: &str = "GRIDKEY_REMOTE_LEASE_TTL";
+/// Seconds at most to wait for another writer's lease before translating here.
+pub const ENV_REMOTE_LEASE_WAIT: &str = "GRIDKEY_REMOTE_LEASE_WAIT";
+/// Largest object, in bytes, that is uploaded or downloaded.
+pub const ENV_REMOTE_MAX_OBJECT: &str = "GRIDKEY_REMOTE_MAX_OBJECT";
+/// Prefix of every Redis key name.
+pub const ENV_REMOTE_NAMESPACE: &str = "GRIDKEY_REMOTE_NAMESPACE";
+
+/// The variables of the shared tier, in the order of [`crate::VARIABLES`].
+pub(crate) const REMOTE_VARIABLES: [Variable; 10] = [
+    Variable {
+        name: ENV_REMOTE_URL,
+        meaning: "Redis URL of the shared tier, `redis://[:PASSWORD@]HOST:PORT[/DB]` or `redis+unix:///PATH` (what `--remote` sets)",
+        default: "unset: no shared tier",
+    },
+    Variable {
+        name: ENV_REMOTE_WRITER,
+        meaning: "switch: this client uploads objects and takes leases, a designated writer (what `--remote-writer` sets)",
+        default: "off: read-only",
+    },
+    Variable {
+        name: ENV_REMOTE_SIGNING_KEY,
+        meaning: "file of the writer's Ed25519 signing key (`gridkey cache keygen` writes one); uploads are signed",
+        default: "unset: unsigned",
+    },
+    Variable {
+        name: ENV_REMOTE_TRUSTED_KEYS,
+        meaning: "file of trusted public keys, one per line; only objects signed by one of them are used",
+        default: "unset: any object that checks",
+    },
+    Variable { name: ENV_REMOTE_CONNECT_TIMEOUT, meaning: "seconds to wait for a connection to the shared tier", default: "1" },
+    Variable { name: ENV_REMOTE_TIMEOUT, meaning: "seconds to wait for each reply of the shared tier", default: "2" },
+    Variable { name: ENV_REMOTE_LEASE_TTL, meaning: "seconds a lease lives without its holder's heartbeat", default: "10" },
+    Variable { name: ENV_REMOTE_LEASE_WAIT, meaning: "seconds at most to wait on another writer's lease", default: "60" },
+    Variable {
+        name: ENV_REMOTE_MAX_OBJECT,
+        meaning: "largest object uploaded to or downloaded from the shared tier, in bytes",
+        default: "67108864 (64 MiB)",
+    },
+    Variable { name: ENV_REMOTE_NAMESPACE, meaning: "prefix of every Redis key name of the shared tier", default: "`gridkey`" },
+];
+
+/// Whether this client writes to the shared tier.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Role {
+    /// Reads only: takes no lease and uploads nothing (the default).
+    ReadOnly,
+    /// A designated writer: takes leases and uploads what it translates and builds.
+    Writer,
+}
+
+/// The settings of the shared tier (README "The shared tier", ADR 0018).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RemoteSettings {
+    /// The Redis URL, as given (it may carry a password; [`RemoteSettings::shown_url`] hides it).
+    pub url: String,
+    /// Reader or designated writer.
+    pub role: Role,
+    /// File of the writer's signing key.
+    pub signing_key: Option<PathBuf>,
+    /// File of the trusted public keys.
+    pub trusted_keys: Option<PathBuf>,
+    /// Time to wait for a connection.
+    pub connect_timeout: Duration,
+    /// Time to wait for each reply.
+    pub timeout: Duration,
+    /// Time a lease lives without a heartbeat; the heartbeat renews it every third of it.
+    pub lease_ttl: Duration,
+    /// Time at most to wait on another writer's lease.
+    pub lease_wait: Duration,
+    /// Largest object, in bytes (header, payload, signature and checksum).
+    pub max_object_bytes: u64,
+    /// Prefix of every Redis key name.
+    pub namespace: String,
+}
+
+impl RemoteSettings {
+    /// Settings for `url` with every default: read-only, unsigned, no trusted keys.
+    pub fn new(url: impl Into<String>) -> RemoteSettings {
+        RemoteSettings {
+            url: url.into(),
+            role: Role::ReadOnly,
+            signing_key: None,
+            trusted_keys: None,
+            connect_timeout: Duration::from_secs(1),
+            timeout: Duration::from_secs(2),
+            lease_ttl: Duration::from_secs(10),
+            lease_wait: Duration::from_secs(60),
+            max_object_bytes: 64 << 20,
+            namespace: "gridkey".to_owned(),
+        }
+    }
+
+    /// The settings given by the variables that `lookup` returns, or `None` when
+    /// [`ENV_REMOTE_URL`] is unset or blank. Pure: `lookup` is the only source.
+    ///
+    /// Errors: [`SettingsError::BadSetting`] naming the variable and what it accepts.
+    pub fn from_vars(lookup: impl Fn(&str) -> Option<String>) -> Result<Option<RemoteSettings>, SettingsError> {
+        let Some(url) = lookup(ENV_REMOTE_URL).map(|u| u.trim().to_owned()).filter(|u| !u.is_empty()) else {
+            return Ok(None);
+        };
+        let mut s = RemoteSettings::new(url);
+        if parse_switch(ENV_REMOTE_WRITER, lookup(ENV_REMOTE_WRITER).as_deref())? {
+            s.role = Role::Writer;
+        }
+        let path = |var| lookup(var).filter(|p| !p.trim().is_empty()).map(PathBuf::from);
+        s.signing_key = path(ENV_REMOTE_SIGNING_KEY);
+        s.trusted_keys = path(ENV_REMOTE_TRUSTED_KEYS);
+        for (var, field) in [
+            (ENV_REMOTE_CONNECT_TIMEOUT, &mut s.connect_timeout),
+            (ENV_REMOTE_TIMEOUT, &mut s.timeout),
+            (ENV_REMOTE_LEASE_TTL, &mut s.lease_ttl),
+            (ENV_REMOTE_LEASE_WAIT, &mut s.lease_wait),
+        ] {
+            if let Some(value) = lookup(var) {
+                *field = seconds(var, &value)?;
+            }
+        }
+        if let Some(value) = lookup(ENV_REMOTE_MAX_OBJECT) {
+            s.max_object_bytes = value
+                .trim()
+                .parse()
+                .ok()
+                .filter(|&n: &u64| n > 0)
+                .ok_or_else(|| bad(ENV_REMOTE_MAX_OBJECT, &value, "a positive number of bytes"))?;
+        }
+        if let Some(value) = lookup(ENV_REMOTE_NAMESPACE) {
+            let ok = !value.is_empty() && value.bytes().all(|b| b.is_ascii_graphic());
+            if !ok {
+                return Err(bad(
+                    ENV_REMOTE_NAMESPACE,
+                    &value,
+                    "a non-empty name of printable characters without spaces",
+                ));
+            }
+            s.namespace = value;
+        }
+        Ok(Some(s))
+    }
+
+    /// The URL with any password replaced by `***`, for messages.
+    pub fn shown_url(&self) -> String {
+        redact(&self.url)
+    }
+
+    /// Whether this client is a designated writer.
+    pub fn is_writer(&self) -> bool {
+        self.role == Role::Writer
+    }
+}
+
+fn bad(var: &'static str, value: &str, accepted: &'static str) -> SettingsError {
+    SettingsError::BadSetting { var, value: value.to_owned(), accepted }
+}
+
+fn seconds(var: &'static str, value: &str) -> Result<Duration, SettingsError> {
+    value
+        .trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|s| s.is_finite() && *s > 0.0 && *s < 1e9)
+        .map(Duration::from_secs_f64)
+        .ok_or_else(|| bad(var, value, "a positive number of seconds, e.g. 0.5"))
+}
+
+/// `url` with the password of its user-info part replaced by `***`.
+pub fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else { return url.to_owned() };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    match rest[..authority_end].rfind('@') {
+        Some(at) => {
+            let userinfo = &rest[..at];
+            let user = userinfo.split_once(':').map_or("", |(u, _)| u);
+            let shown = if userinfo.contains(':') { format!("{user}:***") } else { "***".to_owned() };
+            format!("{scheme}://{shown}{}", &rest[at..])
+        }
+        None => url.to_owned(),
+    }
+}

@@ -1,0 +1,103 @@
+//! The remote settings are a pure function of the variables: defaults, each variable, and a
+//! typed error naming the variable for every bad value.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use gridkey_settings::{RemoteSettings, Role, Settings, SettingsError, VARIABLES};
+
+fn check(vars: &[(&str, &str)]) -> Result<Option<RemoteSettings>, SettingsError> {
+    let map: HashMap<String, String> = vars.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+    let remote = RemoteSettings::from_vars(|var| map.get(var).cloned());
+    // The same, parsed as part of the settings.
+    let all = Settings::from_vars(|var| map.get(var).cloned()).map(|s| s.remote);
+    assert_eq!(format!("{remote:?}"), format!("{all:?}"));
+    remote
+}
+
+#[test]
+fn no_url_means_no_shared_tier_whatever_else_is_set() {
+    assert_eq!(check(&[]).unwrap(), None);
+    assert_eq!(check(&[("GRIDKEY_REMOTE_URL", "  "), ("GRIDKEY_REMOTE_WRITER", "1")]).unwrap(), None);
+}
+
+#[test]
+fn defaults_are_read_only_unsigned_and_short_timeouts() {
+    let s = check(&[("GRIDKEY_REMOTE_URL", "redis://127.0.0.1:6379/")]).unwrap().unwrap();
+    assert_eq!(s, RemoteSettings::new("redis://127.0.0.1:6379/"));
+    assert_eq!(s.role, Role::ReadOnly);
+    assert_eq!((s.signing_key.as_ref(), s.trusted_keys.as_ref()), (None, None));
+    assert_eq!((s.connect_timeout, s.timeout), (Duration::from_secs(1), Duration::from_secs(2)));
+    assert_eq!((s.lease_ttl, s.lease_wait), (Duration::from_secs(10), Duration::from_secs(60)));
+    assert_eq!((s.max_object_bytes, s.namespace.as_str()), (64 << 20, "gridkey"));
+    // The documented defaults are these.
+    let documented: Vec<&str> =
+        VARIABLES.iter().filter(|v| v.name.starts_with("GRIDKEY_REMOTE_")).map(|v| v.default).collect();
+    assert_eq!(documented[4..], ["1", "2", "10", "60", "67108864 (64 MiB)", "`gridkey`"]);
+}
+
+#[test]
+fn every_variable_is_read() {
+    let s = check(&[
+        ("GRIDKEY_REMOTE_URL", "redis://:pw@cache.site:6380/2"),
+        ("GRIDKEY_REMOTE_WRITER", "yes"),
+        ("GRIDKEY_REMOTE_SIGNING_KEY", "/etc/gridkey/writer.key"),
+        ("GRIDKEY_REMOTE_TRUSTED_KEYS", "/etc/gridkey/trusted"),
+        ("GRIDKEY_REMOTE_CONNECT_TIMEOUT", "0.25"),
+        ("GRIDKEY_REMOTE_TIMEOUT", "3"),
+        ("GRIDKEY_REMOTE_LEASE_TTL", "4.5"),
+        ("GRIDKEY_REMOTE_LEASE_WAIT", "120"),
+        ("GRIDKEY_REMOTE_MAX_OBJECT", "1000"),
+        ("GRIDKEY_REMOTE_NAMESPACE", "site-a"),
+    ])
+    .unwrap()
+    .unwrap();
+    assert_eq!(s.role, Role::Writer);
+    assert_eq!(s.signing_key, Some(PathBuf::from("/etc/gridkey/writer.key")));
+    assert_eq!(s.trusted_keys, Some(PathBuf::from("/etc/gridkey/trusted")));
+    assert_eq!(s.connect_timeout, Duration::from_millis(250));
+    assert_eq!(s.timeout, Duration::from_secs(3));
+    assert_eq!(s.lease_ttl, Duration::from_millis(4500));
+    assert_eq!(s.lease_wait, Duration::from_secs(120));
+    assert_eq!((s.max_object_bytes, s.namespace.as_str()), (1000, "site-a"));
+    assert_eq!(s.shown_url(), "redis://:***@cache.site:6380/2");
+    // VARIABLES lists exactly the variables read here.
+    let names: Vec<&str> = VARIABLES.iter().map(|v| v.name).filter(|n| n.starts_with("GRIDKEY_REMOTE_")).collect();
+    assert_eq!(names.len(), 10);
+}
+
+#[test]
+fn bad_values_name_the_variable() {
+    let url = ("GRIDKEY_REMOTE_URL", "redis://127.0.0.1/");
+    for (var, value) in [
+        ("GRIDKEY_REMOTE_WRITER", "maybe"),
+        ("GRIDKEY_REMOTE_CONNECT_TIMEOUT", "0"),
+        ("GRIDKEY_REMOTE_TIMEOUT", "-1"),
+        ("GRIDKEY_REMOTE_TIMEOUT", "soon"),
+        ("GRIDKEY_REMOTE_LEASE_TTL", "inf"),
+        ("GRIDKEY_REMOTE_LEASE_WAIT", "NaN"),
+        ("GRIDKEY_REMOTE_MAX_OBJECT", "0"),
+        ("GRIDKEY_REMOTE_MAX_OBJECT", "1e6"),
+        ("GRIDKEY_REMOTE_NAMESPACE", "two words"),
+        ("GRIDKEY_REMOTE_NAMESPACE", ""),
+    ] {
+        match check(&[url, (var, value)]) {
+            Err(e @ SettingsError::BadSetting { .. }) => {
+                let text = e.to_string();
+                assert!(text.starts_with(&format!("{var}={value:?} is not valid: expected ")), "{text}");
+            }
+            other => panic!("{var}={value}: {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn passwords_are_hidden_in_every_url_form() {
+    let shown = |url: &str| RemoteSettings::new(url).shown_url();
+    assert_eq!(shown("redis://127.0.0.1:6379/"), "redis://127.0.0.1:6379/");
+    assert_eq!(shown("redis://:secret@host:1/0"), "redis://:***@host:1/0");
+    assert_eq!(shown("redis://user:secret@host/"), "redis://user:***@host/");
+    assert_eq!(shown("redis://secret@host/"), "redis://***@host/");
+    assert_eq!(shown("redis+unix:///run/redis.sock"), "redis+unix:///run/redis.sock");
+}

@@ -1,0 +1,233 @@
+//! `gridkey run`, `cache push` and `cache stats` with a shared tier on a real Redis server
+//! (README "The shared tier"). Without `GRIDKEY_TEST_REDIS_URL` each test says that it skipped
+//! and how to run it.
+
+mod common;
+
+use std::io::Write;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{data, gridkey_command};
+use serde_json::Value;
+
+const URL_VAR: &str = "GRIDKEY_TEST_REDIS_URL";
+
+fn shared_url(test: &str) -> Option<String> {
+    match std::env::var(URL_VAR) {
+        Ok(url) if !url.trim().is_empty() => Some(url),
+        _ => {
+            let required = std::env::var("GRIDKEY_TEST_REQUIRE").is_ok_and(|r| r.split(',').any(|s| s == "redis"));
+            assert!(!required, "a Redis server is required (GRIDKEY_TEST_REQUIRE) but {URL_VAR} is unset");
+            // Past the harness's capture, so that a plain `cargo test` shows it.
+            let _ = writeln!(
+                std::io::stderr(),
+                "gridkey: skipped {test}: no test Redis server ({URL_VAR} unset); run \
+                 `cargo xtask test` or `cargo xtask with-redis -- cargo test -p gridkey --test remote`"
+            );
+            None
+        }
+    }
+}
+
+fn namespace(test: &str) -> String {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
+    format!("gktest-{test}-{}-{nanos}", std::process::id())
+}
+
+fn grid() -> PathBuf {
+    data("grids/oQU480.231010.nc")
+}
+
+/// `gridkey run --json` in serial mode into `cache` with the shared tier `url` in `ns`.
+fn run(cache: &Path, url: &str, ns: &str, extra: &[&str], env: &[(&str, &str)]) -> (Output, Value) {
+    let grid = grid();
+    let mut args = vec!["run", "--grid", grid.to_str().unwrap(), "--cache-dir", cache.to_str().unwrap()];
+    args.extend(["--mode", "serial", "--json", "--remote", url]);
+    args.extend_from_slice(extra);
+    let mut vars = vec![("GRIDKEY_REMOTE_NAMESPACE", ns), ("GRIDKEY_REMOTE_TIMEOUT", "0.5")];
+    vars.extend_from_slice(env);
+    let out = gridkey_command(&args, &vars).output().unwrap();
+    let report = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    (out, report)
+}
+
+fn count(report: &Value, field: &str) -> usize {
+    report["programs"].as_array().unwrap().iter().filter(|p| p[field] == true).count()
+}
+
+fn keys(report: &Value) -> Vec<String> {
+    report["programs"].as_array().unwrap().iter().map(|p| p["key"].as_str().unwrap().to_owned()).collect()
+}
+
+fn tier<'a>(report: &'a Value, name: &str) -> &'a Value {
+    report["tiers"].as_array().unwrap().iter().find(|t| t["tier"] == name).unwrap()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn a_fresh_node_is_warm_from_what_a_writer_uploaded() {
+    let Some(url) = shared_url("a_fresh_node_is_warm_from_what_a_writer_uploaded") else { return };
+    let ns = namespace("fresh");
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (out, writer) = run(a.path(), &url, &ns, &["--remote-writer"], &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let n = writer["programs"].as_array().unwrap().len();
+    assert_eq!((count(&writer, "translated"), count(&writer, "verified")), (n, n));
+    let remote = tier(&writer, "remote");
+    assert_eq!((remote["uploads"].as_u64(), remote["leases"].as_u64()), (Some(2 * n as u64), Some(n as u64)));
+    assert_eq!(remote["errors"], 0);
+
+    let (out, reader) = run(b.path(), &url, &ns, &[], &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(keys(&reader), keys(&writer));
+    assert_eq!((count(&reader, "translated"), count(&reader, "built"), count(&reader, "verified")), (0, 0, n));
+    assert!(reader["programs"].as_array().unwrap().iter().all(|p| p["tier"] == "remote"));
+    let remote = tier(&reader, "remote");
+    // One fetch per key and kind: the translation entry and the kernel library.
+    assert_eq!((remote["hits"].as_u64(), remote["fetches"].as_u64()), (Some(2 * n as u64), Some(2 * n as u64)));
+    assert_eq!((remote["uploads"].as_u64(), remote["leases"].as_u64()), (Some(0), Some(0)));
+    // What came from the shared tier is a local entry with its record now: a third run is local.
+    let (out, again) = run(b.path(), &url, &ns, &[], &[]);
+    assert!(out.status.success());
+    assert!(again["programs"].as_array().unwrap().iter().all(|p| p["tier"] == "local"));
+    assert_eq!(tier(&again, "remote")["fetches"], 0);
+    let explain = gridkey_command(&["explain", &keys(&writer)[0][..8], &keys(&writer)[0][..8], "--cache-dir"], &[])
+        .arg(b.path())
+        .output()
+        .unwrap();
+    assert!(explain.status.success(), "{}", stderr(&explain));
+}
+
+#[test]
+fn a_read_only_node_uploads_nothing_and_takes_no_lease() {
+    let Some(url) = shared_url("a_read_only_node_uploads_nothing_and_takes_no_lease") else { return };
+    let ns = namespace("readonly");
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (out, first) = run(a.path(), &url, &ns, &[], &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let n = first["programs"].as_array().unwrap().len();
+    assert_eq!(count(&first, "translated"), n);
+    let remote = tier(&first, "remote");
+    assert_eq!((remote["uploads"].as_u64(), remote["leases"].as_u64()), (Some(0), Some(0)));
+    let (_, second) = run(b.path(), &url, &ns, &[], &[]);
+    assert_eq!(count(&second, "translated"), n, "nothing was uploaded for the second node");
+    let stats = gridkey_command(
+        &["cache", "stats", "--json", "--remote", &url, "--cache-dir"],
+        &[("GRIDKEY_REMOTE_NAMESPACE", &ns)],
+    )
+    .arg(b.path())
+    .output()
+    .unwrap();
+    let stats: Value = serde_json::from_slice(&stats.stdout).unwrap();
+    let remote = &stats["tiers"][1];
+    assert_eq!(remote["tier"], "remote");
+    assert!(remote["objects"].as_array().unwrap().iter().all(|o| o["objects"] == 0), "{remote}");
+    assert_eq!(remote["runs"], 0, "a read-only client does not even publish its counters");
+}
+
+#[test]
+fn an_unreachable_shared_tier_costs_one_warning_and_changes_no_result() {
+    let Some(_) = shared_url("an_unreachable_shared_tier_costs_one_warning_and_changes_no_result") else { return };
+    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let cache = tempfile::tempdir().unwrap();
+    let (out, report) = run(cache.path(), &format!("redis://127.0.0.1:{port}/"), "x", &["--remote-writer"], &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let n = report["programs"].as_array().unwrap().len();
+    assert_eq!(count(&report, "verified"), n);
+    let text = stderr(&out);
+    assert_eq!(text.matches("warning: shared cache").count(), 1, "{text}");
+    let remote = tier(&report, "remote");
+    assert_eq!((remote["on"].as_bool(), remote["errors"].as_u64()), (Some(false), Some(1)));
+}
+
+/// A `redis-server` with a password, of this test's own.
+struct Server(Child, u16);
+
+impl Server {
+    fn start(password: &str) -> Server {
+        let binary = std::env::var("GRIDKEY_TEST_REDIS_SERVER").unwrap_or_else(|_| "redis-server".to_owned());
+        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let child = Command::new(binary)
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--requirepass", password])
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        let started = Instant::now();
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(started.elapsed() < Duration::from_secs(10));
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Server(child, port)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn a_wrong_password_is_an_error_at_start_naming_the_variable() {
+    let Some(_) = shared_url("a_wrong_password_is_an_error_at_start_naming_the_variable") else { return };
+    let server = Server::start("s3cret");
+    let cache = tempfile::tempdir().unwrap();
+    for url in [format!("redis://:wrong@127.0.0.1:{}/", server.1), format!("redis://127.0.0.1:{}/", server.1)] {
+        let (out, _) = run(cache.path(), &url, "x", &[], &[]);
+        assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+        let text = stderr(&out);
+        assert!(text.contains("refused the connection") && text.contains("GRIDKEY_REMOTE_URL"), "{text}");
+        assert!(!text.contains("wrong@"), "the password is not shown: {text}");
+        assert!(!cache.path().join(gridkey_fingerprint::TRANSLATION_DIR).exists(), "nothing ran");
+    }
+    let (out, _) = run(cache.path(), &format!("redis://:s3cret@127.0.0.1:{}/", server.1), "x", &[], &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+}
+
+#[test]
+fn a_missing_key_file_and_a_bad_url_are_errors_at_start() {
+    let Some(url) = shared_url("a_missing_key_file_and_a_bad_url_are_errors_at_start") else { return };
+    let cache = tempfile::tempdir().unwrap();
+    let (out, _) = run(cache.path(), &url, "x", &[], &[("GRIDKEY_REMOTE_TRUSTED_KEYS", "/nonexistent/trusted")]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("/nonexistent/trusted"), "{}", stderr(&out));
+    let (out, _) = run(cache.path(), "redis//127.0.0.1", "x", &[], &[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("cannot be used"), "{}", stderr(&out));
+}
+
+#[test]
+fn cache_push_seeds_the_shared_tier_from_a_local_cache() {
+    let Some(url) = shared_url("cache_push_seeds_the_shared_tier_from_a_local_cache") else { return };
+    let ns = namespace("push");
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let grid = grid();
+    let local = gridkey_command(&["run", "--mode", "serial", "--grid", grid.to_str().unwrap(), "--cache-dir"], &[])
+        .arg(a.path())
+        .output()
+        .unwrap();
+    assert!(local.status.success());
+    let push = |extra: &[&str]| {
+        let mut args = vec!["cache", "push", "--json", "--remote", &url, "--cache-dir", a.path().to_str().unwrap()];
+        args.extend_from_slice(extra);
+        gridkey_command(&args, &[("GRIDKEY_REMOTE_NAMESPACE", &ns)]).output().unwrap()
+    };
+    let refused = push(&[]);
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(stderr(&refused).contains("designated writer"), "{}", stderr(&refused));
+    let pushed = push(&["--remote-writer"]);
+    assert!(pushed.status.success(), "{}", stderr(&pushed));
+    let pushed: Value = serde_json::from_slice(&pushed.stdout).unwrap();
+    let (_, fresh) = run(b.path(), &url, &ns, &[], &[]);
+    let n = fresh["programs"].as_array().unwrap().len() as u64;
+    assert_eq!((pushed["entries"].as_u64(), pushed["libraries"].as_u64()), (Some(n), Some(n)));
+    assert_eq!((count(&fresh, "translated"), count(&fresh, "built")), (0, 0));
+    assert_eq!(count(&fresh, "verified") as u64, n);
+}

@@ -1,0 +1,248 @@
+//! Real Redis servers for the tests, `cargo xtask cluster` and `cargo xtask faults`.
+//!
+//! [`ensure_installed`] installs Debian's `redis-server` when it is missing (`apt-get`, as root
+//! or through `sudo -n`); [`RedisServer::start`] starts one on loopback on a free port of its own,
+//! with no persistence, in a temp directory, and stops it when dropped.
+//! `cargo xtask with-redis -- CMD ARGS...` runs a command with `GRIDKEY_TEST_REDIS_URL` (and
+//! `GRIDKEY_TEST_REDIS_SERVER`, the binary) set to such a server, which is how the test command
+//! runs the real-server tests.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+
+/// The variable that names the test server's URL.
+pub const TEST_URL_VAR: &str = "GRIDKEY_TEST_REDIS_URL";
+/// The variable that names the `redis-server` binary, for tests that start private servers.
+pub const TEST_SERVER_VAR: &str = "GRIDKEY_TEST_REDIS_SERVER";
+
+/// The `redis-server` binary on the `PATH`, installed with `apt-get` first when missing.
+///
+/// Errors: not installed and `apt-get` is not available or fails.
+pub fn ensure_installed() -> Result<PathBuf> {
+    if let Some(found) = which("redis-server") {
+        return Ok(found);
+    }
+    eprintln!("redis: redis-server is missing; installing Debian's redis-server with apt-get");
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let mut apt = if root { Command::new("apt-get") } else { sudo_apt() };
+    let status = apt
+        .args(["install", "-y", "--no-install-recommends", "redis-server"])
+        .env("DEBIAN_FRONTEND", "noninteractive")
+        .status()
+        .context("cannot run apt-get to install redis-server")?;
+    if !status.success() {
+        // A fresh image has no package lists yet.
+        let mut update = if root { Command::new("apt-get") } else { sudo_apt() };
+        update.arg("update").status().context("cannot run apt-get update")?;
+        let mut again = if root { Command::new("apt-get") } else { sudo_apt() };
+        let status = again
+            .args(["install", "-y", "--no-install-recommends", "redis-server"])
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .status()?;
+        if !status.success() {
+            bail!(
+                "apt-get install redis-server failed ({status}); install Redis 6 or later and put redis-server on PATH"
+            );
+        }
+    }
+    which("redis-server").context("redis-server is still not on PATH after apt-get install")
+}
+
+fn sudo_apt() -> Command {
+    let mut c = Command::new("sudo");
+    c.args(["-n", "apt-get"]);
+    c
+}
+
+fn which(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path).map(|dir| dir.join(name)).find(|p| p.is_file())
+}
+
+/// A free TCP port on loopback (bound and released; the server binds it right after).
+pub fn free_port() -> Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// A `redis-server` of this process on loopback; stopped (SIGKILL) when dropped.
+pub struct RedisServer {
+    child: Option<Child>,
+    binary: PathBuf,
+    port: u16,
+    password: Option<String>,
+    bind: Vec<String>,
+    dir: tempfile::TempDir,
+}
+
+impl RedisServer {
+    /// Starts `binary` on a free loopback port, without persistence, and waits until it answers
+    /// `PING`.
+    ///
+    /// Errors: it cannot be started or does not answer within 10 s.
+    pub fn start(binary: &Path, password: Option<&str>) -> Result<RedisServer> {
+        Self::start_on(binary, password, &["127.0.0.1"])
+    }
+
+    /// [`RedisServer::start`] listening on the addresses `bind` (loopback first: the driver
+    /// talks to it there).
+    ///
+    /// Errors: as [`RedisServer::start`].
+    pub fn start_on(binary: &Path, password: Option<&str>, bind: &[&str]) -> Result<RedisServer> {
+        let mut server = RedisServer {
+            child: None,
+            binary: binary.to_path_buf(),
+            port: free_port()?,
+            password: password.map(str::to_owned),
+            bind: bind.iter().map(|b| (*b).to_owned()).collect(),
+            dir: tempfile::tempdir()?,
+        };
+        server.restart()?;
+        Ok(server)
+    }
+
+    /// Starts the server again on the same port (after [`RedisServer::kill`]); empty.
+    ///
+    /// Errors: as [`RedisServer::start`].
+    pub fn restart(&mut self) -> Result<()> {
+        self.kill();
+        let mut cmd = Command::new(&self.binary);
+        cmd.args(["--port", &self.port.to_string(), "--save", "", "--appendonly", "no"])
+            .arg("--bind")
+            .args(&self.bind)
+            .args(["--maxclients", "10000", "--loglevel", "warning"])
+            .arg("--dir")
+            .arg(self.dir.path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit());
+        if let Some(p) = &self.password {
+            cmd.args(["--requirepass", p]);
+        }
+        let child = cmd.spawn().with_context(|| format!("cannot start {}", self.binary.display()))?;
+        self.child = Some(child);
+        let started = Instant::now();
+        loop {
+            if self.command(&["PING"]).is_ok() {
+                return Ok(());
+            }
+            if started.elapsed() > Duration::from_secs(10) {
+                bail!("redis-server on port {} did not answer PING within 10 s", self.port);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The server's process id.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// `redis://[:PASSWORD@]127.0.0.1:PORT/`.
+    pub fn url(&self) -> String {
+        match &self.password {
+            Some(p) => format!("redis://:{p}@127.0.0.1:{}/", self.port),
+            None => format!("redis://127.0.0.1:{}/", self.port),
+        }
+    }
+
+    /// Sends a signal (`libc::SIGSTOP`, `SIGCONT`) to the server.
+    pub fn signal(&self, signal: i32) {
+        if let Some(pid) = self.pid() {
+            // SAFETY: kill(2) on our own child's pid has no memory effects.
+            unsafe { libc::kill(pid as libc::pid_t, signal) };
+        }
+    }
+
+    /// Kills the server (SIGKILL) and reaps it.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            // SAFETY: kill(2) on our own child's pid has no memory effects.
+            unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGCONT) };
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// A connection to the server with 5 s timeouts, for driving it from outside the client
+    /// under test.
+    ///
+    /// Errors: the server cannot be reached.
+    pub fn connection(&self) -> Result<redis::Connection> {
+        let client = redis::Client::open(self.url())?;
+        let con = client.get_connection_with_timeout(Duration::from_secs(1))?;
+        con.set_read_timeout(Some(Duration::from_secs(5)))?;
+        Ok(con)
+    }
+
+    /// One command over a fresh connection: its reply as a `redis::Value`.
+    ///
+    /// Errors: the server cannot be reached or answers with an error.
+    pub fn command(&self, words: &[&str]) -> Result<redis::Value> {
+        let mut cmd = redis::cmd(words[0]);
+        for w in &words[1..] {
+            cmd.arg(*w);
+        }
+        Ok(cmd.query(&mut self.connection()?)?)
+    }
+
+    /// Sets the raw bytes of `name` (what a hostile or broken writer could do).
+    ///
+    /// Errors: as [`RedisServer::command`].
+    pub fn set_raw(&self, name: &str, value: &[u8]) -> Result<()> {
+        redis::cmd("SET").arg(name).arg(value).query::<()>(&mut self.connection()?)?;
+        Ok(())
+    }
+
+    /// The raw bytes of `name`, if any.
+    ///
+    /// Errors: as [`RedisServer::command`].
+    pub fn get_raw(&self, name: &str) -> Result<Option<Vec<u8>>> {
+        Ok(redis::cmd("GET").arg(name).query(&mut self.connection()?)?)
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// `cargo xtask with-redis [--] CMD ARGS...`: installs `redis-server` when missing, starts one
+/// on a free loopback port, runs CMD with `GRIDKEY_TEST_REDIS_URL` and
+/// `GRIDKEY_TEST_REDIS_SERVER` set, stops the server, and exits with CMD's status.
+///
+/// Errors: no command given, Redis cannot be installed or started, CMD cannot be run.
+pub fn with_redis(args: &[String]) -> Result<ExitCode> {
+    let args = match args.first().map(String::as_str) {
+        Some("--") => &args[1..],
+        _ => args,
+    };
+    let Some((program, rest)) = args.split_first() else {
+        bail!("usage: cargo xtask with-redis -- CMD ARGS...");
+    };
+    let binary = ensure_installed()?;
+    let server = RedisServer::start(&binary, None)?;
+    eprintln!("redis: {} started on {} for `{}`", binary.display(), server.url(), args.join(" "));
+    let status = Command::new(program)
+        .args(rest)
+        .env(TEST_URL_VAR, server.url())
+        .env(TEST_SERVER_VAR, &binary)
+        .status()
+        .with_context(|| format!("cannot run {program}"))?;
+    drop(server);
+    Ok(match status.code() {
+        Some(0) => ExitCode::SUCCESS,
+        Some(code) => ExitCode::from(code.clamp(1, 255) as u8),
+        None => ExitCode::FAILURE,
+    })
+}
