@@ -1,4 +1,4 @@
-//! `cargo xtask gt4py [--reduced] [--python PYTHON]`: the proof on GT4Py itself (README "gridkey for GT4Py").
+//! `cargo xtask gt4py [--reduced | --warm-only REPEATS] [--python PYTHON]`: the proof on GT4Py itself (README "gridkey for GT4Py").
 //!
 //! 1. Creates the virtual environment `target/gt4py-venv` (kept between runs) with a CPython 3.12 or later (GT4Py
 //!    1.2.3 requires it): `--python`, else `python3.13`, `python3.12`, `python3` on `PATH`, else the newest under
@@ -26,13 +26,17 @@ const MIN_PYTHON: (u32, u32) = (3, 12);
 
 pub fn gt4py(args: &[String]) -> Result<bool> {
     let mut reduced = false;
+    let mut warm_only: Option<String> = None;
     let mut python: Option<PathBuf> = None;
     let mut it = args.iter();
     while let Some(arg) = it.next() {
         match arg.as_str() {
             "--reduced" => reduced = true,
+            "--warm-only" => warm_only = Some(it.next().context("--warm-only needs a number of repeats")?.clone()),
             "--python" => python = Some(PathBuf::from(it.next().context("--python needs an interpreter path")?)),
-            other => bail!("unexpected argument {other:?}: expected [--reduced] [--python PYTHON]"),
+            other => {
+                bail!("unexpected argument {other:?}: expected [--reduced | --warm-only REPEATS] [--python PYTHON]")
+            }
         }
     }
     let root = crate::root();
@@ -79,6 +83,9 @@ pub fn gt4py(args: &[String]) -> Result<bool> {
     }
     if reduced {
         command.arg("--reduced");
+    }
+    if let Some(repeats) = &warm_only {
+        command.args(["--warm-only", "--warm-repeats", repeats]);
     }
     let status = command.status().context("cannot run the GT4Py proof script")?;
     Ok(status.success())

@@ -26,7 +26,8 @@
 //! and what the integrity checks cost (a warm conversion in a fresh process, per-key locks, the
 //! parts of a warm run, concurrent runs) against their limits and writes
 //! `target/gridkey-bench.json` (see `bench.rs`).
-//! `cargo xtask gt4py [--reduced]` is the proof on GT4Py 1.2.3 with `gridkey.gt4py` (see `gt4py.rs`).
+//! `cargo xtask gt4py [--reduced | --warm-only REPEATS]` is the proof on GT4Py 1.2.3 with
+//! `gridkey.gt4py` (see `gt4py.rs`).
 
 mod bench;
 mod cluster;
@@ -85,7 +86,7 @@ fn main() -> ExitCode {
         },
         _ => {
             eprintln!(
-                "usage: cargo xtask test\n       cargo xtask modes [--grid FILE]\n       cargo xtask bench [--quick]\n       cargo xtask faults [--bin GRIDKEY | --only TEXT]\n       cargo xtask memory [--scale N] [--workers W] [--starts S]\n       cargo xtask kill-demo [--grid FILE]\n       cargo xtask py-test [--python PYTHON] [--fresh]\n       cargo xtask py-bench [--python PYTHON] [--quick]\n       cargo xtask gt4py [--reduced] [--python PYTHON]\n       cargo xtask cluster --nodes N [--grid FILE] [--mode M] [--jobs J] [--rounds R] [--loopback]\n       cargo xtask with-redis -- CMD ARGS..."
+                "usage: cargo xtask test\n       cargo xtask modes [--grid FILE]\n       cargo xtask bench [--quick]\n       cargo xtask faults [--bin GRIDKEY | --only TEXT]\n       cargo xtask memory [--scale N] [--workers W] [--starts S]\n       cargo xtask kill-demo [--grid FILE]\n       cargo xtask py-test [--python PYTHON] [--fresh]\n       cargo xtask py-bench [--python PYTHON] [--quick]\n       cargo xtask gt4py [--reduced | --warm-only REPEATS] [--python PYTHON]\n       cargo xtask cluster --nodes N [--grid FILE] [--mode M] [--jobs J] [--rounds R] [--loopback]\n       cargo xtask with-redis -- CMD ARGS..."
             );
             return ExitCode::from(2);
         }

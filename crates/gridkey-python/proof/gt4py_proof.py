@@ -17,6 +17,9 @@
 ``--reduced`` (CI): allocator ``np``, C and Fortran order, the four ordered pairs that involve process mode and the
 control pair serial -> thread. Exit status 0 when every cell with the adapter has 0 re-translations, every result
 verifies, the C++ is identical, and GT4Py's own misses show without the adapter.
+
+``--warm-only``: only the warm start of step 4, on caches it fills from the seed (one per mode and setting, C-order
+``np`` tables), ``--warm-repeats`` runs each; results in ``gt4py-warm-start.json``.
 """
 
 from __future__ import annotations
@@ -144,6 +147,62 @@ def label(order: str, allocator: str) -> str:
     return f"{'C' if order == 'C' else 'Fortran'} order, allocator={allocator}"
 
 
+def kept_cache(args, mode: str, adapter: bool) -> pathlib.Path:
+    """The cache warm for ``mode`` with or without the adapter, kept for the warm-start benchmark."""
+    return args.work / f"warm-{mode}-{'with' if adapter else 'without'}"
+
+
+def warm_starts(args, repeats: int) -> tuple[dict[tuple[str, bool], list[float]], bool]:
+    """``repeats`` warm starts per mode and setting on the kept caches, with and without the adapter alternating
+    (which goes first swaps every round); the compile seconds of each, and whether every run was verified and
+    translated nothing."""
+    ok = True
+    warm_start: dict[tuple[str, bool], list[float]] = {}
+    order, allocator = BENCH_VARIANT
+    for rep in range(repeats):
+        for mode in MODES:
+            for adapter in ((False, True) if rep % 2 == 0 else (True, False)):
+                extra = ["--order", order, "--allocator", allocator, "--adapter", str(int(adapter))]
+                result = run_cell(kept_cache(args, mode, adapter), mode, args, extra)
+                ok &= result["verified"] and result["new_translations"] == 0
+                warm_start.setdefault((mode, adapter), []).append(result["compile_seconds"])
+    return warm_start, ok
+
+
+def print_warm_starts(warm_start: dict[tuple[str, bool], list[float]]) -> None:
+    order, allocator = BENCH_VARIANT
+    for mode in MODES:
+        if (mode, False) in warm_start and (mode, True) in warm_start:
+            w0, w1 = (statistics.median(warm_start[(mode, a)]) for a in (False, True))
+            print(
+                f"warm start of the eight programs ({label(order, allocator)}, median of {len(warm_start[(mode, True)])},"
+                f" alternating), {mode:<7}: without {w0:.2f} s, with {w1:.2f} s ({w1 / w0:.2f}x without, limit 1.0x)"
+            )
+
+
+def warm_only(args, seed: pathlib.Path, started: float) -> int:
+    """``--warm-only``: fills one cache per mode and setting from the seed in that mode, then the warm starts."""
+    ok = True
+    order, allocator = BENCH_VARIANT
+    for mode in MODES:
+        for adapter in (False, True):
+            kept = copy_cache(seed, kept_cache(args, mode, adapter))
+            extra = ["--order", order, "--allocator", allocator, "--adapter", str(int(adapter))]
+            fill = run_cell(kept, mode, args, extra)
+            ok &= fill["verified"]
+            print(f"  filled {kept.name} in {fill['compile_seconds']:.1f} s", flush=True)
+    warm_start, warm_ok = warm_starts(args, args.warm_repeats)
+    ok &= warm_ok
+    print_warm_starts(warm_start)
+    results = {
+        "warm_start_seconds": {f"{m} {'with' if a else 'without'}": s for (m, a), s in warm_start.items()},
+        "seconds": time.perf_counter() - started,
+    }
+    (args.work / "gt4py-warm-start.json").write_text(json.dumps(results, indent=1))
+    print(f"\ngt4py warm start: {'ok' if ok else 'FAILED'}; {time.perf_counter() - started:.0f} s")
+    return 0 if ok else 1
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--grid", type=pathlib.Path, required=True)
@@ -152,6 +211,11 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=2, help="GT4PY_BUILD_JOBS of thread and process mode")
     parser.add_argument("--tile", type=int, default=100)
     parser.add_argument("--warm-repeats", type=int, default=5, help="warm starts per mode and setting (full matrix)")
+    parser.add_argument(
+        "--warm-only",
+        action="store_true",
+        help="only the warm-start benchmark, on caches filled here from the seed (one per mode and setting)",
+    )
     args = parser.parse_args()
     args.grid = args.grid.resolve()
     args.work = args.work.resolve()
@@ -167,6 +231,8 @@ def main() -> int:
         + (f", built in {seed_seconds:.1f} s" if seed_seconds is not None else " (reused: same GT4Py, programs, grid)")
     )
 
+    if args.warm_only:
+        return warm_only(args, seed, started)
     cells = []
     ok = True
     sources: dict[tuple[str, str, bool], dict[str, str]] = {}
@@ -187,7 +253,7 @@ def main() -> int:
                     new_builds = sorted(build_folders(warm_dir) - seed_builds)
                     if a == b and (order, allocator) == BENCH_VARIANT:
                         # A cache warm for mode a: kept for the warm-start benchmark.
-                        kept = args.work / f"warm-{a}-{'with' if adapter else 'without'}"
+                        kept = kept_cache(args, a, adapter)
                         if kept.exists():
                             shutil.rmtree(kept)
                         warm_dir.rename(kept)
@@ -258,16 +324,8 @@ def main() -> int:
     tiled = f"tiled {args.tile}x"
 
     # Warm start: runs on caches warm for their mode, with and without the adapter alternating, in one run.
-    warm_start: dict[tuple[str, bool], list[float]] = {}
-    for rep in range(args.warm_repeats if not args.reduced else 0):
-        for mode in MODES:
-            for adapter in ((False, True) if rep % 2 == 0 else (True, False)):
-                order, allocator = BENCH_VARIANT
-                kept = args.work / f"warm-{mode}-{'with' if adapter else 'without'}"
-                extra = ["--order", order, "--allocator", allocator, "--adapter", str(int(adapter))]
-                result = run_cell(kept, mode, args, extra)
-                ok &= result["verified"] and result["new_translations"] == 0
-                warm_start.setdefault((mode, adapter), []).append(result["compile_seconds"])
+    warm_start, warm_ok = warm_starts(args, 0 if args.reduced else args.warm_repeats)
+    ok &= warm_ok
 
     print(f"\nC++ generated with the adapter equals the C++ without: {identical}/{compared} programs; new builds with the adapter: {with_builds}")
     print(
@@ -280,14 +338,7 @@ def main() -> int:
         f"  converting the provider once (digest, store, map; not part of a key): R02B04 {key['R02B04 convert'] * 1e3:.1f} ms,"
         f" {tiled} {key[tiled + ' convert'] * 1e3:.1f} ms"
     )
-    order, allocator = BENCH_VARIANT
-    for mode in MODES:
-        if (mode, False) in warm_start and (mode, True) in warm_start:
-            w0, w1 = (statistics.median(warm_start[(mode, a)]) for a in (False, True))
-            print(
-                f"warm start of the eight programs ({label(order, allocator)}, median of {len(warm_start[(mode, True)])},"
-                f" alternating), {mode:<7}: without {w0:.2f} s, with {w1:.2f} s ({w1 / w0:.2f}x without, limit 1.0x)"
-            )
+    print_warm_starts(warm_start)
 
     results = {
         "gt4py": gt4py.__version__,
