@@ -450,9 +450,10 @@ pub fn run_with_progress(
     })
 }
 
-/// The compile-time view `ct` with every table whose mapped content no longer matches its
-/// digest converted again from the grid's runtime table (the stored file rewritten, ADR 0024),
-/// and a warning for each. Reads every table once; called only after a task failed.
+/// The compile-time view `ct` with every table whose mapped content, or the file under whose
+/// name, no longer matches its digest converted again from the grid's runtime table (the stored
+/// file rewritten, ADR 0024), and a warning for each (also for one that could not be rewritten).
+/// Reads every table twice; called only after a task failed.
 fn repair_tables(
     grid: &Grid,
     ct: &CompileTimeOffsetProvider,
@@ -460,9 +461,13 @@ fn repair_tables(
 ) -> (CompileTimeOffsetProvider, Vec<cache::CacheWarning>) {
     let mut repaired = CompileTimeOffsetProvider::new();
     let mut warnings = Vec::new();
+    let verifying = store.clone().verifying(true);
     for (name, entry) in ct.entries() {
         let entry = match entry {
-            Entry::Gather(c) if c.verify().is_err() => {
+            // This run's mapping changed, or the file under the name (which process-mode workers
+            // open) no longer holds the table: a concurrent writer may have renamed identical
+            // content over the name, and that file was changed.
+            Entry::Gather(c) if c.verify().is_err() || verifying.open_table(c.spec()).is_err() => {
                 match grid
                     .provider()
                     .gather(name)
@@ -477,7 +482,16 @@ fn repair_tables(
                         });
                         Entry::Gather(fresh)
                     }
-                    _ => entry.clone(),
+                    Some(Err(e)) => {
+                        warnings.push(cache::CacheWarning {
+                            path: c.table_path().to_path_buf(),
+                            message: format!(
+                                "(table of offset {name}) was changed after it was stored and could not be rewritten: {e}"
+                            ),
+                        });
+                        entry.clone()
+                    }
+                    None => entry.clone(),
                 }
             }
             other => other.clone(),
