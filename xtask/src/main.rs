@@ -16,6 +16,8 @@
 //! `cargo xtask memory` (worker start time and per-worker memory with mapped tables) and
 //! `cargo xtask kill-demo` (a worker killed in the middle of `gridkey run`): see their modules.
 //! `cargo xtask faults` is the fault matrix of ADR 0012 (see `faults.rs`).
+//! `cargo xtask chaos --seconds N [--seed S]` runs all three modes on one cache for N seconds
+//! while it kills, collects, tampers and swaps compilers at random (see `chaos.rs`).
 //! `cargo xtask py-test` and `cargo xtask py-bench` test and measure the Python package (see
 //! `py.rs`).
 //! `cargo xtask bench [--quick]` measures digest, compile-time views, keys, payload and build
@@ -23,6 +25,7 @@
 //! `cargo xtask gt4py [--reduced]` is the proof on GT4Py 1.2.3 with `gridkey.gt4py` (see `gt4py.rs`).
 
 mod bench;
+mod chaos;
 mod faults;
 mod gt4py;
 mod kill_demo;
@@ -59,6 +62,7 @@ fn main() -> ExitCode {
         Some("gt4py") => gt4py::gt4py(&args[1..]),
         Some("memory") => build_gridkey().and_then(|bin| memory::memory(&args[1..], &bin)),
         Some("kill-demo") => build_gridkey().and_then(|bin| kill_demo::kill_demo(&args[1..], &bin)),
+        Some("chaos") => build_gridkey().and_then(|bin| chaos::chaos(&args[1..], &bin)),
         Some("faults") => match &args[1..] {
             // Another build of the binary, e.g. an older commit's, to see which faults it survives.
             [flag, bin] if flag == "--bin" => faults::faults(&root(), PathBuf::from(bin)),
@@ -67,7 +71,7 @@ fn main() -> ExitCode {
         },
         _ => {
             eprintln!(
-                "usage: cargo xtask test\n       cargo xtask modes [--grid FILE]\n       cargo xtask bench [--quick]\n       cargo xtask faults [--bin GRIDKEY]\n       cargo xtask memory [--scale N] [--workers W] [--starts S]\n       cargo xtask kill-demo [--grid FILE]\n       cargo xtask py-test [--python PYTHON] [--fresh]\n       cargo xtask py-bench [--python PYTHON] [--quick]\n       cargo xtask gt4py [--reduced] [--python PYTHON]"
+                "usage: cargo xtask test\n       cargo xtask modes [--grid FILE]\n       cargo xtask bench [--quick]\n       cargo xtask faults [--bin GRIDKEY]\n       cargo xtask chaos [--seconds N] [--seed S] [--runs K]\n       cargo xtask memory [--scale N] [--workers W] [--starts S]\n       cargo xtask kill-demo [--grid FILE]\n       cargo xtask py-test [--python PYTHON] [--fresh]\n       cargo xtask py-bench [--python PYTHON] [--quick]\n       cargo xtask gt4py [--reduced] [--python PYTHON]"
             );
             return ExitCode::from(2);
         }
