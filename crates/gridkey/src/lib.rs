@@ -392,24 +392,30 @@ pub fn run_with_progress(
     let mut outcomes = runner.run_all_with(&tasks, progress);
     // A stored table changed in place while this run held it fails the tasks that translated
     // from it, and nothing is cached from it (ADR 0024): rewrite it from the runtime table and
-    // compile those programs once more.
-    let failed: Vec<usize> = (0..outcomes.len()).filter(|&i| outcomes[i].is_err()).collect();
-    if !failed.is_empty() {
+    // compile those programs once more; again while the retried tasks find another table
+    // changed, at most `REPAIR_ROUNDS` times.
+    for _ in 0..REPAIR_ROUNDS {
+        let failed: Vec<usize> = (0..outcomes.len()).filter(|&i| outcomes[i].is_err()).collect();
+        if failed.is_empty() {
+            break;
+        }
         let (repaired, repairs) = repair_tables(grid, &ct, &store);
-        if !repairs.is_empty() {
-            ct = Arc::new(repaired);
-            warnings.extend(repairs);
-            let again: Vec<Program> = failed.iter().map(|&i| programs[i].clone()).collect();
-            let retried = runner.run_all_with(&tasks_for(&again, &ct, &config.options, &settings), &NoProgress);
-            for (i, outcome) in failed.into_iter().zip(retried) {
-                outcomes[i] = outcome;
-            }
+        if repairs.is_empty() {
+            break;
+        }
+        ct = Arc::new(repaired);
+        warnings.extend(repairs);
+        let again: Vec<Program> = failed.iter().map(|&i| programs[i].clone()).collect();
+        let retried = runner.run_all_with(&tasks_for(&again, &ct, &config.options, &settings), &NoProgress);
+        for (i, outcome) in failed.into_iter().zip(retried) {
+            outcomes[i] = outcome;
         }
     }
     let compile_seconds = t.elapsed().as_secs_f64();
 
     let t = Instant::now();
     let compile_config = CompileConfig::from_settings(&settings)?;
+    let late_repairs = std::cell::RefCell::new(Vec::new());
     let reports = programs
         .iter()
         .zip(outcomes)
@@ -417,7 +423,20 @@ pub fn run_with_progress(
         .map(|((program, outcome), (key, &hit))| match outcome {
             Ok(outcome) => {
                 let hint = if outcome.translated { explain::miss_hint(&cache, &outcome.key) } else { None };
-                let rebuild = || gridkey_stencil::compile(program, &ct, &config.options, &compile_config);
+                // The parent's rebuild of a library that does not load repairs a table changed
+                // since the compile phase as the compile phase does (ADR 0024).
+                let rebuild = || {
+                    let first = gridkey_stencil::compile(program, &ct, &config.options, &compile_config);
+                    if first.is_ok() {
+                        return first;
+                    }
+                    let (repaired, repairs) = repair_tables(grid, &ct, &store);
+                    if repairs.is_empty() {
+                        return first;
+                    }
+                    late_repairs.borrow_mut().extend(repairs);
+                    gridkey_stencil::compile(program, &repaired, &config.options, &compile_config)
+                };
                 ProgramReport { miss_hint: hint, ..verify(program, grid, outcome, &cache, &rebuild) }
             }
             Err(e) => ProgramReport {
@@ -435,6 +454,7 @@ pub fn run_with_progress(
             },
         })
         .collect();
+    warnings.extend(late_repairs.into_inner());
     Ok(RunReport {
         grid: config.grid.clone(),
         mode: runner.mode().to_string(),
@@ -449,6 +469,9 @@ pub fn run_with_progress(
         skipped,
     })
 }
+
+/// How many times a run repairs changed tables and compiles the programs that failed again.
+const REPAIR_ROUNDS: usize = 3;
 
 /// The compile-time view `ct` with every table whose mapped content, or the file under whose
 /// name, no longer matches its digest converted again from the grid's runtime table (the stored
