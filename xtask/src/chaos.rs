@@ -47,10 +47,13 @@
 //!   more than [`HANG`], exit status non-zero with every program verified, or a program failed
 //!   for any other reason: a fault injected elsewhere (a kill of another run, a collection, a
 //!   tamper outside its window) or a cache left inconsistent. A final run that does not verify
-//!   every program is lost, as is a `cache gc` that fails.
+//!   every program is lost. A `cache gc` that fails is counted as a gc failure and fails the
+//!   command too.
 //!
 //! The command prints the seed, the runs per mode and outcome, the faults injected per kind,
-//! the false hits and the runs lost, and exits non-zero when either is not 0. The seed fixes
+//! the false hits and the runs lost, and exits non-zero when either is not 0 (or a gc failed);
+//! it then keeps the cache and the output of every run that failed a program (`--keep` keeps
+//! them always). The seed fixes
 //! every choice of the driver (which fault, which file, which byte, which run, which mode); when
 //! the choices land depends on timing, so a seed reproduces a schedule's kinds and targets, not
 //! its instants.
