@@ -71,7 +71,7 @@ fn main() -> ExitCode {
         },
         _ => {
             eprintln!(
-                "usage: cargo xtask test\n       cargo xtask modes [--grid FILE]\n       cargo xtask bench [--quick]\n       cargo xtask faults [--bin GRIDKEY]\n       cargo xtask chaos [--seconds N] [--seed S] [--runs K]\n       cargo xtask memory [--scale N] [--workers W] [--starts S]\n       cargo xtask kill-demo [--grid FILE]\n       cargo xtask py-test [--python PYTHON] [--fresh]\n       cargo xtask py-bench [--python PYTHON] [--quick]\n       cargo xtask gt4py [--reduced] [--python PYTHON]"
+                "usage: cargo xtask test\n       cargo xtask modes [--grid FILE]\n       cargo xtask bench [--quick]\n       cargo xtask faults [--bin GRIDKEY]\n       cargo xtask chaos [--seconds N] [--seed S] [--runs K] [--keep]\n       cargo xtask memory [--scale N] [--workers W] [--starts S]\n       cargo xtask kill-demo [--grid FILE]\n       cargo xtask py-test [--python PYTHON] [--fresh]\n       cargo xtask py-bench [--python PYTHON] [--quick]\n       cargo xtask gt4py [--reduced] [--python PYTHON]"
             );
             return ExitCode::from(2);
         }
