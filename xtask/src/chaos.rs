@@ -593,7 +593,13 @@ impl Driver {
         if run.done.load(Ordering::SeqCst) {
             return;
         }
-        let workers = children(run.pid);
+        // Workers only: the parent's own children also include the C compiler of its rebuild
+        // of a library that does not load, whose failure does not name the signal.
+        let bin = fs::canonicalize(&self.bin).unwrap_or_else(|_| self.bin.clone());
+        let workers: Vec<u32> = children(run.pid)
+            .into_iter()
+            .filter(|w| fs::read_link(format!("/proc/{w}/exe")).is_ok_and(|exe| exe == bin))
+            .collect();
         let Some(&w) = self.rng.pick(&workers) else { return };
         // SAFETY: kill(2) on a child of a live run this driver started.
         if unsafe { libc::kill(w as i32, libc::SIGKILL) } == 0 {
