@@ -20,6 +20,8 @@
 //! and the server killed mid-run (see `cluster.rs`).
 //! `cargo xtask with-redis -- CMD ARGS...` runs CMD with a real Redis server of its own on loopback
 //! (`GRIDKEY_TEST_REDIS_URL`), installing Debian's `redis-server` when missing (see `redis_server.rs`).
+//! `cargo xtask chaos --seconds N [--seed S]` runs all three modes on one cache for N seconds
+//! while it kills, collects, tampers and swaps compilers at random (see `chaos.rs`).
 //! `cargo xtask py-test` and `cargo xtask py-bench` test and measure the Python package (see
 //! `py.rs`).
 //! `cargo xtask bench [--quick]` measures digest, compile-time views, keys, payload, build jobs
@@ -30,6 +32,7 @@
 //! `gridkey.gt4py` (see `gt4py.rs`).
 
 mod bench;
+mod chaos;
 mod cluster;
 mod faults;
 mod gt4py;
@@ -75,6 +78,7 @@ fn main() -> ExitCode {
             })
         }
         Some("kill-demo") => build_gridkey().and_then(|bin| kill_demo::kill_demo(&args[1..], &bin)),
+        Some("chaos") => build_gridkey().and_then(|bin| chaos::chaos(&args[1..], &bin)),
         Some("faults") => match &args[1..] {
             // Another build of the binary, e.g. an older commit's, to see which faults it survives.
             [flag, bin] if flag == "--bin" => faults::faults(&root(), PathBuf::from(bin), None),
@@ -86,7 +90,7 @@ fn main() -> ExitCode {
         },
         _ => {
             eprintln!(
-                "usage: cargo xtask test\n       cargo xtask modes [--grid FILE]\n       cargo xtask bench [--quick]\n       cargo xtask faults [--bin GRIDKEY | --only TEXT]\n       cargo xtask memory [--scale N] [--workers W] [--starts S]\n       cargo xtask kill-demo [--grid FILE]\n       cargo xtask py-test [--python PYTHON] [--fresh]\n       cargo xtask py-bench [--python PYTHON] [--quick]\n       cargo xtask gt4py [--reduced | --warm-only REPEATS] [--python PYTHON]\n       cargo xtask cluster --nodes N [--grid FILE] [--mode M] [--jobs J] [--rounds R] [--loopback]\n       cargo xtask with-redis -- CMD ARGS..."
+                "usage: cargo xtask test\n       cargo xtask modes [--grid FILE]\n       cargo xtask bench [--quick]\n       cargo xtask faults [--bin GRIDKEY | --only TEXT]\n       cargo xtask chaos [--seconds N] [--seed S] [--runs K] [--keep]\n       cargo xtask memory [--scale N] [--workers W] [--starts S]\n       cargo xtask kill-demo [--grid FILE]\n       cargo xtask py-test [--python PYTHON] [--fresh]\n       cargo xtask py-bench [--python PYTHON] [--quick]\n       cargo xtask gt4py [--reduced | --warm-only REPEATS] [--python PYTHON]\n       cargo xtask cluster --nodes N [--grid FILE] [--mode M] [--jobs J] [--rounds R] [--loopback]\n       cargo xtask with-redis -- CMD ARGS..."
             );
             return ExitCode::from(2);
         }

@@ -614,6 +614,11 @@ pub struct MappedTable {
     spec: TableSpec,
     path: PathBuf,
     mmap: Mmap,
+    // Where the data starts in the mapping, and the header bytes as checked when mapped: the
+    // view is built from these, never from the header bytes as they are now, which a writer
+    // that breaks the in-place contract may have changed.
+    data_start: usize,
+    header: Box<[u8]>,
     // Holds the shared lock that keeps `gridkey cache gc` away while the mapping lives.
     _lock: File,
 }
@@ -645,18 +650,19 @@ impl MappedTable {
         // in place by someone else breaks the contract of docs/design.md "Contracts" and ADR 0012 and is caught
         // by `open_verified`, not by memory unsafety in Rust code that only reads integers.
         let mmap = unsafe { Mmap::map(&file) }.map_err(|source| StoreError::Read { path: path.clone(), source })?;
-        let table = Self { spec: *spec, path, mmap, _lock: file };
         // `view_npy` also takes a Fortran-order file (as a Fortran-order view): a stored table is
         // C order, so such a file is refused here rather than read as C order later.
-        let (found, c_order) = match spec.dtype {
-            Dtype::I32 => ArrayView2::<i32>::view_npy(&table.mmap).map(|v| (v.raw_dim(), v.is_standard_layout())),
-            Dtype::I64 => ArrayView2::<i64>::view_npy(&table.mmap).map(|v| (v.raw_dim(), v.is_standard_layout())),
-        }
-        .map_err(|e| StoreError::Format {
-            path: table.path.clone(),
-            dtype: spec.dtype,
-            reason: e.to_string(),
-        })?;
+        let base = mmap.as_ptr() as usize;
+        let checked = match spec.dtype {
+            Dtype::I32 => ArrayView2::<i32>::view_npy(&mmap)
+                .map(|v| (v.raw_dim(), v.is_standard_layout(), v.as_ptr() as usize - base)),
+            Dtype::I64 => ArrayView2::<i64>::view_npy(&mmap)
+                .map(|v| (v.raw_dim(), v.is_standard_layout(), v.as_ptr() as usize - base)),
+        };
+        let (found, c_order, data_start) =
+            checked.map_err(|e| StoreError::Format { path: path.clone(), dtype: spec.dtype, reason: e.to_string() })?;
+        let header = mmap[..data_start].into();
+        let table = Self { spec: *spec, path, mmap, data_start, header, _lock: file };
         if !c_order {
             return Err(StoreError::Format {
                 path: table.path,
@@ -701,11 +707,19 @@ impl MappedTable {
     }
 
     /// Recomputes the digest of the mapped content (reads the whole table once) and compares it
-    /// with the name it was opened by: a file modified in place after it was stored fails here
-    /// (ADR 0012).
+    /// with the name it was opened by, and compares the header with the one checked when it was
+    /// mapped: a file modified in place after it was stored fails here (ADR 0012).
     ///
-    /// Errors: [`StoreError::Digest`] naming the file, the expected and the found digest.
+    /// Errors: [`StoreError::Digest`] naming the file, the expected and the found digest;
+    /// [`StoreError::Format`] naming the file when its header changed after it was mapped.
     pub fn verify(&self) -> Result<(), StoreError> {
+        if self.mmap[..self.data_start] != *self.header {
+            return Err(StoreError::Format {
+                path: self.path.clone(),
+                dtype: self.spec.dtype,
+                reason: "its header was changed in place after it was mapped".into(),
+            });
+        }
         let found = match self.view() {
             TableView::I32(v) => digest_table(v),
             TableView::I64(v) => digest_table(v),
@@ -718,20 +732,19 @@ impl MappedTable {
 
     /// The table, C order, borrowed from the mapping.
     pub fn view(&self) -> TableView<'_> {
-        // The header was checked in `map`; these cannot fail for the same bytes.
+        // From the data offset and shape checked in `map`, not from the header bytes now: a
+        // header changed in place later (the contract broken) cannot make this fail, and is
+        // caught by `verify`.
+        let data = &self.mmap[self.data_start..];
         match self.spec.dtype {
-            Dtype::I32 => TableView::I32(view_checked::<i32>(&self.mmap)),
-            Dtype::I64 => TableView::I64(view_checked::<i64>(&self.mmap)),
+            Dtype::I32 => TableView::I32(data_view::<i32>(data, self.spec.shape)),
+            Dtype::I64 => TableView::I64(data_view::<i64>(data, self.spec.shape)),
         }
     }
 }
 
-fn view_checked<'a, T>(bytes: &'a [u8]) -> ArrayView2<'a, T>
-where
-    ArrayView2<'a, T>: ViewNpyExt<'a>,
-{
-    match ArrayView2::<T>::view_npy(bytes) {
-        Ok(v) => v,
-        Err(e) => unreachable!("header checked when mapped: {e}"),
-    }
+/// The C-order view of `data`, whose alignment and length `map` checked for `shape` (the mapping's
+/// length and address do not change while it lives).
+fn data_view<T: bytemuck::Pod>(data: &[u8], shape: [usize; 2]) -> ArrayView2<'_, T> {
+    ArrayView2::from_shape((shape[0], shape[1]), bytemuck::cast_slice(data)).expect("shape checked when mapped")
 }

@@ -467,27 +467,33 @@ pub fn run_with_progress(
     }
     // A stored table changed in place while this run held it fails the tasks that translated
     // from it, and nothing is cached from it (ADR 0024): rewrite it from the runtime table and
-    // compile those programs once more.
-    let failed: Vec<usize> = (0..outcomes.len()).filter(|&i| matches!(outcomes[i], Some(Err(_)))).collect();
-    if !failed.is_empty() {
+    // compile those programs once more; again while the retried tasks find another table
+    // changed, at most `REPAIR_ROUNDS` times.
+    for _ in 0..REPAIR_ROUNDS {
+        let failed: Vec<usize> = (0..outcomes.len()).filter(|&i| matches!(outcomes[i], Some(Err(_)))).collect();
+        if failed.is_empty() {
+            break;
+        }
         let (repaired, repairs) = repair_tables(grid, &ct, &store);
-        if !repairs.is_empty() {
-            ct = Arc::new(repaired);
-            warnings.extend(repairs);
-            let again: Vec<Program> = failed.iter().map(|&i| programs[i].clone()).collect();
-            let retried = runner.run_all_with(&tasks_for(&again, &ct, &config.options, &settings), &NoProgress);
-            for (&i, outcome) in failed.iter().zip(retried) {
-                outcomes[i] = Some(outcome);
-            }
-            if let Some(s) = &shared {
-                s.upload(&cache, &inputs, &routes, &failed, &done(&outcomes, &failed));
-            }
+        if repairs.is_empty() {
+            break;
+        }
+        ct = Arc::new(repaired);
+        warnings.extend(repairs);
+        let again: Vec<Program> = failed.iter().map(|&i| programs[i].clone()).collect();
+        let retried = runner.run_all_with(&tasks_for(&again, &ct, &config.options, &settings), &NoProgress);
+        for (&i, outcome) in failed.iter().zip(retried) {
+            outcomes[i] = Some(outcome);
+        }
+        if let Some(s) = &shared {
+            s.upload(&cache, &inputs, &routes, &failed, &done(&outcomes, &failed));
         }
     }
     let compile_seconds = t.elapsed().as_secs_f64();
 
     let t = Instant::now();
     let compile_config = CompileConfig::from_settings(&settings)?;
+    let late_repairs = std::cell::RefCell::new(Vec::new());
     let reports: Vec<ProgramReport> = programs
         .iter()
         .zip(outcomes)
@@ -496,7 +502,20 @@ pub fn run_with_progress(
             Ok(outcome) => {
                 let hint = if outcome.translated { explain::miss_hint(&cache, &outcome.key) } else { None };
                 let tier = if outcome.translated { None } else { route.tier().or(Some("local")).map(str::to_owned) };
-                let rebuild = || gridkey_stencil::compile(program, &ct, &config.options, &compile_config);
+                // The parent's rebuild of a library that does not load repairs a table changed
+                // since the compile phase as the compile phase does (ADR 0024).
+                let rebuild = || {
+                    let first = gridkey_stencil::compile(program, &ct, &config.options, &compile_config);
+                    if first.is_ok() {
+                        return first;
+                    }
+                    let (repaired, repairs) = repair_tables(grid, &ct, &store);
+                    if repairs.is_empty() {
+                        return first;
+                    }
+                    late_repairs.borrow_mut().extend(repairs);
+                    gridkey_stencil::compile(program, &repaired, &config.options, &compile_config)
+                };
                 ProgramReport { miss_hint: hint, tier, ..verify(program, grid, outcome, &cache, &rebuild) }
             }
             Err(e) => ProgramReport {
@@ -520,6 +539,7 @@ pub fn run_with_progress(
             },
         })
         .collect();
+    warnings.extend(late_repairs.into_inner());
     let tiers = tier_reports(&cache_dir, &cache, &reports, &looked_up, shared.as_ref());
     Ok(RunReport {
         grid: config.grid.clone(),
@@ -612,9 +632,13 @@ fn tier_reports(
     out
 }
 
-/// The compile-time view `ct` with every table whose mapped content no longer matches its
-/// digest converted again from the grid's runtime table (the stored file rewritten, ADR 0024),
-/// and a warning for each. Reads every table once; called only after a task failed.
+/// How many times a run repairs changed tables and compiles the programs that failed again.
+const REPAIR_ROUNDS: usize = 3;
+
+/// The compile-time view `ct` with every table whose mapped content, or the file under whose
+/// name, no longer matches its digest converted again from the grid's runtime table (the stored
+/// file rewritten, ADR 0024), and a warning for each (also for one that could not be rewritten).
+/// Reads every table twice; called only after a task failed.
 fn repair_tables(
     grid: &Grid,
     ct: &CompileTimeOffsetProvider,
@@ -622,9 +646,13 @@ fn repair_tables(
 ) -> (CompileTimeOffsetProvider, Vec<cache::CacheWarning>) {
     let mut repaired = CompileTimeOffsetProvider::new();
     let mut warnings = Vec::new();
+    let verifying = store.clone().verifying(true);
     for (name, entry) in ct.entries() {
         let entry = match entry {
-            Entry::Gather(c) if c.verify().is_err() => {
+            // This run's mapping changed, or the file under the name (which process-mode workers
+            // open) no longer holds the table: a concurrent writer may have renamed identical
+            // content over the name, and that file was changed.
+            Entry::Gather(c) if c.verify().is_err() || verifying.open_table(c.spec()).is_err() => {
                 match grid
                     .provider()
                     .gather(name)
@@ -639,7 +667,16 @@ fn repair_tables(
                         });
                         Entry::Gather(fresh)
                     }
-                    _ => entry.clone(),
+                    Some(Err(e)) => {
+                        warnings.push(cache::CacheWarning {
+                            path: c.table_path().to_path_buf(),
+                            message: format!(
+                                "(table of offset {name}) was changed after it was stored and could not be rewritten: {e}"
+                            ),
+                        });
+                        entry.clone()
+                    }
+                    None => entry.clone(),
                 }
             }
             other => other.clone(),

@@ -27,11 +27,39 @@ fn overwrite_first_element(path: &Path, elements: usize, value: i32) {
 }
 
 fn check_mode(mode: BuildJobsMode) {
+    check(mode, false, false);
+}
+
+/// A table changed in place while a run holds it, with `verify` (`--verify`: every table
+/// re-hashed on open, every hit translated again) and with the cache `filled` by an earlier run
+/// (every program a hit).
+fn check(mode: BuildJobsMode, verify: bool, filled: bool) {
     let cache = tempfile::tempdir().unwrap();
     let grid_path = common::data("grids/oQU480.231010.nc");
     let grid = gridkey_grid::read_grid(&grid_path).unwrap();
     let programs = gridkey_stencil::icon_programs();
     let options = TranslationOptions::new();
+    let settings = gridkey::Settings {
+        verify_tables: verify,
+        verify_cache_hits: verify,
+        ..common::settings(cache.path()).as_ref().clone()
+    };
+    if filled {
+        let runner = Runner::new(
+            BuildJobs::new(BuildJobsMode::Serial, 1),
+            Arc::new(StencilHandler),
+            WorkerCommand::gridkey(PathBuf::new()),
+        );
+        let config = RunConfig {
+            grid: grid_path.clone(),
+            settings: settings.clone(),
+            worker: WorkerCommand::gridkey(PathBuf::new()),
+            options: options.clone(),
+        };
+        // Another grid value of the same file: the run below converts afresh into its own memo entry.
+        let other = gridkey_grid::read_grid(&grid_path).unwrap();
+        assert!(gridkey::run_with(&other, &programs, &runner, &config, 0.0).unwrap().all_verified());
+    }
     // The run's conversion finds this view in the memo: the run holds the mapping changed below.
     let ct = compile_time_offset_provider(grid.provider(), &TableStore::open(cache.path()).unwrap()).unwrap();
     let c2e = ct.gather("C2E").unwrap();
@@ -43,15 +71,10 @@ fn check_mode(mode: BuildJobsMode) {
 
     let worker = WorkerCommand::gridkey(PathBuf::from(env!("CARGO_BIN_EXE_gridkey")));
     let runner = Runner::new(BuildJobs::new(mode, 2), Arc::new(StencilHandler), worker.clone());
-    let config = RunConfig {
-        grid: grid_path,
-        settings: common::settings(cache.path()).as_ref().clone(),
-        worker,
-        options: options.clone(),
-    };
+    let config = RunConfig { grid: grid_path, settings, worker, options: options.clone() };
     let report = gridkey::run_with(&grid, &programs, &runner, &config, 0.0).unwrap();
     for p in &report.programs {
-        assert!(p.verified, "{mode}: {}: {:?}", p.program, p.error);
+        assert!(p.verified, "{mode}, verify {verify}, filled {filled}: {}: {:?}", p.program, p.error);
     }
     assert!(
         report.warnings.iter().any(|w| w.path == path && w.message.contains("changed after it was stored")),
@@ -79,4 +102,52 @@ fn a_table_changed_while_a_serial_run_holds_it_is_repaired_and_nothing_poisoned_
 #[test]
 fn a_table_changed_while_a_process_run_holds_it_is_repaired_and_nothing_poisoned_is_cached() {
     check_mode(BuildJobsMode::Process);
+}
+
+#[test]
+fn a_table_changed_while_a_verifying_run_holds_it_is_repaired_in_every_mode() {
+    for mode in BuildJobsMode::ALL {
+        for filled in [false, true] {
+            check(mode, true, filled);
+        }
+    }
+}
+
+/// The file under a table's name replaced by another inode with changed content while a run
+/// holds an intact mapping of the table it replaced (a concurrent writer renamed identical
+/// content over the name, then that file was changed in place): process-mode workers open the
+/// table by name, so their tasks fail although the run's own mapping is intact; the run must
+/// repair the file under the name and compile those programs again.
+#[test]
+fn a_changed_file_under_the_name_beside_an_intact_mapping_is_repaired_for_the_workers() {
+    let cache = tempfile::tempdir().unwrap();
+    let grid_path = common::data("grids/oQU480.231010.nc");
+    let grid = gridkey_grid::read_grid(&grid_path).unwrap();
+    let programs = gridkey_stencil::icon_programs();
+    let options = TranslationOptions::new();
+    let ct = compile_time_offset_provider(grid.provider(), &TableStore::open(cache.path()).unwrap()).unwrap();
+    let c2e = ct.gather("C2E").unwrap();
+    let TableView::I32(table) = c2e.table() else { panic!("C2E is int32") };
+    let max = table.iter().copied().max().unwrap();
+    let path: PathBuf = c2e.table_path().to_path_buf();
+    // Another inode under the name, then changed in place: the run's mapping stays intact.
+    let copy = path.with_extension("copy");
+    std::fs::copy(&path, &copy).unwrap();
+    overwrite_first_element(&copy, table.len(), max + 5);
+    std::fs::rename(&copy, &path).unwrap();
+    assert!(c2e.verify().is_ok(), "the run's own mapping is intact");
+
+    let worker = WorkerCommand::gridkey(PathBuf::from(env!("CARGO_BIN_EXE_gridkey")));
+    let runner = Runner::new(BuildJobs::new(BuildJobsMode::Process, 2), Arc::new(StencilHandler), worker.clone());
+    let config = RunConfig {
+        grid: grid_path,
+        settings: common::settings(cache.path()).as_ref().clone(),
+        worker,
+        options: options.clone(),
+    };
+    let report = gridkey::run_with(&grid, &programs, &runner, &config, 0.0).unwrap();
+    for p in &report.programs {
+        assert!(p.verified, "{}: {:?}", p.program, p.error);
+    }
+    assert!(TableStore::open(cache.path()).unwrap().open_verified(c2e.spec()).is_ok(), "the file is repaired");
 }

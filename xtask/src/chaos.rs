@@ -1,0 +1,932 @@
+//! `cargo xtask chaos --seconds N [--seed S] [--runs K]`: the fault matrix's chaos row. For `N`
+//! seconds of wall time, `gridkey run` runs again and again in all three build-jobs modes
+//! (serial, thread, process; `--mode`), on two grids (ICON R02B04 and MPAS oQU480), at most `K`
+//! at a time (3 by default), all on **one** cache directory, while this driver
+//!
+//! * sends `SIGKILL` to parents of runs and to process-mode workers, at random;
+//! * runs `gridkey cache gc` in a loop beside them, with `--max-size 0`, a random budget or none;
+//! * tampers with tables (`tables-v1/*.npy`), translation entries (`translation-v2/*.bin`) and
+//!   kernel libraries (`build-v2/*.so`) in place at the same size, at any time: a byte flipped
+//!   (XOR with a non-zero mask, never undone: a byte position of one inode is flipped at most
+//!   once) or two different bytes swapped;
+//! * truncates or deletes such files, only in a quiet phase, when none of its runs is live and
+//!   `/proc/*/maps` shows that no process maps the file (truncating a mapped file raises `SIGBUS`
+//!   in its reader, which no error path can catch);
+//! * swaps the compiler behind `CC`: each run picks its `CC` words among `gcc`, a script
+//!   wrapping `gcc ... -O0`, a script that emits a **wrong kernel** (it turns the first
+//!   accumulation of the C source, `acc += `, into `acc -= ` before calling `gcc`), and
+//!   `cc-switch`, a name resolved on a `PATH` directory of the driver whose script is switched, in quiet phases, among `gcc`,
+//!   `gcc -O1`, `gcc -O0` and the wrong kernel. Every compiler has its own identity, so every swap
+//!   must give new build keys (ADR 0022); a compiler is swapped only while no run is live
+//!   because ADR 0022 keys a whole run by the identity computed at its start.
+//!
+//! Most runs use `--verify` and `GRIDKEY_VERIFY_CACHE_HITS=1` (every hit is compared with a fresh
+//! translation, every table re-hashed on open); `gridkey run` checks every kernel against the
+//! Rust reference. After the chaos, the driver checks independently: every translation entry
+//! left in the cache that decodes is compared with a fresh translation from an independent
+//! conversion in a new cache, and each grid is run once per mode with every check on.
+//!
+//! # How a run is classified
+//!
+//! * **killed**: the driver sent `SIGKILL` to its parent (whatever it printed), or to one of its
+//!   workers and every program that did not verify names the signal or the killed pid. Not lost.
+//! * **ok**: exit status 0, a report, every program verified.
+//! * **detected**: every program that did not verify failed for a correctly reported detection
+//!   of a fault in **that run's own inputs**: (a) its own `CC` is the wrong-kernel compiler and
+//!   the error is the kernel check against the Rust reference; or (b) the error names a file
+//!   the driver tampered with **at least twice** while the run was live: a run repairs a changed
+//!   table once (ADR 0024) and rebuilds an unloadable library once (ADR 0026), so a file changed
+//!   again after that repair is reported, not recoverable. A program that fails naming a file
+//!   tampered with only once in the run is lost: the run should have repaired it. Not lost.
+//! * **false hit** (per program): a hit that differs from a fresh translation
+//!   (`VerifyMismatch`), or a kernel outside the tolerance of the Rust reference built by a
+//!   correct compiler and served from a cache (a translation hit or a build-cache hit). Every
+//!   false hit also makes its run lost. After the chaos, each entry that decodes and differs
+//!   from a fresh translation, or whose key no program of either grid has, is a false hit too.
+//! * **lost** (to a neighbour): everything else: no report, a crash, a panic, a run hung for
+//!   more than [`HANG`], exit status non-zero with every program verified, or a program failed
+//!   for any other reason: a fault injected elsewhere (a kill of another run, a collection, a
+//!   tamper outside its window) or a cache left inconsistent. A final run that does not verify
+//!   every program is lost. A `cache gc` that fails is counted as a gc failure and fails the
+//!   command too.
+//!
+//! The command prints the seed, the runs per mode and outcome, the faults injected per kind,
+//! the false hits and the runs lost, and exits non-zero when either is not 0 (or a gc failed);
+//! it then keeps the cache and the output of every run that failed a program (`--keep` keeps
+//! them always). The seed fixes
+//! every choice of the driver (which fault, which file, which byte, which run, which mode); when
+//! the choices land depends on timing, so a seed reproduces a schedule's kinds and targets, not
+//! its instants.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fs;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use gridkey::RunReport;
+use gridkey_fingerprint::{TranslationCache, TranslationKey, TranslationOptions};
+use gridkey_offsets::compile_time_offset_provider;
+use gridkey_store::TableStore;
+
+/// A run still live after this long is hung: killed and lost.
+pub const HANG: Duration = Duration::from_secs(240);
+
+/// How long a quiet phase waits for live runs to end before it kills them.
+const QUIET_WAIT: Duration = Duration::from_secs(20);
+
+/// The grids, relative to the repository root.
+const GRIDS: [&str; 2] = [gridkey::SHIPPED_GRID, "data/grids/oQU480.231010.nc"];
+
+const MODES: [&str; 3] = ["serial", "thread", "process"];
+
+/// xorshift64*: the driver's choices, from the seed.
+struct Rng(u64);
+
+impl Rng {
+    fn new(seed: u64) -> Self {
+        // splitmix64 of the seed, never 0.
+        let mut z = seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        Rng((z ^ (z >> 31)) | 1)
+    }
+
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    /// Uniform in `0..n` (`n > 0`).
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+
+    /// True with probability `p`.
+    fn chance(&mut self, p: f64) -> bool {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64 <= p
+    }
+
+    fn pick<'a, T>(&mut self, items: &'a [T]) -> Option<&'a T> {
+        (!items.is_empty()).then(|| &items[self.below(items.len())])
+    }
+}
+
+/// The compilers a run can name in `CC`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Cc {
+    Gcc,
+    O0,
+    Wrong,
+    /// `cc-switch` on the driver's `PATH` directory, whose script is switched in quiet phases.
+    Switch,
+}
+
+/// What `cc-switch` runs now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum SwitchTarget {
+    Gcc,
+    O1,
+    O0,
+    Wrong,
+}
+
+const SWITCH_TARGETS: [SwitchTarget; 4] = [SwitchTarget::Gcc, SwitchTarget::O1, SwitchTarget::O0, SwitchTarget::Wrong];
+
+/// The wrong-kernel script body: the first accumulation of the C source (`acc += `) turned into a
+/// subtraction, then `gcc`: a kernel that runs safely and computes wrong numbers.
+const WRONG_BODY: &str = "if [ -f kernel.c ]; then sed -i '0,/acc += /s//acc -= /' kernel.c; fi\nexec gcc \"$@\"\n";
+
+fn script(body: &str) -> String {
+    format!("#!/bin/sh\n# gridkey chaos compiler\n{body}")
+}
+
+fn switch_body(target: SwitchTarget) -> &'static str {
+    match target {
+        SwitchTarget::Gcc => "exec gcc \"$@\"\n",
+        SwitchTarget::O1 => "exec gcc \"$@\" -O1\n",
+        SwitchTarget::O0 => "exec gcc \"$@\" -O0\n",
+        SwitchTarget::Wrong => WRONG_BODY,
+    }
+}
+
+/// One file tampered with: when, which, and how.
+struct Tamper {
+    at: Instant,
+    path: PathBuf,
+}
+
+/// Counts shared with the collector thread.
+#[derive(Default)]
+struct GcCounts {
+    runs: u64,
+    max_size_zero: u64,
+    failures: Vec<String>,
+}
+
+/// A run the driver started and has not yet collected.
+struct Live {
+    id: usize,
+    pid: u32,
+    mode: &'static str,
+    grid: usize,
+    cc: Cc,
+    /// For `Cc::Switch`, what the script ran when the run started (switched only when no run is live).
+    wrong: bool,
+    verify: bool,
+    started: Instant,
+    parent_killed: bool,
+    /// Killed by the driver after [`HANG`]: counted lost when it was found hung.
+    hung: bool,
+    workers_killed: Vec<u32>,
+    done: Arc<AtomicBool>,
+}
+
+/// What the driver counts.
+#[derive(Default)]
+struct Tally {
+    started: BTreeMap<&'static str, u64>,
+    ok: u64,
+    killed: u64,
+    detected: u64,
+    lost: u64,
+    false_hits: u64,
+    hits: u64,
+    verified_hits: u64,
+    faults: BTreeMap<&'static str, u64>,
+    problems: Vec<String>,
+    /// The program failures accepted as detections of a tampered file of the run's own.
+    detections: Vec<String>,
+}
+
+impl Tally {
+    fn fault(&mut self, kind: &'static str) {
+        *self.faults.entry(kind).or_default() += 1;
+    }
+}
+
+struct Driver {
+    bin: PathBuf,
+    root: PathBuf,
+    cache: PathBuf,
+    bin_dir: PathBuf,
+    rng: Rng,
+    tally: Tally,
+    tampers: Vec<Tamper>,
+    /// (device, inode, offset) of every byte flipped, so that no flip undoes another.
+    flipped: HashSet<(u64, u64, u64)>,
+    live: Vec<Live>,
+    next_id: usize,
+    results: mpsc::Receiver<(usize, std::io::Result<Output>)>,
+    results_tx: mpsc::Sender<(usize, std::io::Result<Output>)>,
+    switch_target: SwitchTarget,
+}
+
+/// Parses the arguments, runs the chaos and prints its figures; `Ok(true)` when there were no
+/// false hits and no runs lost.
+pub fn chaos(args: &[String], bin: &Path) -> Result<bool> {
+    let (mut seconds, mut seed, mut max_live, mut keep) = (60u64, None, 3usize, false);
+    let mut it = args.iter();
+    while let Some(flag) = it.next() {
+        if flag == "--keep" {
+            keep = true;
+            continue;
+        }
+        let value = it.next().with_context(|| format!("{flag} needs a value"))?;
+        match flag.as_str() {
+            "--seconds" => seconds = value.parse().with_context(|| format!("--seconds {value:?}"))?,
+            "--seed" => seed = Some(value.parse::<u64>().with_context(|| format!("--seed {value:?}"))?),
+            "--runs" => max_live = value.parse().with_context(|| format!("--runs {value:?}"))?,
+            other => bail!("unexpected argument {other:?}: expected --seconds N [--seed S] [--runs K] [--keep]"),
+        }
+    }
+    let seed = seed.unwrap_or_else(|| {
+        let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        t.as_nanos() as u64 ^ u64::from(std::process::id())
+    });
+    if max_live == 0 {
+        bail!("--runs must be at least 1");
+    }
+    let root = crate::root();
+    let work = tempfile::Builder::new().prefix("gridkey-chaos-").tempdir_in(crate::target_dir())?;
+    let cache = work.path().join("cache");
+    let bin_dir = work.path().join("bin");
+    fs::create_dir_all(&cache)?;
+    fs::create_dir_all(&bin_dir)?;
+    write_script(&bin_dir.join("cc-o0"), "exec gcc \"$@\" -O0\n")?;
+    write_script(&bin_dir.join("cc-wrong"), WRONG_BODY)?;
+    write_script(&bin_dir.join("cc-switch"), switch_body(SwitchTarget::Gcc))?;
+    let (results_tx, results) = mpsc::channel();
+    let mut d = Driver {
+        bin: bin.to_path_buf(),
+        root,
+        cache: cache.clone(),
+        bin_dir,
+        rng: Rng::new(seed),
+        tally: Tally::default(),
+        tampers: Vec::new(),
+        flipped: HashSet::new(),
+        live: Vec::new(),
+        next_id: 0,
+        results,
+        results_tx,
+        switch_target: SwitchTarget::Gcc,
+    };
+    println!("chaos: seed {seed}, {seconds} s, at most {max_live} runs at a time, cache {}", cache.display());
+
+    // The collector, in a loop beside the runs until the chaos ends.
+    let stop = Arc::new(AtomicBool::new(false));
+    let gc_counts = Arc::new(Mutex::new(GcCounts::default()));
+    let collector = {
+        let (stop, counts, bin, cache) = (stop.clone(), gc_counts.clone(), d.bin.clone(), cache.clone());
+        let mut rng = Rng::new(seed ^ 0x6763);
+        std::thread::spawn(move || collect_loop(&bin, &cache, &stop, &counts, &mut rng))
+    };
+
+    let started = Instant::now();
+    let end = started + Duration::from_secs(seconds);
+    while Instant::now() < end {
+        let phase_end = (Instant::now() + Duration::from_millis(4000 + d.rng.below(8000) as u64)).min(end);
+        d.active_phase(phase_end, max_live)?;
+        if Instant::now() < end {
+            d.quiet_phase()?;
+        }
+    }
+    let chaos_seconds = started.elapsed().as_secs_f64();
+    d.drain(QUIET_WAIT)?;
+    stop.store(true, Ordering::SeqCst);
+    let _ = collector.join();
+
+    // The independent check, and a final run per grid and mode with every check on.
+    let check_started = Instant::now();
+    let (compared, differ, unknown, tampered_left) = d.check_entries()?;
+    d.tally.false_hits += (differ + unknown) as u64;
+    let (final_ok, final_runs) = d.final_runs()?;
+    let (compared_after, differ_after, unknown_after, _) = d.check_entries()?;
+    d.tally.false_hits += (differ_after + unknown_after) as u64;
+    d.tally.lost += (final_runs - final_ok) as u64;
+    let check_seconds = check_started.elapsed().as_secs_f64();
+
+    let gc = gc_counts.lock().expect("collector counts");
+    d.tally.faults.insert("gc", gc.runs);
+    d.tally.faults.insert("gc --max-size 0", gc.max_size_zero);
+    for f in &gc.failures {
+        d.tally.problems.push(format!("cache gc failed: {f}"));
+    }
+    let t = &d.tally;
+    let total: u64 = t.started.values().sum();
+    println!("\nchaos: seed {seed}; chaos phase {chaos_seconds:.1} s, final check {check_seconds:.1} s");
+    println!(
+        "runs: {total} ({}); ok {}, killed by the driver {}, detected own-input faults {}, lost {}",
+        t.started.iter().map(|(m, n)| format!("{m} {n}")).collect::<Vec<_>>().join(", "),
+        t.ok,
+        t.killed,
+        t.detected,
+        t.lost - (final_runs - final_ok) as u64,
+    );
+    println!(
+        "cache hits: {} in runs that reported, {} of them compared with a fresh translation",
+        t.hits, t.verified_hits
+    );
+    println!("faults injected: {}", t.faults.iter().map(|(k, n)| format!("{k} {n}")).collect::<Vec<_>>().join(", "));
+    println!(
+        "independent check: {compared} entries compared with a fresh translation from an independent cache, {differ} differ, {unknown} with an unknown key, {tampered_left} tampered (a miss); after the final runs {compared_after} compared, {differ_after} differ, {unknown_after} unknown"
+    );
+    println!("final runs (every check on, each grid in each mode): {final_ok}/{final_runs} verified every program");
+    println!("gc failures: {}", gc.failures.len());
+    for p in t.problems.iter().take(40) {
+        println!("  {p}");
+    }
+    if t.problems.len() > 40 {
+        println!("  ... {} more", t.problems.len() - 40);
+    }
+    for p in t.detections.iter().take(20) {
+        println!("  detected: {p}");
+    }
+    println!("false hits: {}", t.false_hits);
+    println!("runs lost to a neighbour: {}", t.lost);
+    let ok = t.false_hits == 0 && t.lost == 0 && gc.failures.is_empty();
+    if !ok {
+        println!("chaos FAILED: rerun with --seed {seed}");
+    }
+    if !ok || keep {
+        println!("the cache and the output of every run that failed a program are kept in {}", work.keep().display());
+    }
+    Ok(ok)
+}
+
+fn write_script(path: &Path, body: &str) -> Result<()> {
+    // Temp file and rename: a compiler swapped at once, never half written.
+    let temp = path.with_extension("new");
+    fs::write(&temp, script(body))?;
+    fs::set_permissions(&temp, fs::Permissions::from_mode(0o755))?;
+    fs::rename(&temp, path)?;
+    Ok(())
+}
+
+fn collect_loop(bin: &Path, cache: &Path, stop: &AtomicBool, counts: &Mutex<GcCounts>, rng: &mut Rng) {
+    while !stop.load(Ordering::SeqCst) {
+        let mut cmd = Command::new(bin);
+        cmd.args(["cache", "gc", "--cache-dir"]).arg(cache).arg("--json");
+        let zero = rng.chance(0.5);
+        if zero {
+            cmd.args(["--max-size", "0"]);
+        } else if rng.chance(0.5) {
+            cmd.args(["--max-size", &(rng.below(4 << 20)).to_string()]);
+        }
+        for var in gridkey::environment() {
+            cmd.env_remove(var);
+        }
+        let out = cmd.stdin(Stdio::null()).output();
+        let mut c = counts.lock().expect("collector counts");
+        c.runs += 1;
+        c.max_size_zero += u64::from(zero);
+        match out {
+            Ok(o) if o.status.success() => {}
+            Ok(o) => {
+                c.failures.push(format!("exit {:?}: {}", o.status.code(), String::from_utf8_lossy(&o.stderr).trim()))
+            }
+            Err(e) => c.failures.push(format!("cannot run: {e}")),
+        }
+        drop(c);
+        std::thread::sleep(Duration::from_millis(50 + rng.below(300) as u64));
+    }
+}
+
+impl Driver {
+    fn grid(&self, i: usize) -> PathBuf {
+        self.root.join(GRIDS[i])
+    }
+
+    fn command(&self, grid: usize, mode: &str, jobs: usize, cc: Cc, verify: bool) -> Command {
+        let mut cmd = Command::new(&self.bin);
+        cmd.args(["run", "--json", "--mode", mode, "--jobs", &jobs.to_string(), "--grid"])
+            .arg(self.grid(grid))
+            .arg("--cache-dir")
+            .arg(&self.cache);
+        for var in gridkey::environment() {
+            cmd.env_remove(var);
+        }
+        if verify {
+            cmd.arg("--verify").env("GRIDKEY_VERIFY_CACHE_HITS", "1");
+        }
+        let path = std::env::var_os("PATH").unwrap_or_default();
+        let mut dirs = vec![self.bin_dir.clone()];
+        dirs.extend(std::env::split_paths(&path));
+        cmd.env("PATH", std::env::join_paths(dirs).expect("PATH directories"));
+        let cc: PathBuf = match cc {
+            Cc::Gcc => "gcc".into(),
+            Cc::O0 => self.bin_dir.join("cc-o0"),
+            Cc::Wrong => self.bin_dir.join("cc-wrong"),
+            Cc::Switch => "cc-switch".into(),
+        };
+        cmd.env("CC", cc).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        cmd
+    }
+
+    fn launch(&mut self) -> Result<()> {
+        let mode = MODES[self.rng.below(3)];
+        let grid = self.rng.below(GRIDS.len());
+        let cc =
+            *self.rng.pick(&[Cc::Gcc, Cc::Gcc, Cc::Gcc, Cc::O0, Cc::Switch, Cc::Switch, Cc::Wrong]).expect("compilers");
+        let verify = self.rng.chance(0.8);
+        let jobs = 1 + self.rng.below(2);
+        let child = self.command(grid, mode, jobs, cc, verify).spawn().context("cannot start gridkey run")?;
+        let id = self.next_id;
+        self.next_id += 1;
+        let done = Arc::new(AtomicBool::new(false));
+        let (tx, flag) = (self.results_tx.clone(), done.clone());
+        let pid = child.id();
+        std::thread::spawn(move || {
+            let out = child.wait_with_output();
+            flag.store(true, Ordering::SeqCst);
+            let _ = tx.send((id, out));
+        });
+        *self.tally.started.entry(mode).or_default() += 1;
+        let wrong = cc == Cc::Wrong || (cc == Cc::Switch && self.switch_target == SwitchTarget::Wrong);
+        self.live.push(Live {
+            id,
+            pid,
+            mode,
+            grid,
+            cc,
+            wrong,
+            verify,
+            started: Instant::now(),
+            parent_killed: false,
+            hung: false,
+            workers_killed: Vec::new(),
+            done,
+        });
+        Ok(())
+    }
+
+    /// Runs are started, killed and tampered with until `until`.
+    fn active_phase(&mut self, until: Instant, max_live: usize) -> Result<()> {
+        while Instant::now() < until {
+            self.collect()?;
+            while self.live.len() < max_live {
+                self.launch()?;
+            }
+            // About one fault every 0.2 s; a parent killed about every 4 s.
+            match self.rng.below(100) {
+                0 => self.kill_parent(),
+                1 | 2 => self.kill_worker(),
+                3 | 4 => self.tamper_in_place("tables-v1", "npy", "table"),
+                5 | 6 => self.tamper_in_place("translation-v2", "bin", "entry"),
+                7 | 8 => self.tamper_in_place("build-v2", "so", "library"),
+                _ => {}
+            }
+            std::thread::sleep(Duration::from_millis(30));
+        }
+        Ok(())
+    }
+
+    /// No new run; the live ones end (or are killed); then files are truncated or deleted and
+    /// the compiler behind `cc-switch` is swapped.
+    fn quiet_phase(&mut self) -> Result<()> {
+        let wait = Duration::from_secs(2 + self.rng.below(6) as u64);
+        self.drain(wait)?;
+        let mapped = mapped_files();
+        for _ in 0..1 + self.rng.below(3) {
+            let (dir, ext, what) = *self
+                .rng
+                .pick(&[
+                    ("tables-v1", "npy", "table"),
+                    ("translation-v2", "bin", "entry"),
+                    ("build-v2", "so", "library"),
+                ])
+                .expect("stores");
+            let files = final_files(&self.cache.join(dir), ext);
+            let Some(path) = self.rng.pick(&files).cloned() else { continue };
+            if mapped.contains(&path) {
+                self.tally.fault("truncate/delete skipped: mapped");
+                continue;
+            }
+            let len = fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+            let done = if self.rng.chance(0.5) && len > 0 {
+                let keep = self.rng.below(len as usize) as u64;
+                make_writable(&path)
+                    .and_then(|()| fs::OpenOptions::new().write(true).open(&path)?.set_len(keep))
+                    .is_ok()
+                    && {
+                        self.tally.fault(match what {
+                            "table" => "table truncated",
+                            "entry" => "entry truncated",
+                            _ => "library truncated",
+                        });
+                        true
+                    }
+            } else {
+                fs::remove_file(&path).is_ok() && {
+                    self.tally.fault(match what {
+                        "table" => "table deleted",
+                        "entry" => "entry deleted",
+                        _ => "library deleted",
+                    });
+                    true
+                }
+            };
+            if done {
+                self.tampers.push(Tamper { at: Instant::now(), path });
+            }
+        }
+        let target = *self.rng.pick(&SWITCH_TARGETS).expect("targets");
+        if target != self.switch_target {
+            write_script(&self.bin_dir.join("cc-switch"), switch_body(target))?;
+            self.switch_target = target;
+            self.tally.fault("compiler swapped");
+        }
+        Ok(())
+    }
+
+    /// Waits up to `limit` for the live runs to end, then kills the others.
+    fn drain(&mut self, limit: Duration) -> Result<()> {
+        let deadline = Instant::now() + limit;
+        while !self.live.is_empty() && Instant::now() < deadline {
+            self.collect()?;
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        for i in 0..self.live.len() {
+            if self.kill_parent_of(i) {
+                self.tally.fault("SIGKILL parent, quiet phase");
+            }
+        }
+        while !self.live.is_empty() {
+            self.collect()?;
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(())
+    }
+
+    fn kill_parent(&mut self) {
+        if self.live.is_empty() {
+            return;
+        }
+        let i = self.rng.below(self.live.len());
+        if self.kill_parent_of(i) {
+            self.tally.fault("SIGKILL parent");
+        }
+    }
+
+    fn kill_parent_of(&mut self, i: usize) -> bool {
+        let run = &mut self.live[i];
+        if run.done.load(Ordering::SeqCst) || run.parent_killed {
+            return false;
+        }
+        // SAFETY: kill(2) on the parent of a run this driver started and has not yet reaped.
+        run.parent_killed = unsafe { libc::kill(run.pid as i32, libc::SIGKILL) } == 0;
+        run.parent_killed
+    }
+
+    fn kill_worker(&mut self) {
+        let process: Vec<usize> = (0..self.live.len()).filter(|&i| self.live[i].mode == "process").collect();
+        let Some(&i) = self.rng.pick(&process) else { return };
+        let run = &self.live[i];
+        if run.done.load(Ordering::SeqCst) {
+            return;
+        }
+        // Workers only: the parent's own children also include the C compiler of its rebuild
+        // of a library that does not load, whose failure does not name the signal.
+        let bin = fs::canonicalize(&self.bin).unwrap_or_else(|_| self.bin.clone());
+        let workers: Vec<u32> = children(run.pid)
+            .into_iter()
+            .filter(|w| fs::read_link(format!("/proc/{w}/exe")).is_ok_and(|exe| exe == bin))
+            .collect();
+        let Some(&w) = self.rng.pick(&workers) else { return };
+        // SAFETY: kill(2) on a child of a live run this driver started.
+        if unsafe { libc::kill(w as i32, libc::SIGKILL) } == 0 {
+            self.live[i].workers_killed.push(w);
+            self.tally.fault("SIGKILL worker");
+        }
+    }
+
+    /// A byte flipped, or two different bytes swapped, in one file of a store.
+    fn tamper_in_place(&mut self, dir: &str, ext: &str, what: &'static str) {
+        let files = final_files(&self.cache.join(dir), ext);
+        let Some(path) = self.rng.pick(&files).cloned() else { return };
+        let swap = self.rng.chance(0.3);
+        let mask = 1 + self.rng.below(255) as u8;
+        let (mut a, b) = (self.rng.next(), self.rng.next());
+        // A quarter of the changes to tables land in the `.npy` header (128 bytes).
+        if what == "table" && self.rng.chance(0.25) {
+            a %= 128;
+        }
+        let done = self.alter(&path, swap, mask, a, b);
+        // Gone or replaced meanwhile (gc, a rewrite), or nothing to swap: no fault.
+        if let Ok(true) = done {
+            self.tally.fault(match (what, swap) {
+                ("table", false) => "table byte flipped",
+                ("table", true) => "table bytes swapped",
+                ("entry", false) => "entry byte flipped",
+                ("entry", true) => "entry bytes swapped",
+                (_, false) => "library byte flipped",
+                (_, true) => "library bytes swapped",
+            });
+            self.tampers.push(Tamper { at: Instant::now(), path });
+        }
+    }
+
+    fn alter(&mut self, path: &Path, swap: bool, mask: u8, a: u64, b: u64) -> Result<bool> {
+        let meta = fs::symlink_metadata(path)?;
+        if !meta.is_file() || meta.len() < 2 {
+            return Ok(false);
+        }
+        let mode = meta.permissions().mode();
+        make_writable(path)?;
+        let result = (|| -> Result<bool> {
+            let mut f = fs::OpenOptions::new().read(true).write(true).open(path)?;
+            let m = f.metadata()?;
+            let len = m.len();
+            if swap {
+                let (i, j) = (a % len, b % len);
+                let (x, y) = (read_at(&mut f, i)?, read_at(&mut f, j)?);
+                if x == y {
+                    return Ok(false);
+                }
+                write_at(&mut f, i, y)?;
+                write_at(&mut f, j, x)?;
+                // A swap may restore a byte flipped before: that position now holds another change.
+                self.flipped.insert((m.dev(), m.ino(), i));
+                self.flipped.insert((m.dev(), m.ino(), j));
+            } else {
+                let i = a % len;
+                if !self.flipped.insert((m.dev(), m.ino(), i)) {
+                    return Ok(false);
+                }
+                let x = read_at(&mut f, i)?;
+                write_at(&mut f, i, x ^ mask)?;
+            }
+            Ok(true)
+        })();
+        let _ = fs::set_permissions(path, fs::Permissions::from_mode(mode));
+        result
+    }
+
+    /// Collects the runs that ended (and kills those hung).
+    fn collect(&mut self) -> Result<()> {
+        while let Ok((id, out)) = self.results.try_recv() {
+            let Some(i) = self.live.iter().position(|r| r.id == id) else { continue };
+            let run = self.live.swap_remove(i);
+            let out = out.context("waiting for gridkey run")?;
+            self.classify(&run, &out);
+        }
+        for i in 0..self.live.len() {
+            if self.live[i].started.elapsed() > HANG && !self.live[i].parent_killed && !self.live[i].hung {
+                let run = &self.live[i];
+                self.tally.lost += 1;
+                self.tally.problems.push(format!(
+                    "run {} ({} mode, {}) hung for more than {} s; killed",
+                    run.id,
+                    run.mode,
+                    GRIDS[run.grid],
+                    HANG.as_secs()
+                ));
+                self.kill_parent_of(i);
+                self.live[i].hung = true;
+            }
+        }
+        Ok(())
+    }
+
+    fn classify(&mut self, run: &Live, out: &Output) {
+        if run.hung {
+            return; // counted lost when it was found hung
+        }
+        if run.parent_killed {
+            self.tally.killed += 1;
+            return;
+        }
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let label = format!(
+            "run {} ({} mode, {}, CC {:?}{}{})",
+            run.id,
+            run.mode,
+            GRIDS[run.grid].rsplit('/').next().unwrap_or(""),
+            run.cc,
+            if run.wrong { " = wrong kernel" } else { "" },
+            if run.verify { ", verifying" } else { "" }
+        );
+        let report: Option<RunReport> = serde_json::from_str(&stdout).ok();
+        if report.as_ref().is_none_or(|r| !r.all_verified()) {
+            // Kept for a look when the chaos fails (or with --keep).
+            let dir = self.cache.with_file_name("failed-runs");
+            let _ = fs::create_dir_all(&dir);
+            let _ = fs::write(dir.join(format!("{}.json", run.id)), &out.stdout);
+            let _ = fs::write(dir.join(format!("{}.stderr", run.id)), &out.stderr);
+        }
+        let Some(report) = report else {
+            self.tally.lost += 1;
+            self.tally.problems.push(format!(
+                "{label}: no report, exit {:?} (signal {:?}): {}",
+                out.status.code(),
+                std::os::unix::process::ExitStatusExt::signal(&out.status),
+                tail(&stderr)
+            ));
+            return;
+        };
+        if stderr.contains("panicked") {
+            self.tally.lost += 1;
+            self.tally.problems.push(format!("{label}: panicked: {}", tail(&stderr)));
+            return;
+        }
+        let window: Vec<&Path> =
+            self.tampers.iter().filter(|t| t.at >= run.started).map(|t| t.path.as_path()).collect();
+        let mut lost = None;
+        let mut detected = false;
+        let mut killed = false;
+        for p in &report.programs {
+            self.tally.hits += u64::from(p.cache_hit);
+            self.tally.verified_hits += u64::from(p.cache_hit && run.verify);
+            if p.verified {
+                continue;
+            }
+            let error = p.error.as_deref().unwrap_or("");
+            let kernel_check = error.contains("max relative error");
+            if error.contains("differs from a fresh translation")
+                || (kernel_check && !run.wrong && (p.cache_hit || !p.built))
+            {
+                self.tally.false_hits += 1;
+                lost = Some(format!("FALSE HIT {}: {error}", p.program));
+            } else if kernel_check && run.wrong {
+                detected = true;
+            } else if !run.workers_killed.is_empty()
+                && (error.contains("signal 9")
+                    || run.workers_killed.iter().any(|w| error.contains(&format!("pid {w}"))))
+            {
+                killed = true;
+            } else if let Some(t) = window
+                .iter()
+                .find(|t| error.contains(&*t.to_string_lossy()) && window.iter().filter(|u| u == t).count() >= 2)
+            {
+                // Changed again after the one repair a run makes: reported, not recoverable.
+                detected = true;
+                let repaired = report.warnings.iter().filter(|w| w.path == *t).count();
+                self.tally.detections.push(format!(
+                    "{label}: {}: file tampered twice or more in the run, {repaired} repair warnings: {error}",
+                    p.program
+                ));
+            } else {
+                lost.get_or_insert_with(|| format!("{}: {error}", p.program));
+            }
+        }
+        if lost.is_none() && report.all_verified() && !out.status.success() {
+            lost = Some(format!("every program verified but exit {:?}", out.status.code()));
+        }
+        match lost {
+            Some(why) => {
+                self.tally.lost += 1;
+                self.tally.problems.push(format!("{label}: {why}"));
+            }
+            None if killed => self.tally.killed += 1,
+            None if detected => self.tally.detected += 1,
+            None => self.tally.ok += 1,
+        }
+    }
+
+    /// Every translation entry in the cache that decodes, compared with a fresh translation
+    /// from an independent conversion of each grid into a new cache: (compared, differing,
+    /// unknown keys, entries that do not decode).
+    fn check_entries(&self) -> Result<(usize, usize, usize, usize)> {
+        let mut fresh: HashMap<TranslationKey, (String, Vec<u8>)> = HashMap::new();
+        let options = TranslationOptions::new();
+        for (i, name) in GRIDS.iter().enumerate() {
+            let grid = gridkey_grid::read_grid(&self.grid(i))?;
+            let other = tempfile::tempdir()?;
+            let ct = compile_time_offset_provider(grid.provider(), &TableStore::open(other.path())?)?;
+            let (programs, _) = gridkey::supported::split(&gridkey_stencil::icon_programs(), &grid);
+            for program in &programs {
+                let key = gridkey_stencil::key_inputs(program, &options, &ct)?.key();
+                let source = gridkey_stencil::translate(program, &ct, &options)?;
+                fresh.insert(key, (format!("{} on {name}", program.name()), source.into_bytes()));
+            }
+        }
+        let entries = TranslationCache::open(&self.cache)?;
+        let (mut compared, mut differ, mut unknown, mut tampered) = (0, 0, 0, 0);
+        for path in final_files(&self.cache.join(gridkey_fingerprint::TRANSLATION_DIR), "bin") {
+            let Some(key) = path.file_stem().and_then(|s| s.to_str()).and_then(|s| s.parse::<TranslationKey>().ok())
+            else {
+                continue;
+            };
+            let Ok(payload) = entries.get(&key) else {
+                tampered += 1;
+                continue;
+            };
+            match fresh.get(&key) {
+                Some((_, want)) => {
+                    compared += 1;
+                    if payload.as_slice() != want.as_slice() {
+                        differ += 1;
+                        eprintln!("chaos: entry {} differs from a fresh translation", path.display());
+                    }
+                }
+                None => {
+                    unknown += 1;
+                    eprintln!("chaos: entry {} has a key no program of the grids has", path.display());
+                }
+            }
+        }
+        Ok((compared, differ, unknown, tampered))
+    }
+
+    /// Each grid in each mode, `--verify`, every hit compared, `CC=gcc`: (verified, runs).
+    fn final_runs(&mut self) -> Result<(usize, usize)> {
+        let (mut ok, mut n) = (0, 0);
+        for (grid, name) in GRIDS.iter().enumerate() {
+            for mode in MODES {
+                n += 1;
+                let out = self.command(grid, mode, 2, Cc::Gcc, true).output()?;
+                let report: Option<RunReport> = serde_json::from_slice(&out.stdout).ok();
+                match report {
+                    Some(r) if out.status.success() && r.all_verified() => ok += 1,
+                    _ => self.tally.problems.push(format!(
+                        "final run ({mode} mode, {name}): exit {:?}: {} {}",
+                        out.status.code(),
+                        String::from_utf8_lossy(&out.stdout).chars().take(2000).collect::<String>(),
+                        tail(&String::from_utf8_lossy(&out.stderr))
+                    )),
+                }
+            }
+        }
+        Ok((ok, n))
+    }
+}
+
+fn tail(text: &str) -> String {
+    let lines: Vec<&str> = text.trim().lines().collect();
+    lines[lines.len().saturating_sub(3)..].join(" | ")
+}
+
+fn read_at(f: &mut fs::File, at: u64) -> Result<u8> {
+    let mut b = [0u8];
+    f.seek(SeekFrom::Start(at))?;
+    f.read_exact(&mut b)?;
+    Ok(b[0])
+}
+
+fn write_at(f: &mut fs::File, at: u64, byte: u8) -> Result<()> {
+    f.seek(SeekFrom::Start(at))?;
+    f.write_all(&[byte])?;
+    Ok(())
+}
+
+fn make_writable(path: &Path) -> std::io::Result<()> {
+    let mode = fs::symlink_metadata(path)?.permissions().mode();
+    fs::set_permissions(path, fs::Permissions::from_mode(mode | 0o200))
+}
+
+/// The files under a final name with extension `ext` below `dir` (no temp files).
+fn final_files(dir: &Path, ext: &str) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = fs::read_dir(&d) else { continue };
+        for e in entries.flatten() {
+            let p = e.path();
+            let Ok(m) = fs::symlink_metadata(&p) else { continue };
+            let temp = p.file_name().is_some_and(|n| n.to_string_lossy().starts_with(gridkey_fs::TEMP_PREFIX));
+            if m.is_dir() && !temp {
+                stack.push(p);
+            } else if m.is_file() && !temp && p.extension().is_some_and(|x| x == ext) {
+                out.push(p);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Every file some process maps now (`/proc/*/maps`).
+fn mapped_files() -> HashSet<PathBuf> {
+    let mut out = HashSet::new();
+    for e in fs::read_dir("/proc").into_iter().flatten().flatten() {
+        if !e.file_name().to_string_lossy().bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        let Ok(maps) = fs::read_to_string(e.path().join("maps")) else { continue };
+        for line in maps.lines() {
+            if let Some(at) = line.find('/') {
+                out.insert(PathBuf::from(&line[at..]));
+            }
+        }
+    }
+    out
+}
+
+/// The child processes of `pid` (process-mode workers of a run's parent).
+fn children(pid: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    for task in fs::read_dir(format!("/proc/{pid}/task")).into_iter().flatten().flatten() {
+        let text = fs::read_to_string(task.path().join("children")).unwrap_or_default();
+        out.extend(text.split_whitespace().filter_map(|p| p.parse::<u32>().ok()));
+    }
+    out
+}
