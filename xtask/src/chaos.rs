@@ -33,7 +33,8 @@
 //! * **ok**: exit status 0, a report, every program verified.
 //! * **detected**: every program that did not verify failed for a correctly reported detection
 //!   of a fault in **that run's own inputs**: (a) its own `CC` is the wrong-kernel compiler and
-//!   the error is the kernel check against the Rust reference; or (b) the error names a file
+//!   the error is the kernel check against the Rust reference, or its wrong library was removed
+//!   as wrong by another run of that compiler before it loaded it; or (b) the error names a file
 //!   the driver tampered with **at least twice** while the run was live: a run repairs a changed
 //!   table once (ADR 0024) and rebuilds an unloadable library once (ADR 0026), so a file changed
 //!   again after that repair is reported, not recoverable. A program that fails naming a file
@@ -756,7 +757,9 @@ impl Driver {
             {
                 self.tally.false_hits += 1;
                 lost = Some(format!("FALSE HIT {}: {error}", p.program));
-            } else if kernel_check && run.wrong {
+            } else if run.wrong && (kernel_check || error.contains("cannot load the kernel")) {
+                // Its own compiler emits wrong kernels: failed by its check, or its wrong library
+                // removed as wrong by another run of that compiler before it loaded it.
                 detected = true;
             } else if !run.workers_killed.is_empty()
                 && (error.contains("signal 9")
