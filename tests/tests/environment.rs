@@ -6,7 +6,6 @@ use std::path::{Path, PathBuf};
 
 /// The entry points that read the process environment, and why.
 const ALLOWED: &[(&str, &str)] = &[
-    ("crates/gridkey-settings/src/lib.rs", "Settings::from_env, the one public reader for embedders"),
     ("crates/gridkey/src/settings.rs", "the binary's edge: flags, then the environment"),
     ("crates/gridkey-python/src/settings.rs", "the Python package's constructor"),
 ];

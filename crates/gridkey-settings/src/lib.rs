@@ -4,15 +4,17 @@
 //! directory, the two verification switches, the per-task timeout, the C compiler and the
 //! variables that reach it, the fault-matrix test hook) is a field of [`Settings`]. An entry
 //! point builds one value: the `gridkey` binary from its flags and the process environment, the
-//! Python package in its constructor, an embedder with [`Settings::from_env`] or by filling the
-//! fields. Library crates take what they need from it as arguments; process-mode workers receive
+//! Python package in its constructor, an embedder at its own edge (its `main` hands
+//! [`Settings::from_vars`] a lookup over the process environment) or by filling the fields.
+//! Library crates take what they need from it as arguments; process-mode workers receive
 //! it in every task frame, so serial, thread and process mode, and a pool reused after a setting
 //! changed, all see the same value.
 //!
 //! # Architecture invariant
 //!
-//! Only [`Settings::from_env`] (and the binary's and the Python package's edges) read the process
-//! environment; [`Settings::from_vars`] is a pure function of the lookup it is given. Every
+//! Nothing in this crate reads the process environment: [`Settings::from_vars`] is a pure
+//! function of the lookup it is given, and only entry points (the binary, the Python package, an
+//! embedder's `main`) hand it the environment. Every
 //! variable is listed once, in [`VARIABLES`], with its meaning and default. Nothing here enters a
 //! translation key: settings say where and how to build, never what is built.
 //!
@@ -425,15 +427,6 @@ impl Settings {
             test_hooks: TestHooks { fault: set(ENV_FAULT) },
             remote: RemoteSettings::from_vars(&lookup)?,
         })
-    }
-
-    /// [`Self::from_vars`] over the process environment: the one public reader of it, for
-    /// embedders (the binary and the Python package have their own edges that also apply
-    /// flags and arguments).
-    ///
-    /// Errors: as [`Self::from_vars`].
-    pub fn from_env() -> Result<Self, SettingsError> {
-        Self::from_vars(|name| std::env::var(name).ok())
     }
 }
 
