@@ -3,7 +3,7 @@
 //! digest, ADR 0011 for the view build).
 //!
 //! What the integrity checks cost: `convert_stored` converts the R2B9-size provider in a fresh
-//! process whose store already holds its tables (ADR 0012, ADR 0027), against one digest of the
+//! process whose store already holds its tables (ADR 0027, ADR 0028), against one digest of the
 //! same tables in a fresh process of the same kind (both are this binary, run as
 //! `cargo xtask bench --child KIND CACHE`); `key_lock` times one per-key lock and release
 //! (ADR 0025); `warm_run` splits a warm `gridkey run` into the parts its report times (convert,
@@ -603,7 +603,8 @@ fn child(kind: &str, cache: &Path) -> Result<bool> {
             json!({ "seconds": t.elapsed().as_secs_f64(), "tables": tables.len(), "bytes": bytes })
         }
         "convert" => {
-            let store = TableStore::open(cache)?;
+            // As `gridkey run` opens it: its translations check what they read (ADR 0028).
+            let store = TableStore::open(cache)?.checked_by_readers(true);
             let before = gridkey_offsets::conversion_stats();
             let t = Instant::now();
             let ct = compile_time_offset_provider(&r2b9, &store)?;
@@ -687,7 +688,7 @@ fn convert_stored(scratch: &Path, reps: usize) -> Result<Value> {
     std::fs::remove_dir_all(&cache)?;
     Ok(json!({
         "name": "convert_stored",
-        "what": "compile_time_offset_provider of the R2B9-size provider in a fresh process whose store already holds every table (each connectivity: its stored file found, hashed and compared byte for byte in one pass, checked mmap open; ADR 0027)",
+        "what": "compile_time_offset_provider of the R2B9-size provider in a fresh process whose store already holds every table (each connectivity: its stored file found by size and first 64 KiB, the runtime table hashed, the file under the digest's name kept after its checked mmap open, unread, as `gridkey run` does, whose translations check what they read; ADR 0027, ADR 0028)",
         "tables": fill["tables"], "bytes": fill["bytes"], "seconds": convert,
         "first_conversion_seconds": fill["seconds"],
         "limit": "one digest_table of every runtime table of the same provider, in a fresh process of the same kind, interleaved in the same run",
@@ -1042,7 +1043,7 @@ fn warm_run(runs: &GridkeyRuns<'_>, scratch: &Path, reps: usize) -> Result<Value
         "what": "gridkey run --mode serial of the 8 ICON programs in a fresh process on a cache that holds every table, translation and library: its parts, from the run's report (medians; per-program parts summed over the programs)",
         "programs": cold.report.programs.len(), "bytes": null, "seconds": checks,
         "parts_seconds": named,
-        "parts_means": "convert: compile-time view (tables found under their names and compared); parent_keys: the parent's keys and lookups before the batch; key: key inputs in the compile step; lookup: key hash and translation-cache lookup; lock: per-key locks (none on a hit); library_check: the compile step's check of the stored library (checksum trailer, load); load: the load that runs and verifies the kernel",
+        "parts_means": "convert: compile-time view (tables hashed and found under their names, ADR 0028); parent_keys: the parent's keys and lookups before the batch; key: key inputs in the compile step; lookup: key hash and translation-cache lookup; lock: per-key locks (none on a hit); library_check: the compile step's check of the stored library (checksum trailer, load); load: the load that runs and verifies the kernel",
         "phases_seconds": { "read": read, "convert": convert, "compile": compile, "verify": verify },
         "limit": "wall time of the whole warm gridkey run process (start to exit), same runs",
         "limit_seconds": wall,

@@ -732,14 +732,12 @@ pub fn compile_time_connectivity(
     }
     let store_err = |source| OffsetsError::Store { offset: offset.to_owned(), source };
     let host = connectivity.host_table(offset)?;
-    let spec = match &host {
-        IndexTable::I32(a) => store_as_is(store, a.view()).map_err(store_err)?,
-        IndexTable::I64(a) if fits_i32(a.view()) => {
-            store_converted(store, a.view(), |x| x as i32).map_err(store_err)?
-        }
-        IndexTable::I64(a) => store_as_is(store, a.view()).map_err(store_err)?,
-    };
-    let table = store.open_table(&spec).map_err(store_err)?;
+    let table = stored_and_mapped(store, |store| match &host {
+        IndexTable::I32(a) => store_as_is(store, a.view()),
+        IndexTable::I64(a) if fits_i32(a.view()) => store_converted(store, a.view(), |x| x as i32),
+        IndexTable::I64(a) => store_as_is(store, a.view()),
+    })
+    .map_err(store_err)?;
     let compile_time = Arc::new(CompileTimeConnectivity {
         domain: connectivity.domain.clone(),
         local: connectivity.local.clone(),
@@ -772,6 +770,35 @@ pub fn reconvert_connectivity(
     let key = (Arc::as_ptr(connectivity) as usize, store.dir().to_path_buf());
     memo().lock().unwrap_or_else(|p| p.into_inner()).remove(&key);
     compile_time_connectivity(offset, connectivity, &store.clone().verifying(true))
+}
+
+/// How many times [`stored_and_mapped`] stores a table whose file failed the open after the put.
+const PUT_ATTEMPTS: usize = 3;
+
+/// The table `put` stores, mapped by its name. The file under the name can change between the
+/// put and the open (a writer in place, a concurrent put renaming identical content over the
+/// name, a hand in the cache): an open that fails then (on a verifying store, a digest that no
+/// longer matches) is followed by another put through a verifying clone of `store`, which
+/// rewrites such a file from the runtime table, up to [`PUT_ATTEMPTS`] puts in all.
+///
+/// Errors: the put's error, or the last open's.
+fn stored_and_mapped(
+    store: &TableStore,
+    mut put: impl FnMut(&TableStore) -> Result<TableSpec, StoreError>,
+) -> Result<MappedTable, StoreError> {
+    let mut spec = put(store)?;
+    let mut attempt = 1;
+    loop {
+        match store.open_table(&spec) {
+            Ok(table) => return Ok(table),
+            Err(e @ (StoreError::Directory { .. } | StoreError::Write { .. })) => return Err(e),
+            Err(e) if attempt == PUT_ATTEMPTS => return Err(e),
+            Err(_) => {
+                attempt += 1;
+                spec = put(&store.clone().verifying(true))?;
+            }
+        }
+    }
 }
 
 fn fits_i32(table: ArrayView2<'_, i64>) -> bool {
@@ -848,4 +875,65 @@ pub fn host_connectivity(
     table: Array2<i32>,
 ) -> Result<Connectivity, OffsetsError> {
     Connectivity::from_host(domain, local, codomain, skip_value, IndexTable::I32(table.into_shared()))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::*;
+
+    /// With `--verify`, a stored table changed in place between the put and the verifying open
+    /// is stored again and mapped, and the repair is reported; a file removed in that window is
+    /// stored again too. (Before, the open's error ended the conversion and the whole run.)
+    #[test]
+    fn a_file_changed_or_removed_between_put_and_open_is_stored_again() {
+        let table = Array2::from_shape_fn((500, 3), |(i, j)| (i * 3 + j) as i32 % 400);
+        for (verify, change) in [(true, "changed"), (false, "removed"), (true, "removed")] {
+            let dir = tempfile::tempdir().unwrap();
+            let store = TableStore::open(dir.path()).unwrap().verifying(verify);
+            let mut puts = 0;
+            let mapped = stored_and_mapped(&store, |s| {
+                let spec = store_as_is(s, table.view())?;
+                puts += 1;
+                if puts == 1 {
+                    let path = s.path_of(&spec.digest);
+                    if change == "removed" {
+                        std::fs::remove_file(&path).unwrap();
+                    } else {
+                        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+                        let mut bytes = std::fs::read(&path).unwrap();
+                        *bytes.last_mut().unwrap() ^= 1;
+                        std::fs::OpenOptions::new().write(true).open(&path).unwrap().write_all(&bytes).unwrap();
+                    }
+                }
+                Ok(spec)
+            })
+            .unwrap_or_else(|e| panic!("verify {verify}, {change}: {e}"));
+            assert_eq!(puts, 2, "verify {verify}, {change}");
+            let TableView::I32(view) = mapped.view() else { panic!("an int32 table") };
+            assert_eq!(view, table.view(), "verify {verify}, {change}");
+            mapped.verify().unwrap();
+            let repaired = if change == "changed" { vec![mapped.path().to_path_buf()] } else { vec![] };
+            assert_eq!(store.repaired(), repaired, "verify {verify}, {change}");
+        }
+    }
+
+    /// A put that keeps failing its open ends after [`PUT_ATTEMPTS`] puts with the open's error.
+    #[test]
+    fn a_file_that_keeps_failing_its_open_is_an_error_after_the_last_attempt() {
+        let table = Array2::from_shape_fn((50, 3), |(i, j)| (i + j) as i32);
+        let dir = tempfile::tempdir().unwrap();
+        let store = TableStore::open(dir.path()).unwrap();
+        let mut puts = 0;
+        let err = stored_and_mapped(&store, |s| {
+            let spec = store_as_is(s, table.view())?;
+            puts += 1;
+            std::fs::remove_file(s.path_of(&spec.digest)).unwrap();
+            Ok(spec)
+        })
+        .unwrap_err();
+        assert!(matches!(err, StoreError::Missing { .. }), "{err}");
+        assert_eq!(puts, PUT_ATTEMPTS);
+    }
 }

@@ -167,6 +167,7 @@ pub struct TableStore {
     cache_dir: PathBuf,
     dir: PathBuf,
     verify: bool,
+    readers_check: bool,
     fault: Option<Fault>,
     /// Files replaced because they did not hold the table their name says, shared by clones.
     repaired: std::sync::Arc<std::sync::Mutex<Vec<PathBuf>>>,
@@ -180,7 +181,14 @@ impl TableStore {
     pub fn open(cache_dir: &Path) -> Result<Self, StoreError> {
         let dir = cache_dir.join(TABLES_DIR);
         fs::create_dir_all(&dir).map_err(|source| StoreError::Directory { path: dir.clone(), source })?;
-        Ok(Self { cache_dir: cache_dir.to_path_buf(), dir, verify: false, fault: None, repaired: Default::default() })
+        Ok(Self {
+            cache_dir: cache_dir.to_path_buf(),
+            dir,
+            verify: false,
+            readers_check: false,
+            fault: None,
+            repaired: Default::default(),
+        })
     }
 
     /// This store with `fault` (the fault matrix's hook, parsed by the caller at its edge;
@@ -230,6 +238,25 @@ impl TableStore {
         self.verify
     }
 
+    /// This store with puts that keep a file found under a table's name after its checked open
+    /// ([`Self::open_table`]: a regular file, header, dtype, shape, length) without reading its
+    /// bytes, for a caller whose every reader of table content recomputes the digest of what it
+    /// read before using the result (ADR 0028). A table stored before then costs its digest
+    /// alone (`cargo xtask bench`, case `convert_stored`). A file whose bytes do not match its
+    /// name is left for that reader to find, and a put through a [`Self::verifying`] store
+    /// rewrites it. The `gridkey` binary's runs use it, since their translations check every
+    /// table they read (ADR 0024); the default, `false`, compares every byte (ADR 0012).
+    pub fn checked_by_readers(mut self, readers_check: bool) -> Self {
+        self.readers_check = readers_check;
+        self
+    }
+
+    /// Whether puts keep a file under the name without comparing its bytes (see
+    /// [`Self::checked_by_readers`]); never on a verifying store.
+    pub fn trusts_names(&self) -> bool {
+        self.readers_check && !self.verify
+    }
+
     /// The cache directory this store lives in.
     pub fn cache_dir(&self) -> &Path {
         &self.cache_dir
@@ -263,6 +290,11 @@ impl TableStore {
         // table (it would poison every translation made from it). Costs one comparison read.
         let mut same_bytes = false;
         let replacing = self.holds_other(spec, |existing| {
+            if self.trusts_names() {
+                // ADR 0028: whoever reads the bytes checks them.
+                same_bytes = true;
+                return false;
+            }
             let mut same = SameBytes::new(existing.data_bytes());
             same_bytes = write_data(&mut same).is_ok() && same.all_equal();
             !same_bytes
@@ -319,7 +351,7 @@ impl TableStore {
     /// a write (`cargo xtask bench`, case `view_build`; ADR 0011). As soon as the digest is known
     /// and a valid file of it is already stored, the write stops and the temp file is removed.
     /// A file found under the table's name is used only once its element bytes are compared
-    /// with `data`, all of them (ADR 0012).
+    /// with `data`, all of them (ADR 0012), unless the store is [`Self::checked_by_readers`].
     ///
     /// A table of less than [`CANDIDATE_MIN_BYTES`] is hashed first, then compared with a file
     /// under its name or written ([`Self::put_with`]): its digest takes milliseconds at most,
@@ -330,9 +362,10 @@ impl TableStore {
     /// size) before anything is written. When there is one, the table was most likely stored
     /// before: instead of the temp file, this thread compares every byte of that file with
     /// `data` while the digest runs, and the file is used when all bytes are equal and its name
-    /// is the digest; anything else goes the general way, with the digest known (ADR 0027). So a
-    /// table stored before costs about its digest, in a fresh process too (case
-    /// `convert_stored`). `data` must hold `shape[0] * shape[1] * dtype.itemsize()` bytes and
+    /// is the digest; anything else goes the general way, with the digest known (ADR 0027). On a
+    /// store [`Self::checked_by_readers`], the candidate is used when its name is the digest,
+    /// without the comparison (ADR 0028), so a table stored before costs its digest, in a fresh
+    /// process too (case `convert_stored`). `data` must hold `shape[0] * shape[1] * dtype.itemsize()` bytes and
     /// `digest` must return the digest of the table they hold; a length that does not match is
     /// a [`StoreError::Write`].
     ///
@@ -359,6 +392,16 @@ impl TableStore {
         let Some(candidate) = self.candidate(dtype, shape, data) else {
             return self.put_slice_writing(dtype, shape, data, digest);
         };
+        if self.trusts_names() {
+            // ADR 0028: the candidate is the table when its name is the digest; its bytes are
+            // checked by whoever reads them.
+            let digest = digest();
+            if candidate.spec().digest == digest {
+                return Ok((TableSpec { digest, dtype, shape }, self.path_of(&digest)));
+            }
+            drop(candidate);
+            return self.put_slice_writing(dtype, shape, data, move || digest);
+        }
         // One pass: each chunk is hashed, then compared while it is still in the cache, so the
         // runtime table is read from memory once and the stored file once.
         let mut hasher = gridkey_digest::TableHasher::new(dtype, &shape);
@@ -460,7 +503,7 @@ impl TableStore {
         let path = self.path_of(&digest);
         let mut same_bytes = false;
         let replacing = self.holds_other(&spec, |existing| {
-            same_bytes = existing.data_bytes() == data;
+            same_bytes = self.trusts_names() || existing.data_bytes() == data;
             !same_bytes
         });
         if same_bytes {

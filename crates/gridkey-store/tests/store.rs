@@ -560,3 +560,41 @@ fn a_header_changed_in_place_under_a_mapping_is_a_typed_error_never_a_panic() {
         assert!(mapped.verify().is_ok(), "byte {at}: restored");
     }
 }
+
+/// ADR 0028: a store checked by its readers keeps a file under the name after the checked open
+/// alone (whatever its bytes), for tables under and over the candidate threshold, and one that
+/// also verifies rewrites it; a file of the table's size and first bytes under another name is
+/// never taken for the table.
+#[test]
+fn a_store_checked_by_readers_keeps_the_file_under_the_name_and_a_verifying_one_rewrites_it() {
+    for rows in [1000, LARGE_ROWS] {
+        let dir = tempfile::tempdir().unwrap();
+        let store = TableStore::open(dir.path()).unwrap().checked_by_readers(true);
+        assert!(store.trusts_names() && !store.clone().verifying(true).trusts_names());
+        let t = table(rows, 4);
+        let mut other = t.clone();
+        other[[rows - 1, 3]] += 1; // the same first bytes, another table
+        let spec = stored(&store, &t);
+        let ospec = stored(&TableStore::open(&dir.path().join("other")).unwrap(), &other);
+        let planted = fs::read(TableStore::open(&dir.path().join("other")).unwrap().path_of(&ospec.digest)).unwrap();
+        overwrite(&store, &spec, &planted);
+        let bytes = le_bytes(&t);
+        let (got, _) = store.put_slice(Dtype::I32, [rows, 4], &bytes, || digest_table(t.view())).unwrap();
+        assert_eq!(got, spec, "{rows} rows");
+        assert!(matches!(store.open_verified(&spec), Err(StoreError::Digest { .. })), "{rows} rows: kept as found");
+        assert!(store.repaired().is_empty(), "{rows} rows");
+        store.put_table(spec.digest, t.view()).unwrap();
+        assert!(store.open_verified(&spec).is_err(), "{rows} rows: put_table keeps it too");
+        // A verifying put rewrites it, and says so.
+        let verifying = store.clone().verifying(true);
+        verifying.put_slice(Dtype::I32, [rows, 4], &bytes, || digest_table(t.view())).unwrap();
+        store.open_verified(&spec).unwrap_or_else(|e| panic!("{rows} rows: {e}"));
+        assert_eq!(store.repaired(), [store.path_of(&spec.digest)], "{rows} rows");
+        // `other`, whose first bytes and size are `t`'s, is stored under its own name.
+        let (got, path) =
+            store.put_slice(Dtype::I32, [rows, 4], &le_bytes(&other), || digest_table(other.view())).unwrap();
+        assert_eq!((got, path), (ospec, store.path_of(&ospec.digest)));
+        store.open_verified(&ospec).unwrap();
+        assert!(files_under(store.dir()).iter().all(|f| !f.starts_with(".tmp-")), "{rows} rows");
+    }
+}

@@ -422,7 +422,12 @@ pub fn run_with_progress(
         cache::gc(&settings.cache_dir, &cache::GcConfig { max_size: None, temp_min_age: cache::STALE_TEMP_AGE })?
             .temps_removed;
     let fault = Fault::parse_setting(settings.test_hooks.fault.as_deref())?;
-    let store = TableStore::open(&settings.cache_dir)?.verifying(settings.verify_tables).with_fault(fault);
+    // Every translation checks the tables it read before its entry is written (ADR 0024), so a
+    // table found under its name is kept after its checked open, unread (ADR 0028).
+    let store = TableStore::open(&settings.cache_dir)?
+        .verifying(settings.verify_tables)
+        .checked_by_readers(true)
+        .with_fault(fault);
     let cache_dir = settings.cache_dir.clone();
     let t = Instant::now();
     let mut ct = Arc::new(compile_time_offset_provider(grid.provider(), &store)?);
