@@ -256,6 +256,10 @@ impl TableElement for i64 {
 /// Bytes fed to xxh3 per step by [`TableHasher::update`]: 1 KiB, one xxh3 block.
 pub const HASH_STEP_BYTES: usize = 1 << 10;
 
+/// Inputs of fewer bytes than this are fed to xxh3 in one piece by [`TableHasher::update`]: a
+/// table that fits in the caches gains nothing from the hint and loses the steps' overhead.
+pub const PREFETCH_MIN_BYTES: usize = 4 << 20;
+
 /// How far ahead of the step being hashed [`TableHasher::update`] asks for the bytes to be
 /// prefetched: 4 KiB, the best of the distances tried on a 240 MB table (1 to 16 KiB).
 pub const PREFETCH_AHEAD_BYTES: usize = 4 << 10;
@@ -301,7 +305,7 @@ impl TableHasher {
 
     /// Feeds element bytes, little-endian, in C order.
     ///
-    /// Bytes are fed in steps of [`HASH_STEP_BYTES`], each step asking the CPU to prefetch the
+    /// Inputs of at least [`PREFETCH_MIN_BYTES`] are fed in steps of [`HASH_STEP_BYTES`], each step asking the CPU to prefetch the
     /// bytes [`PREFETCH_AHEAD_BYTES`] further on (x86-64 only; elsewhere the bytes are fed as
     /// they are). A table larger than the caches is read from memory at a rate set by how many
     /// reads are in flight, and the hardware prefetcher alone keeps too few: the hint is what
@@ -309,7 +313,7 @@ impl TableHasher {
     /// xtask py-bench` (case `digest_c_py`) compares the result with that implementation.
     pub fn update(&mut self, le_bytes: &[u8]) {
         self.remaining = self.remaining.saturating_sub(le_bytes.len() as u64);
-        if le_bytes.len() <= PREFETCH_AHEAD_BYTES {
+        if le_bytes.len() < PREFETCH_MIN_BYTES {
             self.state.write(le_bytes);
             return;
         }

@@ -171,3 +171,27 @@ proptest! {
         prop_assert_eq!(digest_table(wide_f.view()).to_string(), witness_digest(&wide, "<i8", 8));
     }
 }
+
+/// Tables over [`gridkey_digest::PREFETCH_MIN_BYTES`], fed in prefetching steps, and any split of
+/// their bytes into `update` calls: the second implementation over the same format bytes agrees.
+#[test]
+fn large_tables_fed_in_prefetching_steps_match_a_second_xxh3_implementation() {
+    let min = gridkey_digest::PREFETCH_MIN_BYTES;
+    for (rows, k) in [(min / 4, 1), (min / 8 + 1, 2), (min / 12 + 4099, 3)] {
+        let mut x = 0x9e37_79b9u32 ^ rows as u32;
+        let t = Array2::from_shape_fn((rows, k), |_| {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            x as i32
+        });
+        let expect = witness_digest(&t, "<i4", 4);
+        assert_eq!(digest_table(t.view()).to_string(), expect, "{rows} x {k}");
+        let bytes: Vec<u8> = t.iter().flat_map(|x| x.to_le_bytes()).collect();
+        let mut split = gridkey_digest::TableHasher::new(Dtype::I32, &[rows, k]);
+        let (a, b) = bytes.split_at(bytes.len() / 3 + 5);
+        split.update(a);
+        split.update(b);
+        assert_eq!(split.finish().unwrap().to_string(), expect, "{rows} x {k}, split");
+    }
+}
