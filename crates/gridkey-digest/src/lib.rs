@@ -53,7 +53,9 @@
 //! # Speed
 //!
 //! xxh3_128 comes from `twox-hash`, which picks its SIMD path (AVX2, SSE2, NEON) when it runs,
-//! so one build reads at the speed of the CPU it runs on (ADR 0008). A Fortran-order 2-D table
+//! so one build reads at the speed of the CPU it runs on (ADR 0008). A table of at least
+//! [`PREFETCH_MIN_BYTES`] is fed in steps that ask the CPU to prefetch the bytes ahead, as the
+//! reference C xxh3 does ([`TableHasher::update`]). A Fortran-order 2-D table
 //! is transposed into the buffer a block of rows at a time (each column read sequentially),
 //! not element by element; `cargo xtask bench` measures both paths against their limits.
 
