@@ -210,7 +210,12 @@ def main() -> int:
     parser.add_argument("--reduced", action="store_true")
     parser.add_argument("--jobs", type=int, default=2, help="GT4PY_BUILD_JOBS of thread and process mode")
     parser.add_argument("--tile", type=int, default=100)
-    parser.add_argument("--warm-repeats", type=int, default=11, help="warm starts per mode and setting (full matrix; single starts swing by a factor of 2, so the median needs about 11)")
+    parser.add_argument(
+        "--warm-repeats",
+        type=int,
+        default=11,
+        help="warm starts per mode and setting (full matrix; single starts swing by a factor of 2, so 11 for the median)",
+    )
     parser.add_argument(
         "--warm-only",
         action="store_true",
