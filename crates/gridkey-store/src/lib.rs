@@ -86,7 +86,7 @@ pub enum StoreError {
         source: io::Error,
     },
     /// Writing a table failed (full disk, permissions); nothing was left under the final name.
-    #[error("cannot write table {digest} to {path}: {source}; free space or fix permissions, nothing was left behind")]
+    #[error("cannot write table {digest} to {path}: {source}; {}, nothing was left behind", write_advice(.source))]
     Write {
         /// The final path the table was going to.
         path: PathBuf,
@@ -147,6 +147,16 @@ pub enum StoreError {
         /// The digest of the content.
         found: TableDigest,
     },
+}
+
+/// What to do about a failed table write: a directory in the way is the caller's to remove (the
+/// store removes no directory it did not create, ADR 0012); anything else is space or permissions.
+fn write_advice(e: &io::Error) -> &'static str {
+    if e.raw_os_error() == Some(libc::EISDIR) {
+        "remove the directory in the way (the store never removes a directory)"
+    } else {
+        "free space or fix permissions"
+    }
 }
 
 /// What a caller expects of a stored table: its digest, dtype and shape `(n, k)`.

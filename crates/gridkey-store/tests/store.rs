@@ -143,6 +143,9 @@ fn every_kind_of_bad_file_is_a_typed_error() {
     fs::remove_file(&path).unwrap();
     fs::create_dir(&path).unwrap();
     check_bad(&store, &spec, |e| matches!(e, StoreError::NotAFile { .. }), "directory");
+    // A put cannot replace the directory, and says what to do about it.
+    let put = store.put_table(spec.digest, table(4, 3).view()).unwrap_err().to_string();
+    assert!(put.contains("remove the directory in the way") && !put.contains("free space"), "{put}");
     fs::remove_dir(&path).unwrap();
     std::os::unix::fs::symlink(other.path_of(&sd), &path).unwrap();
     check_bad(&store, &spec, |e| matches!(e, StoreError::NotAFile { .. }), "symlink");

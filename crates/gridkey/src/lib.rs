@@ -753,10 +753,18 @@ fn verify(
         miss_hint: None,
         tier: None,
     };
+    // A kernel that refuses the grid's own tables and inputs was not translated from them.
+    let mut refused = None;
     let checked = kernel.and_then(|kernel| {
         let provider = grid.provider();
         let inputs = gridkey_stencil::make_inputs(program, provider, INPUT_SEED)?;
-        let got = kernel.run(provider, &inputs)?;
+        let got = match kernel.run(provider, &inputs) {
+            Ok(got) => got,
+            Err(e) => {
+                refused = Some(kernel);
+                return Err(e);
+            }
+        };
         let want = gridkey_stencil::evaluate_reference(program, provider, &inputs)?;
         Ok((gridkey_stencil::max_relative_error(&got, &want), kernel))
     });
@@ -772,6 +780,18 @@ fn verify(
                     if removed { "the library was" } else { "the library was already gone," }
                 ));
             }
+        }
+        // Inputs made from this grid's provider, refused by its kernel: the translation does not
+        // fit this grid's tables (an entry written from a table changed and changed back while it
+        // was read, the window ADR 0024 leaves, or a planted entry). Removed like a kernel that
+        // fails verification (ADR 0023), so the next run translates it again.
+        Err(e) if refused.is_some() => {
+            let removed = refused.and_then(|k| k.discard().ok()).unwrap_or(false);
+            cache.remove(&outcome.key);
+            report.error = Some(format!(
+                "{e}; the kernel does not fit this grid's tables, so {} and its translation removed from the cache: the next run translates it again",
+                if removed { "the library was" } else { "the library was already gone," }
+            ));
         }
         Err(e) => report.error = Some(e.to_string()),
     }

@@ -151,3 +151,60 @@ fn a_changed_file_under_the_name_beside_an_intact_mapping_is_repaired_for_the_wo
     }
     assert!(TableStore::open(cache.path()).unwrap().open_verified(c2e.spec()).is_ok(), "the file is repaired");
 }
+
+/// An entry translated while a table held another value, written under the key of the intact
+/// table (a table changed and changed back while a translation read it passes the check of ADR
+/// 0024, which reads it after the change back; or an entry planted by hand): its kernel refuses
+/// the grid's own inputs. The run fails that program once, naming the removal, and removes the
+/// entry and its library, so the next run translates it again and verifies every program.
+#[test]
+fn an_entry_from_a_table_changed_and_changed_back_is_removed_when_its_kernel_refuses_the_grid() {
+    let cache = tempfile::tempdir().unwrap();
+    let grid_path = common::data("grids/oQU480.231010.nc");
+    let grid = gridkey_grid::read_grid(&grid_path).unwrap();
+    let programs = gridkey_stencil::icon_programs();
+    let options = TranslationOptions::new();
+    let runner = Runner::new(
+        BuildJobs::new(BuildJobsMode::Serial, 1),
+        Arc::new(StencilHandler),
+        WorkerCommand::gridkey(PathBuf::new()),
+    );
+    let config = RunConfig {
+        grid: grid_path.clone(),
+        settings: common::settings(cache.path()).as_ref().clone(),
+        worker: WorkerCommand::gridkey(PathBuf::new()),
+        options: options.clone(),
+    };
+    assert!(gridkey::run_with(&grid, &programs, &runner, &config, 0.0).unwrap().all_verified());
+
+    // The translation of `div` made while C2E's first element was out of range, then the table
+    // restored: the entry goes under the intact table's key.
+    let ct = compile_time_offset_provider(grid.provider(), &TableStore::open(cache.path()).unwrap()).unwrap();
+    let div = programs.iter().find(|p| p.name() == "div").unwrap();
+    let inputs = gridkey_stencil::key_inputs(div, &options, &ct).unwrap();
+    let c2e = ct.gather("C2E").unwrap();
+    let TableView::I32(table) = c2e.table() else { panic!("C2E is int32") };
+    let (first, max, len) = (table[[0, 0]], table.iter().copied().max().unwrap(), table.len());
+    let path: PathBuf = c2e.table_path().to_path_buf();
+    overwrite_first_element(&path, len, max + 10_000);
+    let wrong = gridkey_stencil::translate(div, &ct, &options).unwrap();
+    overwrite_first_element(&path, len, first);
+    assert!(c2e.verify().is_ok(), "the table is intact again");
+    let entries = TranslationCache::open(cache.path()).unwrap();
+    assert_ne!(entries.get(&inputs.key()).as_deref(), Ok(wrong.as_bytes()), "the translation differs");
+    entries.put(&inputs, wrong.as_bytes()).unwrap();
+
+    // Another grid value of the same file, so that the run converts afresh.
+    let again = gridkey_grid::read_grid(&grid_path).unwrap();
+    let first_run = gridkey::run_with(&again, &programs, &runner, &config, 0.0).unwrap();
+    let failed: Vec<_> = first_run.programs.iter().filter(|p| !p.verified).collect();
+    assert_eq!(failed.len(), 1, "{:?}", first_run.programs);
+    let error = failed[0].error.as_deref().unwrap_or_default();
+    assert_eq!(failed[0].program, "div");
+    assert!(error.contains("does not fit this grid's tables") && error.contains("removed from the cache"), "{error}");
+    assert!(entries.get(&inputs.key()).is_err(), "the entry is gone");
+    let second = gridkey::run_with(&again, &programs, &runner, &config, 0.0).unwrap();
+    assert!(second.all_verified(), "{:?}", second.programs);
+    let fresh = gridkey_stencil::translate(div, &ct, &options).unwrap();
+    assert_eq!(entries.get(&inputs.key()).as_deref(), Ok(fresh.as_bytes()), "translated again from the intact table");
+}
