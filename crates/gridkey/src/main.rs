@@ -128,6 +128,31 @@ struct RemoteFlags {
     remote_writer: bool,
 }
 
+/// The flags of the cache commands that reach both tiers (`cache stats`, `cache push`).
+#[derive(clap::Args, Clone, Debug, Default)]
+struct TierArgs {
+    /// Cache directory (default: GRIDKEY_CACHE_DIR, else .gridkey_cache).
+    #[arg(long)]
+    cache_dir: Option<PathBuf>,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    remote: RemoteFlags,
+}
+
+impl TierArgs {
+    /// The settings these flags give over the environment (parsed once, here at the edge).
+    fn settings(self) -> Result<gridkey::Settings> {
+        Ok(settings::settings(&settings::Flags {
+            cache_dir: self.cache_dir,
+            remote: self.remote.remote,
+            remote_writer: self.remote.remote_writer,
+            ..Default::default()
+        })?)
+    }
+}
+
 fn parse_option(s: &str) -> Result<(String, String), String> {
     match s.split_once('=') {
         Some((k, v)) if !k.is_empty() => Ok((k.to_owned(), v.to_owned())),
@@ -140,26 +165,14 @@ enum CacheCommand {
     /// Entries and bytes per store (tables-v1, translation-v2, build-v2), temp files, and each
     /// tier's counters over all runs (hits, misses, bytes in and out, errors, lease waits).
     Stats {
-        /// Cache directory (default: GRIDKEY_CACHE_DIR, else .gridkey_cache).
-        #[arg(long)]
-        cache_dir: Option<PathBuf>,
-        /// Print JSON.
-        #[arg(long)]
-        json: bool,
         #[command(flatten)]
-        remote: RemoteFlags,
+        tiers: TierArgs,
     },
     /// Upload every translation entry of the local cache, and the kernel library this compiler
     /// built from it, to the shared tier (needs a designated writer).
     Push {
-        /// Cache directory (default: GRIDKEY_CACHE_DIR, else .gridkey_cache).
-        #[arg(long)]
-        cache_dir: Option<PathBuf>,
-        /// Print JSON.
-        #[arg(long)]
-        json: bool,
         #[command(flatten)]
-        remote: RemoteFlags,
+        tiers: TierArgs,
     },
     /// Write a new Ed25519 signing key for a writer of the shared tier to FILE (mode 0600, never
     /// replaced) and print its public key, the line for the readers' trusted keys file.
@@ -346,13 +359,9 @@ fn dispatch(command: Command) -> Result<ExitCode> {
 
 fn cache_command(command: CacheCommand) -> Result<ExitCode> {
     match command {
-        CacheCommand::Stats { cache_dir, json, remote } => {
-            let settings = settings::settings(&settings::Flags {
-                cache_dir,
-                remote: remote.remote,
-                remote_writer: remote.remote_writer,
-                ..Default::default()
-            })?;
+        CacheCommand::Stats { tiers } => {
+            let json = tiers.json;
+            let settings = tiers.settings()?;
             let dir = settings.cache_dir.clone();
             let client = settings.remote.as_ref().map(gridkey_remote::Remote::connect).transpose()?;
             let stats = gridkey::cache::cache_stats(&dir, client.as_ref())?;
@@ -381,13 +390,9 @@ fn cache_command(command: CacheCommand) -> Result<ExitCode> {
                 }
             }
         }
-        CacheCommand::Push { cache_dir, json, remote } => {
-            let settings = settings::settings(&settings::Flags {
-                cache_dir,
-                remote: remote.remote,
-                remote_writer: remote.remote_writer,
-                ..Default::default()
-            })?;
+        CacheCommand::Push { tiers } => {
+            let json = tiers.json;
+            let settings = tiers.settings()?;
             let r = gridkey::push::push(&settings)?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&r)?);
