@@ -26,6 +26,27 @@ fn overwrite_first_element(path: &Path, elements: usize, value: i32) {
     f.sync_all().unwrap();
 }
 
+/// What every test here starts from: an empty cache, the MPAS grid (its path and one read of
+/// it), the eight programs and the default options.
+struct Setup {
+    cache: tempfile::TempDir,
+    grid_path: PathBuf,
+    grid: gridkey_grid::Grid,
+    programs: Vec<gridkey_stencil::Program>,
+    options: TranslationOptions,
+}
+
+fn setup() -> Setup {
+    let grid_path = common::data("grids/oQU480.231010.nc");
+    Setup {
+        cache: tempfile::tempdir().unwrap(),
+        grid: gridkey_grid::read_grid(&grid_path).unwrap(),
+        grid_path,
+        programs: gridkey_stencil::icon_programs(),
+        options: TranslationOptions::new(),
+    }
+}
+
 fn check_mode(mode: BuildJobsMode) {
     check(mode, false, false);
 }
@@ -34,11 +55,7 @@ fn check_mode(mode: BuildJobsMode) {
 /// re-hashed on open, every hit translated again) and with the cache `filled` by an earlier run
 /// (every program a hit).
 fn check(mode: BuildJobsMode, verify: bool, filled: bool) {
-    let cache = tempfile::tempdir().unwrap();
-    let grid_path = common::data("grids/oQU480.231010.nc");
-    let grid = gridkey_grid::read_grid(&grid_path).unwrap();
-    let programs = gridkey_stencil::icon_programs();
-    let options = TranslationOptions::new();
+    let Setup { cache, grid_path, grid, programs, options } = setup();
     let settings = gridkey::Settings {
         verify_tables: verify,
         verify_cache_hits: verify,
@@ -120,11 +137,7 @@ fn a_table_changed_while_a_verifying_run_holds_it_is_repaired_in_every_mode() {
 /// repair the file under the name and compile those programs again.
 #[test]
 fn a_changed_file_under_the_name_beside_an_intact_mapping_is_repaired_for_the_workers() {
-    let cache = tempfile::tempdir().unwrap();
-    let grid_path = common::data("grids/oQU480.231010.nc");
-    let grid = gridkey_grid::read_grid(&grid_path).unwrap();
-    let programs = gridkey_stencil::icon_programs();
-    let options = TranslationOptions::new();
+    let Setup { cache, grid_path, grid, programs, options } = setup();
     let ct = compile_time_offset_provider(grid.provider(), &TableStore::open(cache.path()).unwrap()).unwrap();
     let c2e = ct.gather("C2E").unwrap();
     let TableView::I32(table) = c2e.table() else { panic!("C2E is int32") };
@@ -159,11 +172,7 @@ fn a_changed_file_under_the_name_beside_an_intact_mapping_is_repaired_for_the_wo
 /// entry and its library, so the next run translates it again and verifies every program.
 #[test]
 fn an_entry_from_a_table_changed_and_changed_back_is_removed_when_its_kernel_refuses_the_grid() {
-    let cache = tempfile::tempdir().unwrap();
-    let grid_path = common::data("grids/oQU480.231010.nc");
-    let grid = gridkey_grid::read_grid(&grid_path).unwrap();
-    let programs = gridkey_stencil::icon_programs();
-    let options = TranslationOptions::new();
+    let Setup { cache, grid_path, grid, programs, options } = setup();
     let runner = Runner::new(
         BuildJobs::new(BuildJobsMode::Serial, 1),
         Arc::new(StencilHandler),
