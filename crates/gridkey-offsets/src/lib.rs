@@ -779,7 +779,8 @@ const PUT_ATTEMPTS: usize = 3;
 /// put and the open (a writer in place, a concurrent put renaming identical content over the
 /// name, a hand in the cache): an open that fails then (on a verifying store, a digest that no
 /// longer matches) is followed by another put through a verifying clone of `store`, which
-/// rewrites such a file from the runtime table, up to [`PUT_ATTEMPTS`] puts in all.
+/// rewrites such a file from the runtime table, up to [`PUT_ATTEMPTS`] puts in all. Each put
+/// after the first hashes the runtime table again: a cost of this fault only.
 ///
 /// Errors: the put's error, or the last open's.
 fn stored_and_mapped(
@@ -791,7 +792,6 @@ fn stored_and_mapped(
     loop {
         match store.open_table(&spec) {
             Ok(table) => return Ok(table),
-            Err(e @ (StoreError::Directory { .. } | StoreError::Write { .. })) => return Err(e),
             Err(e) if attempt == PUT_ATTEMPTS => return Err(e),
             Err(_) => {
                 attempt += 1;
