@@ -355,7 +355,16 @@ fn build(
     };
     if !output.status.success() {
         let stderr = String::from_utf8_lossy(&output.stderr);
-        return Err(compiler_err(output.status.code(), tail(stderr.trim_end(), STDERR_TAIL).to_owned()));
+        let stderr_tail = tail(stderr.trim_end(), STDERR_TAIL).to_owned();
+        if let Some(signal) = std::os::unix::process::ExitStatusExt::signal(&output.status) {
+            return Err(StencilError::CompilerKilled {
+                cc: compiler.command_line(),
+                program: program.to_owned(),
+                signal,
+                stderr_tail,
+            });
+        }
+        return Err(compiler_err(output.status.code(), stderr_tail));
     }
     let elf = match fs::read(&out) {
         Ok(bytes) if !bytes.is_empty() => bytes,

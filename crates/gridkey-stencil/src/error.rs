@@ -209,9 +209,24 @@ pub enum StencilError {
         cc: String,
         /// The program's name.
         program: String,
-        /// The exit status, or `None` when the compiler could not be started or was killed.
+        /// The exit status, or `None` when the compiler could not be started.
         status: Option<i32>,
         /// The end of what the compiler wrote to stderr (or why it could not be started).
+        stderr_tail: String,
+    },
+    /// The C compiler was ended by a signal that something outside gridkey sent it (an
+    /// out-of-memory killer, a job scheduler, a person); nothing was left in the build cache.
+    /// Kept apart from [`StencilError::Compiler`] so that the message names the signal instead of
+    /// blaming the compiler or the installation.
+    #[error("C compiler `{cc}` was killed by signal {signal} while building program {program}: {}; something outside gridkey ended it (an out-of-memory killer, a time limit); run again", if stderr_tail.is_empty() { "it printed nothing" } else { stderr_tail.as_str() })]
+    CompilerKilled {
+        /// The compiler command.
+        cc: String,
+        /// The program's name.
+        program: String,
+        /// The signal number (9 for `SIGKILL`).
+        signal: i32,
+        /// The end of what the compiler wrote to stderr before it was killed.
         stderr_tail: String,
     },
     /// The debug switch `verify_hits` translated a cache hit again and got other bytes.

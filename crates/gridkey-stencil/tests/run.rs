@@ -269,6 +269,28 @@ fn a_failing_or_missing_compiler_is_a_compiler_error_and_leaves_nothing_behind()
 }
 
 #[test]
+fn a_compiler_killed_by_a_signal_names_the_signal_and_leaves_nothing_behind() {
+    let cache = tempfile::tempdir().unwrap();
+    let script = cache.path().join("cc-killed");
+    std::fs::write(&script, "#!/bin/sh\necho half a message >&2\nkill -9 $$\n").unwrap();
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let provider = Patch::new(1, 1).provider(Layout::COrder);
+    let config = with_cc(cache.path(), script.to_str().unwrap());
+    match compile_on(&program("div"), &provider, &config) {
+        Err(e @ StencilError::CompilerKilled { .. }) => {
+            let message = e.to_string();
+            let StencilError::CompilerKilled { program, signal, stderr_tail, .. } = e else { unreachable!() };
+            assert_eq!((program.as_str(), signal), ("div", libc::SIGKILL));
+            assert_eq!(stderr_tail, "half a message");
+            assert!(message.contains("killed by signal 9"), "{message}");
+            assert!(!message.contains("could not be run"), "{message}");
+        }
+        other => panic!("expected CompilerKilled, got {other:?}"),
+    }
+    assert_eq!(files_in(&cache.path().join(BUILD_DIR)), Vec::<String>::new());
+}
+
+#[test]
 fn a_compiler_command_with_arguments_is_split_on_whitespace() {
     let cache = tempfile::tempdir().unwrap();
     let provider = Patch::new(1, 1).provider(Layout::COrder);
