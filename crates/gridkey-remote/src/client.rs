@@ -1,5 +1,5 @@
-//! The client of the shared tier: one synchronous Redis connection with connect and reply
-//! timeouts, a per-run circuit breaker, the lease protocol and the counters.
+//! The client of the shared tier: one synchronous Redis connection with a deadline per request
+//! ([`crate::link`], ADR 0029), a per-run circuit breaker, the lease protocol and the counters.
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -8,9 +8,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use redis::{Connection, RedisError, RedisResult, Value};
+use redis::{FromRedisValue, Pipeline, RedisError, Value};
 use serde::{Deserialize, Serialize};
 
+use crate::link::{Failure, Link, Sockets};
 use crate::object::{self, hex, Kind, Reject};
 use crate::trust::Trust;
 use crate::RemoteError;
@@ -30,6 +31,11 @@ const RELEASE: &str = "local n = 0 for _, k in ipairs(KEYS) do \
 
 /// Longest pause between two looks at a lease that is waited on.
 const MAX_POLL: Duration = Duration::from_millis(100);
+
+/// Most object bytes one request of a lookup asks for (more objects are fetched in further
+/// requests), unless one object alone is larger (it is within the size limit): what a lookup
+/// holds of replies at once (ADR 0029).
+const BATCH_BYTES: u64 = 64 << 20;
 
 /// A 16-byte key an object answers: a translation key, or a kernel library's remote key.
 pub type ObjectKey = [u8; 16];
@@ -166,6 +172,8 @@ struct Shared {
     settings: RemoteSettings,
     shown_url: String,
     client: redis::Client,
+    /// The sockets of the open connections, shut down when the tier goes off.
+    sockets: Arc<Sockets>,
     owner: String,
     off: AtomicBool,
     warning: Mutex<Option<String>>,
@@ -174,31 +182,41 @@ struct Shared {
     leases: Mutex<BTreeSet<String>>,
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic elsewhere cannot leave these values half-updated: every update is one assignment.
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl Shared {
-    /// Turns the tier off for the rest of the run, keeping the first warning.
-    fn trip(&self, what: &str, error: &RedisError) {
-        add(&self.counters.errors, 1);
-        self.off.store(true, Ordering::SeqCst);
-        let mut warning = lock(&self.warning);
-        if warning.is_none() {
+    /// Turns the tier off for the rest of the run, keeping the first warning, and ends the
+    /// requests still in flight on the other connections (ADR 0029). A failure seen after the
+    /// tier went off (a request that another one's failure ended) is not counted again.
+    fn trip(&self, what: &str, failure: &Failure) {
+        {
+            // The warning is there before anyone can see the tier off.
+            let mut warning = lock(&self.warning);
+            if self.off.load(Ordering::SeqCst) {
+                return;
+            }
+            add(&self.counters.errors, 1);
             *warning = Some(format!(
-                "shared cache {}: {what} failed ({error}); the shared tier is off for the rest of this run, which goes \
-                 on with the local cache",
+                "shared cache {}: {what} failed: {failure}; the shared tier is off for the rest of this run, which \
+                 goes on with the local cache",
                 self.shown_url
             ));
+            self.off.store(true, Ordering::SeqCst);
         }
+        self.sockets.shut_all();
     }
 
-    fn connect(&self) -> RedisResult<Connection> {
-        let con = self.client.get_connection_with_timeout(self.settings.connect_timeout)?;
-        con.set_read_timeout(Some(self.settings.timeout))?;
-        con.set_write_timeout(Some(self.settings.timeout))?;
-        Ok(con)
+    /// A new connection, authenticated, within the connect timeout.
+    fn connect(&self) -> Result<Link, Failure> {
+        Link::open(self.client.get_connection_info(), self.settings.connect_timeout, &self.sockets)
+    }
+
+    /// The deadline of a request that starts now.
+    fn deadline(&self) -> Instant {
+        Instant::now() + self.settings.timeout
     }
 
     fn ttl_ms(&self) -> u64 {
@@ -206,27 +224,21 @@ impl Shared {
     }
 }
 
-/// Whether `e` says the server cannot be reached (down, black-holed, dropped the connection,
-/// busy loading) rather than that the settings are wrong.
-fn unreachable(e: &RedisError) -> bool {
-    e.is_io_error()
-        || e.is_timeout()
-        || e.is_connection_refusal()
-        || e.is_connection_dropped()
-        || matches!(e.code(), Some("LOADING" | "BUSY" | "MASTERDOWN" | "TRYAGAIN"))
-}
-
 /// A client of the shared tier for one run (ADR 0019, ADR 0018).
 ///
-/// Every request goes through one connection with the settings' timeouts. The first request
-/// that fails (a timeout, a dropped connection, an error reply) turns the tier off for the rest
-/// of the run and records one warning ([`Remote::warning`]); every later call answers `Off`
-/// at once, so a dead remote costs at most one timeout per run. Leases are renewed by a
-/// heartbeat thread on a second connection and released when the client is dropped.
+/// Every request goes through one connection and has one deadline, the reply timeout of the
+/// settings from its start, for all its round trips and replies together; its replies may hold
+/// no more bytes than it asked for (ADR 0029). The first request that fails (its deadline
+/// passed, a dropped connection, an error reply, a reply larger than asked for, a peer that is
+/// not Redis) turns the tier off for the rest of the run, ends the requests in flight on the
+/// other connection, and records one warning ([`Remote::warning`]); every later call answers
+/// `Off` at once, so a dead, stalled, trickling or lying server costs at most one timeout per
+/// run. Leases are renewed by a heartbeat thread on a second connection, within the same rule,
+/// and released when the client is dropped.
 pub struct Remote {
     shared: Arc<Shared>,
     trust: Trust,
-    con: Mutex<Option<Connection>>,
+    con: Mutex<Option<Link>>,
     heartbeat: Mutex<Option<(mpsc::Sender<()>, JoinHandle<()>)>>,
 }
 
@@ -239,11 +251,12 @@ impl std::fmt::Debug for Remote {
 impl Remote {
     /// Checks the settings, reads the key files and connects.
     ///
-    /// A server that cannot be reached (refused, timed out, black-holed) is not an error: the
-    /// client is returned off, with its warning. Errors, all at start: [`RemoteError::Url`]
-    /// for a URL the client cannot use, [`RemoteError::Refused`] when the server rejects the
-    /// credentials or the connection (a wrong password, a password missing), and the key-file
-    /// errors of [`Trust::load`].
+    /// A server that cannot be reached (refused, timed out, black-holed, stalled) or that is
+    /// not Redis (its first line is in the warning) is not an error: the client is returned
+    /// off, with its warning, after at most the connect timeout. Errors, all at start:
+    /// [`RemoteError::Url`] for a URL the client cannot use, [`RemoteError::Refused`] when the
+    /// server rejects the credentials or the database (a wrong password, a password missing),
+    /// and the key-file errors of [`Trust::load`].
     pub fn connect(settings: &RemoteSettings) -> Result<Remote, RemoteError> {
         let shown_url = settings.shown_url();
 
@@ -254,6 +267,7 @@ impl Remote {
             settings: settings.clone(),
             shown_url,
             client,
+            sockets: Arc::default(),
             owner: owner_token(),
             off: AtomicBool::new(false),
             warning: Mutex::new(None),
@@ -263,14 +277,10 @@ impl Remote {
         let remote = Remote { shared, trust, con: Mutex::new(None), heartbeat: Mutex::new(None) };
         let shared = &remote.shared;
         add(&shared.counters.round_trips, 1);
-        let connected = shared.connect().and_then(|mut con| {
-            redis::cmd("PING").query::<String>(&mut con)?;
-            Ok(con)
-        });
-        match connected {
-            Ok(con) => *lock(&remote.con) = Some(con),
-            Err(e) if unreachable(&e) => shared.trip("connecting", &e),
-            Err(e) if e.kind() == redis::ErrorKind::InvalidClientConfig => {
+        match shared.connect() {
+            Ok(link) => *lock(&remote.con) = Some(link),
+            Err(e) if e.unreachable() => shared.trip("connecting", &e),
+            Err(Failure::Reply(e)) if e.kind() == redis::ErrorKind::InvalidClientConfig => {
                 return Err(RemoteError::Url { url: shared.shown_url.clone(), reason: e.to_string() })
             }
             Err(e) => return Err(RemoteError::Refused { url: shared.shown_url.clone(), reason: e.to_string() }),
@@ -339,19 +349,45 @@ impl Remote {
         format!("{}:lease-v1:{}:{}", self.shared.settings.namespace, kind.tag(), hex(key))
     }
 
-    /// Runs one request; on failure turns the tier off and returns `None`.
-    fn request<T>(&self, what: &str, f: impl FnOnce(&mut Connection) -> RedisResult<T>) -> Option<T> {
+    /// Sends the commands of `pipe` in one round trip and returns one reply per command (error
+    /// replies in their place), all before `deadline`, with at most `asked` bytes of bulk
+    /// replies (plus room for small replies); on failure turns the tier off and returns `None`.
+    fn request(&self, what: &str, pipe: &Pipeline, asked: u64, deadline: Instant) -> Option<Vec<Value>> {
         if !self.is_on() {
             return None;
         }
         let mut guard = lock(&self.con);
-        let con = guard.as_mut()?;
+        // Another request may have failed while this one waited for the connection.
+        if !self.is_on() {
+            return None;
+        }
+        let link = guard.as_mut()?;
         add(&self.shared.counters.round_trips, 1);
-        match f(con) {
+        match link.exchange(pipe, asked, deadline, self.shared.settings.timeout) {
             Ok(v) => Some(v),
             Err(e) => {
-                self.shared.trip(what, &e);
                 *guard = None;
+                drop(guard);
+                self.shared.trip(what, &e);
+                None
+            }
+        }
+    }
+
+    /// Turns the tier off after a request whose replies are unusable, and drops the connection.
+    fn fail(&self, what: &str, failure: &Failure) {
+        *lock(&self.con) = None;
+        self.shared.trip(what, failure);
+    }
+
+    /// [`Remote::request`] of commands with small replies, within one timeout from now: each
+    /// reply as a `T`; an error reply or one of another type turns the tier off.
+    fn query<T: FromRedisValue>(&self, what: &str, pipe: &Pipeline) -> Option<Vec<T>> {
+        let replies = self.request(what, pipe, 0, self.shared.deadline())?;
+        match convert(replies) {
+            Ok(v) => Some(v),
+            Err(e) => {
+                self.fail(what, &Failure::Reply(e));
                 None
             }
         }
@@ -362,42 +398,106 @@ impl Remote {
         self.get_many(kind, std::slice::from_ref(key)).pop().expect("one result per key")
     }
 
-    /// Looks up the objects of `kind` answering `keys`, in one round trip, and checks each
-    /// ([`object::decode`]) before it is returned. Never downloads more than the size limit of
-    /// any object. Counts hits, misses, rejects and bytes.
+    /// Looks up the objects of `kind` answering `keys` and checks each ([`object::decode`])
+    /// before it is returned: one round trip asks for their sizes (`STRLEN`), then the objects
+    /// within the size limit are fetched (`GETRANGE` up to the size each had), at most
+    /// 64 MiB of them per round trip; an object over the limit is never downloaded (ADR 0029).
+    /// All of it within one timeout. A reply larger than the size asked for turns the tier off.
+    /// Counts hits, misses, rejects and bytes.
     pub fn get_many(&self, kind: Kind, keys: &[ObjectKey]) -> Vec<Fetched> {
         if keys.is_empty() {
             return Vec::new();
         }
+        let what = "looking up objects";
+        let off = || vec![Fetched::Off; keys.len()];
         let max = self.shared.settings.max_object_bytes;
+        let deadline = self.shared.deadline();
+        let names: Vec<String> = keys.iter().map(|key| self.object_name(kind, key)).collect();
         let mut pipe = redis::pipe();
-        pipe.ignore_errors();
-        for key in keys {
-            let name = self.object_name(kind, key);
-            pipe.cmd("STRLEN").arg(&name).cmd("GETRANGE").arg(&name).arg(0).arg(max.saturating_sub(1));
+        for name in &names {
+            pipe.cmd("STRLEN").arg(name);
         }
-        let Some(replies) = self.request("looking up objects", |con| pipe.query::<Vec<RedisResult<Value>>>(con)) else {
-            return vec![Fetched::Off; keys.len()];
-        };
+        let Some(sizes) = self.request(what, &pipe, 0, deadline) else { return off() };
+        // What each key's size reply says: Ok(size) or the reply that is not a size.
+        let mut sized: Vec<Result<u64, Reject>> = Vec::with_capacity(keys.len());
+        for reply in sizes {
+            sized.push(match reply {
+                Value::Int(n) => match u64::try_from(n) {
+                    Ok(n) => Ok(n),
+                    Err(_) => {
+                        self.fail(
+                            what,
+                            &Failure::Reply(RedisError::from((
+                                redis::ErrorKind::UnexpectedReturnType,
+                                "STRLEN answered a negative size",
+                                n.to_string(),
+                            ))),
+                        );
+                        return off();
+                    }
+                },
+                Value::ServerError(e) => Err(Reject::Unreadable { reason: RedisError::from(e).to_string() }),
+                other => Err(Reject::Unreadable { reason: format!("unexpected reply {other:?}") }),
+            });
+        }
+        let wanted: Vec<usize> = (0..keys.len()).filter(|&i| matches!(sized[i], Ok(n) if n > 0 && n <= max)).collect();
+        let mut bodies: Vec<Option<Value>> = vec![None; keys.len()];
+        let batch_bytes = BATCH_BYTES.max(max);
+        let mut rest = &wanted[..];
+        while !rest.is_empty() {
+            let (mut n, mut asked) = (0, 0u64);
+            for &i in rest {
+                let len = *sized[i].as_ref().unwrap_or(&0);
+                if n > 0 && asked + len > batch_bytes {
+                    break;
+                }
+                asked += len;
+                n += 1;
+            }
+            let (batch, later) = rest.split_at(n);
+            rest = later;
+            let mut pipe = redis::pipe();
+            for &i in batch {
+                let len = *sized[i].as_ref().unwrap_or(&0);
+                pipe.cmd("GETRANGE").arg(&names[i]).arg(0).arg(len - 1);
+            }
+            let Some(replies) = self.request(what, &pipe, asked, deadline) else { return off() };
+            for (&i, reply) in batch.iter().zip(replies) {
+                let len = *sized[i].as_ref().unwrap_or(&0);
+                if let Value::BulkString(bytes) = &reply {
+                    if bytes.len() as u64 > len {
+                        self.fail(what, &Failure::Oversize { allowed: len });
+                        return off();
+                    }
+                }
+                bodies[i] = Some(reply);
+            }
+        }
         let c = &self.shared.counters;
         keys.iter()
-            .zip(replies.chunks(2))
-            .map(|(key, pair)| {
-                let fetched = match pair {
-                    [Ok(Value::Int(0)), _] => Fetched::Absent,
-                    [Ok(Value::Int(len)), _] if *len as u64 > max => {
-                        Fetched::Rejected(Reject::TooLarge { len: *len as u64, max })
-                    }
-                    [Ok(Value::Int(_)), Ok(Value::BulkString(bytes))] => {
+            .zip(sized)
+            .zip(bodies)
+            .map(|((key, size), body)| {
+                let fetched = match (size, body) {
+                    (Err(reject), _) => Fetched::Rejected(reject),
+                    (Ok(0), _) => Fetched::Absent,
+                    (Ok(len), _) if len > max => Fetched::Rejected(Reject::TooLarge { len, max }),
+                    // Evicted or replaced by an empty value between the two round trips.
+                    (Ok(_), Some(Value::BulkString(bytes))) if bytes.is_empty() => Fetched::Absent,
+                    (Ok(_), Some(Value::BulkString(bytes))) => {
                         add(&c.fetches, 1);
                         add(&c.bytes_in, bytes.len() as u64);
-                        match object::decode(kind, key, bytes, max, &self.trust) {
+                        match object::decode(kind, key, &bytes, max, &self.trust) {
                             Ok(payload) => Fetched::Hit(payload.to_vec()),
                             Err(reject) => Fetched::Rejected(reject),
                         }
                     }
-                    [Err(e), _] | [_, Err(e)] => Fetched::Rejected(Reject::Unreadable { reason: e.to_string() }),
-                    other => Fetched::Rejected(Reject::Unreadable { reason: format!("unexpected reply {other:?}") }),
+                    (Ok(_), Some(Value::ServerError(e))) => {
+                        Fetched::Rejected(Reject::Unreadable { reason: RedisError::from(e).to_string() })
+                    }
+                    (Ok(_), other) => {
+                        Fetched::Rejected(Reject::Unreadable { reason: format!("unexpected reply {other:?}") })
+                    }
                 };
                 match &fetched {
                     Fetched::Hit(_) => add(&c.hits, 1),
@@ -440,7 +540,7 @@ impl Remote {
                 out.push(Stored::TooLarge { len, max });
                 continue;
             }
-            pipe.cmd("SET").arg(self.object_name(kind, key)).arg(object).ignore();
+            pipe.cmd("SET").arg(self.object_name(kind, key)).arg(object);
             out.push(Stored::Uploaded(len));
             sent += 1;
         }
@@ -449,12 +549,12 @@ impl Remote {
             items.iter().map(|(key, _)| self.lease_name(kind, key)).filter(|l| held.contains(l)).collect()
         };
         if !leases.is_empty() {
-            pipe.cmd("EVAL").arg(RELEASE).arg(leases.len()).arg(&leases).arg(&self.shared.owner).ignore();
+            pipe.cmd("EVAL").arg(RELEASE).arg(leases.len()).arg(&leases).arg(&self.shared.owner);
         }
         if sent == 0 && leases.is_empty() {
             return out;
         }
-        if self.request("uploading objects", |con| pipe.query::<()>(con)).is_none() {
+        if self.query::<Value>("uploading objects", &pipe).is_none() {
             return vec![Stored::Off; items.len()];
         }
         let mut held = lock(&self.shared.leases);
@@ -489,7 +589,7 @@ impl Remote {
                 pipe.cmd("EXISTS").arg(object).cmd("EXISTS").arg(lease);
             }
         }
-        let Some(replies) = self.request("taking leases", |con| pipe.query::<Vec<i64>>(con)) else {
+        let Some(replies) = self.query::<i64>("taking leases", &pipe) else {
             return vec![Claim::Off; keys.len()];
         };
         if self.is_writer() {
@@ -554,9 +654,9 @@ impl Remote {
         if leases.is_empty() {
             return;
         }
-        let mut cmd = redis::cmd("EVAL");
-        cmd.arg(RELEASE).arg(leases.len()).arg(leases).arg(&self.shared.owner);
-        let _ = self.request("releasing leases", |con| cmd.query::<i64>(con));
+        let mut pipe = redis::pipe();
+        pipe.cmd("EVAL").arg(RELEASE).arg(leases.len()).arg(leases).arg(&self.shared.owner);
+        let _ = self.query::<i64>("releasing leases", &pipe);
     }
 
     /// Waits on other writers' leases on `keys` of `kind` until each object arrives, its lease
@@ -592,7 +692,7 @@ impl Remote {
                     .cmd("EXISTS")
                     .arg(self.lease_name(kind, &keys[i]));
             }
-            let Some(replies) = self.request("waiting on leases", |con| pipe.query::<Vec<i64>>(con)) else { continue };
+            let Some(replies) = self.query::<i64>("waiting on leases", &pipe) else { continue };
             let mut arrived = Vec::new();
             let mut gone = Vec::new();
             for (&i, pair) in pending.iter().zip(replies.chunks(2)) {
@@ -649,11 +749,11 @@ impl Remote {
         let name = format!("{}:stats-v1", self.shared.settings.namespace);
         let mut pipe = redis::pipe();
         for (field, n) in stat_fields(&s) {
-            pipe.cmd("HINCRBY").arg(&name).arg(field).arg(n).ignore();
+            pipe.cmd("HINCRBY").arg(&name).arg(field).arg(n);
         }
-        pipe.cmd("HINCRBY").arg(&name).arg("lease_wait_micros").arg((s.lease_wait_seconds * 1e6) as u64).ignore();
-        pipe.cmd("HINCRBY").arg(&name).arg("runs").arg(1).ignore();
-        let _ = self.request("publishing counters", |con| pipe.query::<()>(con));
+        pipe.cmd("HINCRBY").arg(&name).arg("lease_wait_micros").arg((s.lease_wait_seconds * 1e6) as u64);
+        pipe.cmd("HINCRBY").arg(&name).arg("runs").arg(1);
+        let _ = self.query::<i64>("publishing counters", &pipe);
     }
 
     /// What the server holds: objects and bytes of each kind (a `SCAN` of this namespace) and
@@ -667,15 +767,15 @@ impl Remote {
             let mut cursor = 0u64;
             let (mut objects, mut bytes) = (0u64, 0u64);
             loop {
-                let (next, names): (u64, Vec<String>) = self.request("listing objects", |con| {
-                    redis::cmd("SCAN").arg(cursor).arg("MATCH").arg(&pattern).arg("COUNT").arg(1000).query(con)
-                })?;
+                let mut scan = redis::pipe();
+                scan.cmd("SCAN").arg(cursor).arg("MATCH").arg(&pattern).arg("COUNT").arg(1000);
+                let (next, names): (u64, Vec<String>) = self.query("listing objects", &scan)?.pop()?;
                 if !names.is_empty() {
                     let mut pipe = redis::pipe();
                     for name in &names {
                         pipe.cmd("STRLEN").arg(name);
                     }
-                    let lens: Vec<u64> = self.request("sizing objects", |con| pipe.query(con))?;
+                    let lens: Vec<u64> = self.query("sizing objects", &pipe)?;
                     objects += lens.iter().filter(|&&n| n > 0).count() as u64;
                     bytes += lens.iter().sum::<u64>();
                 }
@@ -687,8 +787,9 @@ impl Remote {
             out.kinds.push(KindStats { kind: kind.as_str().to_owned(), objects, bytes });
         }
         let name = format!("{}:stats-v1", self.shared.settings.namespace);
-        let totals: Vec<(String, u64)> =
-            self.request("reading counters", |con| redis::cmd("HGETALL").arg(&name).query(con))?;
+        let mut hgetall = redis::pipe();
+        hgetall.cmd("HGETALL").arg(&name);
+        let totals: Vec<(String, u64)> = self.query("reading counters", &hgetall)?.pop()?;
         let get = |f: &str| totals.iter().find(|(k, _)| k == f).map_or(0, |(_, v)| *v);
         let mut t = TierStats::default();
         for (field, slot) in stat_fields_mut(&mut t) {
@@ -699,6 +800,11 @@ impl Remote {
         out.runs = get("runs");
         Some(out)
     }
+}
+
+/// Each reply as a `T`: the first error reply, or the first of another type, is the error.
+fn convert<T: FromRedisValue>(replies: Vec<Value>) -> Result<Vec<T>, RedisError> {
+    replies.into_iter().map(|v| T::from_redis_value(v.extract_error()?).map_err(RedisError::from)).collect()
 }
 
 /// The integer counters by name, in the order of [`TierStats`].
@@ -759,10 +865,11 @@ pub struct ServerStats {
 }
 
 /// The heartbeat: every third of the lease time, renews the leases still held, on a
-/// connection of its own; stops when told or when a request fails (which turns the tier off).
+/// connection of its own, each renewal within one timeout; stops when told or when a request
+/// fails (which turns the tier off and ends the client's request in flight, ADR 0029).
 fn beat(shared: &Shared, stop: &mpsc::Receiver<()>) {
     let period = shared.settings.lease_ttl / 3;
-    let mut con: Option<Connection> = None;
+    let mut con: Option<Link> = None;
     loop {
         match stop.recv_timeout(period) {
             Err(RecvTimeoutError::Timeout) => {}
@@ -776,19 +883,14 @@ fn beat(shared: &Shared, stop: &mpsc::Receiver<()>) {
             continue;
         }
         add(&shared.counters.round_trips, 1);
+        let mut pipe = redis::pipe();
+        pipe.cmd("EVAL").arg(RENEW).arg(leases.len()).arg(&leases).arg(&shared.owner).arg(shared.ttl_ms());
         let renewed = match con.as_mut() {
             Some(c) => Ok(c),
             None => shared.connect().map(|c| con.insert(c)),
         }
-        .and_then(|c| {
-            redis::cmd("EVAL")
-                .arg(RENEW)
-                .arg(leases.len())
-                .arg(&leases)
-                .arg(&shared.owner)
-                .arg(shared.ttl_ms())
-                .query::<i64>(c)
-        });
+        .and_then(|c| c.exchange(&pipe, 0, shared.deadline(), shared.settings.timeout))
+        .and_then(|replies| convert::<i64>(replies).map_err(Failure::Reply));
         if let Err(e) = renewed {
             shared.trip("renewing leases", &e);
             return;

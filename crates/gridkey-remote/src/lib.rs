@@ -11,9 +11,12 @@
 //!
 //! Nothing downloaded is handed out before [`object::decode`] checked all of it (format,
 //! kind, key, length, checksum, size limit, signature policy): a bad object is a reported miss,
-//! never a hit. Correctness never depends on a lease: any object that checks is accepted. A
-//! server that is down, slow or dies costs at most one timeout per [`Remote`] (the tier is then
-//! off, with one warning); only a misconfiguration is an error, at [`Remote::connect`]. The
+//! never a hit. An object is fetched only after its size was asked and found within the limit,
+//! and no reply is read past the bytes its request asked for. Correctness never depends on a
+//! lease: any object that checks is accepted. A server that is down, slow, stalled, trickling,
+//! lying or not Redis, or that dies, costs at most one timeout per [`Remote`]: each request has
+//! one deadline, and the first that fails turns the tier off, with one warning, and ends the
+//! others in flight (ADR 0029); only a misconfiguration is an error, at [`Remote::connect`]. The
 //! crate reads no environment variable: it takes [`RemoteSettings`], parsed at the edge with the
 //! other settings (`gridkey_settings`).
 //!
@@ -44,6 +47,7 @@ use std::io;
 use std::path::PathBuf;
 
 mod client;
+mod link;
 pub mod object;
 mod tier;
 pub mod trust;

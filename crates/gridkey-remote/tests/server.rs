@@ -42,12 +42,12 @@ fn an_uploaded_object_is_a_hit_for_another_client_and_counted() {
     assert_eq!((s.hits, s.misses, s.fetches, s.bytes_in, s.errors), (1, 2, 1, len, 0));
     let s = writer.stats();
     assert_eq!((s.uploads, s.bytes_out), (1, len));
-    // Several keys: one round trip.
     let before = reader.stats().round_trips;
     let got = reader.get_many(TE, &[key(1), key(2), key(1)]);
     assert_eq!(got[1], Fetched::Absent);
     assert!(matches!(got[2], Fetched::Hit(_)));
-    assert_eq!(reader.stats().round_trips, before + 1);
+    // Several keys: one round trip for their sizes, one for the objects within the limit.
+    assert_eq!(reader.stats().round_trips, before + 2);
 }
 
 #[test]
@@ -386,4 +386,67 @@ fn counters_are_published_and_read_back_with_the_server_inventory() {
     assert_eq!((te.kind.as_str(), te.objects), ("translation entry", 1));
     assert_eq!(te.bytes as usize, object::HEADER_BYTES + 3 + object::CHECKSUM_BYTES);
     assert_eq!(server.kinds[1].objects, 1);
+}
+
+/// Bytes the server at `port` has sent to its clients (`INFO stats`, `total_net_output_bytes`).
+fn server_output_bytes(port: u16) -> u64 {
+    let info = String::from_utf8(raw(port, None, &[b"INFO", b"stats"])).unwrap();
+    let line = info.lines().find_map(|l| l.strip_prefix("total_net_output_bytes:")).expect("INFO stats");
+    line.trim().parse().unwrap()
+}
+
+#[test]
+fn oversize_objects_are_sized_and_never_sent() {
+    let Some(_) = common::shared_url("oversize_objects_are_sized_and_never_sent") else { return };
+    let Some(server) = PrivateRedis::start("oversize_objects_are_sized_and_never_sent", None) else { return };
+    let mut s = settings(&server.url(), "oversize", Role::Writer);
+    s.max_object_bytes = 1 << 20;
+    let roomy = connect(&gridkey_remote::RemoteSettings { max_object_bytes: 4 << 20, ..s.clone() });
+    let keys: Vec<[u8; 16]> = (50..58).map(key).collect();
+    for k in &keys {
+        assert!(matches!(roomy.put(KL, k, &vec![9u8; 2 << 20]), Stored::Uploaded(_)));
+    }
+    let small = connect(&s);
+    // The server is the witness of what the client held: what it sent is what was read.
+    let before = server_output_bytes(server.port);
+    let got = small.get_many(KL, &keys);
+    let sent = server_output_bytes(server.port) - before;
+    for g in &got {
+        assert!(matches!(g, Fetched::Rejected(Reject::TooLarge { max, .. }) if *max == 1 << 20), "{g:?}");
+    }
+    // Eight sizes and one INFO reply (a few kB), not eight objects of up to the limit (8 MiB).
+    assert!(sent < 64 << 10, "the server sent {sent} bytes for eight oversize objects");
+    assert_eq!(small.stats().bytes_in, 0);
+    assert!(small.is_on());
+}
+
+#[test]
+fn a_server_stopped_mid_run_costs_one_timeout_with_the_heartbeat_in_flight() {
+    let test = "a_server_stopped_mid_run_costs_one_timeout_with_the_heartbeat_in_flight";
+    let Some(_) = common::shared_url(test) else { return };
+    let Some(server) = PrivateRedis::start(test, None) else { return };
+    let s = settings(&server.url(), "stopped", Role::Writer);
+    let remote = connect(&s);
+    let keys: Vec<[u8; 16]> = (60..68).map(key).collect();
+    // Leases held: the heartbeat renews them every lease_ttl / 3 (200 ms).
+    assert_eq!(remote.claim(TE, &keys), vec![Claim::Won; 8]);
+    server.signal(libc::SIGSTOP);
+    let t = Instant::now();
+    // The heartbeat's renewal is in flight by now; the run's own requests meet the same stall.
+    std::thread::sleep(s.lease_ttl / 2);
+    let got = remote.get_many(TE, &keys);
+    assert!(got.iter().all(|g| *g == Fetched::Off), "{got:?}");
+    assert!(remote
+        .put_many(TE, &keys.iter().map(|k| (*k, b"x".as_slice())).collect::<Vec<_>>())
+        .iter()
+        .all(|st| *st == Stored::Off));
+    assert_eq!(remote.wait(TE, &keys), vec![Waited::Off; 8]);
+    let warning = remote.warning().unwrap();
+    let errors = remote.stats().errors;
+    drop(remote);
+    let elapsed = t.elapsed();
+    server.signal(libc::SIGCONT);
+    assert!(elapsed <= s.timeout * 3 / 2 + s.lease_ttl / 2, "the run took {elapsed:?} after the stop");
+    assert_eq!(errors, 1);
+    assert!(warning.contains("no complete reply within 0.5 s"), "{warning}");
 }

@@ -51,7 +51,7 @@ pub(crate) const REMOTE_VARIABLES: [Variable; 10] = [
         default: "unset: any object that checks",
     },
     Variable { name: ENV_REMOTE_CONNECT_TIMEOUT, meaning: "seconds to wait for a connection to the shared tier", default: "1" },
-    Variable { name: ENV_REMOTE_TIMEOUT, meaning: "seconds to wait for each reply of the shared tier", default: "2" },
+    Variable { name: ENV_REMOTE_TIMEOUT, meaning: "seconds a request of the shared tier may take, all its replies together (the heartbeat's too); the first request past it turns the tier off for the run", default: "2" },
     Variable { name: ENV_REMOTE_LEASE_TTL, meaning: "seconds a lease lives without its holder's heartbeat", default: "10" },
     Variable { name: ENV_REMOTE_LEASE_WAIT, meaning: "seconds at most to wait on another writer's lease", default: "60" },
     Variable {
@@ -84,7 +84,8 @@ pub struct RemoteSettings {
     pub trusted_keys: Option<PathBuf>,
     /// Time to wait for a connection.
     pub connect_timeout: Duration,
-    /// Time to wait for each reply.
+    /// Deadline of one request of the shared tier, from its start, for all its round trips and
+    /// replies together (ADR 0029).
     pub timeout: Duration,
     /// Time a lease lives without a heartbeat; the heartbeat renews it every third of it.
     pub lease_ttl: Duration,

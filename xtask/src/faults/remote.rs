@@ -19,6 +19,9 @@ use gridkey::RunReport;
 use gridkey_remote::trust::generate_signing_key;
 
 use super::{check_final_files, s, Matrix, Run, Seen};
+
+#[path = "remote_deadline.rs"]
+mod remote_deadline;
 use crate::redis_server::{ensure_installed, RedisServer};
 
 /// Reply timeout of the rows' clients, seconds.
@@ -500,7 +503,7 @@ pub(super) fn rows(m: &mut Matrix) -> Result<()> {
         let ok = n.run.code == Some(2) && n.run.stderr.contains("/nonexistent/trusted");
         Ok(Seen::new(ok, &[], format!("exit {:?}", n.run.code)))
     });
-    Ok(())
+    remote_deadline::rows(m, &mut sh, baseline)
 }
 
 impl Matrix {

@@ -1,0 +1,203 @@
+//! One deadline per request and per run (ADR 0029) against fake servers on loopback: one that
+//! stalls after the handshake, one that trickles a byte at a time, one that announces a 1 TiB
+//! reply, and an HTTP server. Each costs at most one reply timeout for a whole run of requests,
+//! then the tier is off with one warning that says what happened. These need no Redis server.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
+
+use gridkey_remote::{Claim, Fetched, Kind, Remote, RemoteSettings, Role, Stored, Waited};
+
+const TE: Kind = Kind::TranslationEntry;
+
+/// Reply timeout and connect timeout of these tests.
+const TIMEOUT: Duration = Duration::from_millis(1000);
+
+/// The run's bound: 1.5 timeouts for the requests plus the connect timeout, a correctness
+/// bound with a wide margin (the code under test needs one timeout).
+fn bound() -> Duration {
+    TIMEOUT * 3 / 2 + TIMEOUT
+}
+
+fn keys() -> Vec<[u8; 16]> {
+    (0..8u8).map(|n| [n; 16]).collect()
+}
+
+/// One command of a client, read off the wire: its words.
+fn command(r: &mut BufReader<TcpStream>) -> Option<Vec<Vec<u8>>> {
+    let mut line = String::new();
+    r.read_line(&mut line).ok()?;
+    let n: usize = line.trim().strip_prefix('*')?.parse().ok()?;
+    let mut words = Vec::with_capacity(n);
+    for _ in 0..n {
+        line.clear();
+        r.read_line(&mut line).ok()?;
+        let len: usize = line.trim().strip_prefix('$')?.parse().ok()?;
+        let mut word = vec![0u8; len + 2];
+        r.read_exact(&mut word).ok()?;
+        word.truncate(len);
+        words.push(word);
+    }
+    Some(words)
+}
+
+/// A fake server on a free loopback port: answers the handshake's `PING` with `+PONG`, then
+/// hands the connection to `after` with the first command that followed. Every connection
+/// is served the same way, on a thread of its own.
+fn fake(after: impl Fn(TcpStream, Vec<Vec<u8>>) + Send + Sync + 'static) -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let after = Arc::new(after);
+    std::thread::spawn(move || {
+        for stream in listener.incoming().map_while(Result::ok) {
+            let after = after.clone();
+            std::thread::spawn(move || {
+                let mut r = BufReader::new(stream.try_clone().unwrap());
+                let mut w = stream;
+                while let Some(words) = command(&mut r) {
+                    if words[0].eq_ignore_ascii_case(b"PING") {
+                        let _ = w.write_all(b"+PONG\r\n");
+                    } else {
+                        after(w, words);
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    port
+}
+
+fn settings(port: u16, role: Role) -> RemoteSettings {
+    let mut s = common::settings(&format!("redis://127.0.0.1:{port}/"), "deadline", role);
+    s.timeout = TIMEOUT;
+    s.connect_timeout = TIMEOUT;
+    s
+}
+
+/// Runs `f` on a thread and fails the test when it has not returned after `limit` (the code
+/// before ADR 0029 hangs on some of these servers; the test must fail, not hang).
+fn within<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(limit).unwrap_or_else(|_| panic!("still blocked after {limit:?}"))
+}
+
+/// A whole run of requests against the server at `port`: connect, look up, claim, wait,
+/// upload, look up again, drop. Returns the elapsed time, whether the tier was on after the
+/// connect, whether it is on at the end, the warning and the error count.
+fn run(port: u16) -> (Duration, Remote) {
+    within(Duration::from_secs(20), move || {
+        let t = Instant::now();
+        let remote = Remote::connect(&settings(port, Role::Writer)).expect("a fake server is not a misconfiguration");
+        let k = keys();
+        let first = remote.get_many(TE, &k);
+        assert!(first.iter().all(|f| *f == Fetched::Off), "{first:?}");
+        assert_eq!(remote.claim(TE, &k), vec![Claim::Off; 8]);
+        assert_eq!(remote.wait(TE, &k), vec![Waited::Off; 8]);
+        assert_eq!(remote.put(TE, &k[0], b"x"), Stored::Off);
+        assert_eq!(remote.get(TE, &k[1]), Fetched::Off);
+        (t.elapsed(), remote)
+    })
+}
+
+/// The checks every bad server gets: one timeout at most, the tier off, one error, and a
+/// warning with `says`.
+fn check(port: u16, says: &str) {
+    let (elapsed, remote) = run(port);
+    assert!(elapsed <= bound(), "the run took {elapsed:?}, over {:?}", bound());
+    assert!(!remote.is_on());
+    assert_eq!(remote.stats().errors, 1);
+    let warning = remote.warning().expect("one warning");
+    assert!(warning.contains(says), "{warning}");
+    assert!(warning.contains(&format!("127.0.0.1:{port}")), "{warning}");
+    assert!(warning.contains("off for the rest of this run"), "{warning}");
+    let t = Instant::now();
+    drop(remote);
+    assert!(t.elapsed() < Duration::from_millis(100), "dropping took {:?}", t.elapsed());
+}
+
+#[test]
+fn a_server_that_stalls_after_the_handshake_costs_one_timeout_per_run() {
+    let port = fake(|stream, _| {
+        // Reads what comes and never answers.
+        let mut r = stream;
+        let mut sink = [0u8; 4096];
+        while matches!(r.read(&mut sink), Ok(n) if n > 0) {}
+    });
+    check(port, "no complete reply within 1.0 s");
+}
+
+#[test]
+fn a_server_that_trickles_a_byte_every_300_ms_costs_one_timeout_per_run() {
+    let port = fake(|mut stream, _| {
+        // A reply that never ends, one byte at a time: each read gets a byte well within the
+        // reply timeout, so only a deadline for the whole request ends it.
+        let reply = b":1\r\n".repeat(1000);
+        for b in reply {
+            if stream.write_all(&[b]).is_err() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(300));
+        }
+    });
+    check(port, "no complete reply within 1.0 s");
+}
+
+#[test]
+fn a_server_that_announces_a_1_tib_reply_is_not_buffered() {
+    let sent = Arc::new(AtomicU64::new(0));
+    let counted = sent.clone();
+    let port = fake(move |mut stream, _| {
+        // Announces 1 TiB and sends as fast as the client reads, up to 256 MiB, then stalls.
+        let _ = stream.write_all(b"$1099511627776\r\n");
+        let chunk = vec![b'x'; 1 << 16];
+        for _ in 0..(256 << 20) / chunk.len() {
+            if stream.write_all(&chunk).is_err() {
+                return;
+            }
+            counted.fetch_add(chunk.len() as u64, Ordering::SeqCst);
+        }
+        std::thread::sleep(Duration::from_secs(30));
+    });
+    check(port, "larger than the 1048576 bytes this request allows");
+    // What the server could send before the client closed its socket: the client's reply
+    // bound plus what the kernel's socket buffers hold, far from the 256 MiB a client that
+    // believes the header reads.
+    let sent = sent.load(Ordering::SeqCst);
+    assert!(sent < 48 << 20, "the server sent {sent} bytes before the client hung up");
+}
+
+/// An HTTP server on the port: what it answers to anything.
+fn http_server() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for mut stream in listener.incoming().map_while(Result::ok) {
+            let mut buf = [0u8; 1024];
+            let _ = stream.read(&mut buf);
+            let _ = stream.write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+        }
+    });
+    port
+}
+
+#[test]
+fn an_http_server_on_the_port_turns_the_tier_off_and_says_what_answered() {
+    let port = http_server();
+    check(port, "answered `HTTP/1.1 400 Bad Request`, not Redis");
+    // With a password in the URL it is still not called a password problem.
+    let mut s = settings(port, Role::Writer);
+    s.url = format!("redis://:s3cret@127.0.0.1:{port}/");
+    let remote = within(Duration::from_secs(10), move || Remote::connect(&s)).expect("not a misconfiguration");
+    assert!(!remote.is_on());
+    let warning = remote.warning().unwrap();
+    assert!(warning.contains("not Redis") && !warning.contains("password") && !warning.contains("s3cret"), "{warning}");
+}
