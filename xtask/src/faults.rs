@@ -769,6 +769,7 @@ fn kind(e: &StoreError) -> &'static str {
         StoreError::Shape { .. } => "Shape",
         StoreError::Digest { .. } => "Digest",
         StoreError::Write { .. } => "Write",
+        StoreError::WriteTemp { .. } => "WriteTemp",
         StoreError::Directory { .. } => "Directory",
     }
 }

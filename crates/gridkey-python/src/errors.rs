@@ -6,6 +6,7 @@
 
 use std::path::Path;
 
+use gridkey_digest::Dtype;
 use gridkey_offsets::OffsetsError;
 use gridkey_store::StoreError;
 use pyo3::exceptions::PyRuntimeError;
@@ -33,6 +34,9 @@ pub enum Kind {
     DeviceCopy,
     /// `InternalError(GridkeyError, RuntimeError)`: a bug of gridkey, caught at the boundary.
     Internal,
+    /// `TableTooLargeError(GridkeyError, ValueError)`: a table larger than `max_table_bytes`
+    /// (made by [`too_large`], with its offset, size and limit).
+    TooLarge,
 }
 
 impl Kind {
@@ -46,6 +50,7 @@ impl Kind {
             Kind::Settings => "SettingsError",
             Kind::DeviceCopy => "DeviceCopyError",
             Kind::Internal => "InternalError",
+            Kind::TooLarge => "TableTooLargeError",
         }
     }
 }
@@ -77,6 +82,23 @@ fn construct(kind: Kind, message: String, errno: Option<i32>, path: Option<&Path
     })
 }
 
+/// `TableTooLargeError` for a table of `dtype` and `shape`, `size` bytes, over `limit` bytes
+/// (`max_table_bytes`), with `offset` (or `None`), `size` and `limit` as attributes.
+pub fn too_large(offset: Option<&str>, dtype: Dtype, shape: [usize; 2], size: u128, limit: u64) -> PyErr {
+    let at = offset.map(|o| format!("offset {o}: ")).unwrap_or_default();
+    let message = format!(
+        "{at}a {dtype} table of shape ({}, {}) is {size} bytes, more than the limit of {limit} bytes: pass a smaller table, or a larger max_table_bytes to gridkey.Settings (or table_digest)",
+        shape[0], shape[1]
+    );
+    Python::attach(|py| {
+        let made = class(py, Kind::TooLarge).and_then(|c| c.call1((message.clone(), offset, size, limit)));
+        match made {
+            Ok(instance) => PyErr::from_value(instance),
+            Err(e) => PyRuntimeError::new_err(format!("{message} (and gridkey.errors failed: {e})")),
+        }
+    })
+}
+
 /// `ENOENT`, the errno of a missing file (2 on Linux and macOS).
 const ENOENT: i32 = 2;
 
@@ -93,7 +115,10 @@ fn store_error_in(offset: Option<&str>, e: StoreError) -> PyErr {
     match &e {
         StoreError::Directory { path, source }
         | StoreError::Write { path, source, .. }
-        | StoreError::Read { path, source } => construct(Kind::Os, message, source.raw_os_error(), Some(path)),
+        | StoreError::Read { path, source }
+        | StoreError::WriteTemp { dir: path, source, .. } => {
+            construct(Kind::Os, message, source.raw_os_error(), Some(path))
+        }
         StoreError::NotAFile { path } => construct(Kind::Os, message, None, Some(path)),
         StoreError::Missing { path, .. } => construct(Kind::NotFound, message, Some(ENOENT), Some(path)),
         StoreError::Format { .. } | StoreError::Shape { .. } | StoreError::Digest { .. } => {

@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use gridkey_digest::{Dtype, TableDigest, TableHasher};
+use gridkey_digest::Dtype;
 use gridkey_offsets::{DimensionKind, OffsetsError};
 use gridkey_store::{StoreError, TableSpec};
 use pyo3::prelude::*;
@@ -23,8 +23,9 @@ use pyo3::types::{PyDict, PyMapping, PyWeakrefMethods, PyWeakrefReference};
 use crate::array::{table as as_table, Table};
 use crate::device::{offsets_copy_error, PyDeviceTable};
 use crate::errors::{error, guard, offsets_error, store_error, Kind};
+use crate::interrupt::{self, Cancel};
 use crate::raw::{Narrow, RawTable};
-use crate::store::{put_host_copy, store_raw, MappedTable, Mapping, TableStore};
+use crate::store::{check_size, put_host_copy, store_raw, MappedTable, Mapping, TableStore};
 use gridkey_offsets::TableSource;
 
 /// A named dimension: `Dimension("Cell")`, `Dimension("K", "vertical")`,
@@ -573,20 +574,6 @@ fn with_offset(py: Python<'_>, offset: &str, err: PyErr) -> PyErr {
     err
 }
 
-/// The digest the compile-time table of `raw` would have.
-fn compile_time_digest(raw: &RawTable<'_>, narrow: Narrow) -> TableDigest {
-    if narrow == Narrow::Keep || raw.dtype() == Dtype::I32 || !raw.fits_i32() {
-        return raw.digest();
-    }
-    let mut hasher = TableHasher::new(Dtype::I32, &raw.shape());
-    raw.write_le(Narrow::ToI32, &mut |b| {
-        hasher.update(b);
-        Ok(())
-    })
-    .expect("hashing does not fail");
-    hasher.finish().expect("every element was fed")
-}
-
 /// The memoised view of `conn` in `store`, if there is one that still holds (on a verifying
 /// store a host table's digest is recomputed: it may have changed in place).
 fn memo_hit(
@@ -603,7 +590,7 @@ fn memo_hit(
     if c.device.is_none() && store.verifies() {
         let host = crate::array::host_table(c.table.bind(py))?;
         let raw = host.raw()?;
-        let digest = py.detach(|| compile_time_digest(&raw, table_dtype.narrow()));
+        let digest = crate::store::digest_raw_interruptible(py, &raw, table_dtype.narrow())?;
         if digest != hit.get().inner.digest() {
             return Ok(None);
         }
@@ -638,18 +625,21 @@ fn convert(
     offset: &str,
     conn: &Bound<'_, Connectivity>,
     store: &gridkey_store::TableStore,
+    max_bytes: u64,
     table_dtype: TableDtype,
 ) -> PyResult<Py<CompileTimeConnectivity>> {
     if let Some(hit) = memo_hit(py, conn, store, table_dtype)? {
         return Ok(hit);
     }
     let c = conn.get();
+    let bytes = check_size(Some(offset), c.dtype, c.shape, max_bytes)?;
     let spec = match &c.device {
         None => {
             let host = crate::array::host_table(c.table.bind(py))?;
             let raw = host.raw()?;
             let narrow = table_dtype.narrow();
-            py.detach(|| store_raw(store, &raw, narrow)).map_err(|e| store_error_of(offset, e))?
+            interrupt::run(py, bytes, |cancel| store_raw(store, &raw, narrow, cancel))?
+                .map_err(|e| store_error_of(offset, e))?
         }
         Some(rust) => {
             HOST_COPIES.fetch_add(1, Ordering::SeqCst);
@@ -665,16 +655,19 @@ fn convert(
 /// about one synced write of all its bytes.
 const PARALLEL_PUTS: usize = 8;
 
-/// Stores `raws` with up to [`PARALLEL_PUTS`] at once; the results in the same order.
+/// Stores `raws` with up to [`PARALLEL_PUTS`] at once; the results in the same order. Every put
+/// stops once `cancel` is set.
 fn store_all(
     store: &gridkey_store::TableStore,
     raws: &[RawTable<'_>],
     narrow: Narrow,
+    cancel: &Cancel,
 ) -> Vec<Result<TableSpec, StoreError>> {
     let mut out = Vec::with_capacity(raws.len());
     for batch in raws.chunks(PARALLEL_PUTS) {
         std::thread::scope(|scope| {
-            let handles: Vec<_> = batch.iter().map(|raw| scope.spawn(move || store_raw(store, raw, narrow))).collect();
+            let handles: Vec<_> =
+                batch.iter().map(|raw| scope.spawn(move || store_raw(store, raw, narrow, cancel))).collect();
             for h in handles {
                 out.push(h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)));
             }
@@ -696,7 +689,8 @@ pub fn compile_time_connectivity(
     table_dtype: &str,
     offset: &str,
 ) -> PyResult<Py<CompileTimeConnectivity>> {
-    guard(|| convert(py, offset, connectivity, store.get().inner(), TableDtype::parse(table_dtype)?))
+    let store = store.get();
+    guard(|| convert(py, offset, connectivity, store.inner(), store.max_bytes(), TableDtype::parse(table_dtype)?))
 }
 
 /// The compile-time view of an offset provider: a new dict with every entry of `provider` (a
@@ -708,10 +702,15 @@ pub fn compile_time_connectivity(
 /// table is copied to the host once. `table_dtype="canonical"` stores int64 tables whose indices
 /// fit as int32 (gridkey's canonical tables, ADR 0006); `"runtime"` keeps the runtime dtype. The
 /// GIL is released while tables are hashed and written; the tables of one provider are stored
-/// several at once, so that their writes and syncs overlap.
+/// several at once, so that their writes and syncs overlap. Each stored file holds the bytes its
+/// digest (the view's `digest`) was computed from, whatever another thread writes into the
+/// runtime tables meanwhile (ADR 0035), and Ctrl-C stops the conversion within a fraction of a
+/// second, leaving no file under a final name.
 ///
-/// Errors: `TableTypeError` for an entry that is neither; the store's errors (`GridkeyOSError`,
-/// `TableFileError`), naming the offset; `DeviceCopyError`.
+/// Errors: `TableTypeError` for an entry that is neither; `TableTooLargeError` for a table of
+/// more than the store's `max_table_bytes`, before any table is read; the store's errors
+/// (`GridkeyOSError`, `TableFileError`), naming the offset; `DeviceCopyError`;
+/// `KeyboardInterrupt`.
 #[pyfunction]
 #[pyo3(signature = (provider, store, *, table_dtype = "canonical"))]
 pub fn compile_time_offset_provider<'py>(
@@ -725,6 +724,7 @@ pub fn compile_time_offset_provider<'py>(
         let provider = provider.cast::<PyMapping>().map_err(|_| {
             error(Kind::Type, "an offset provider is a mapping of offset names to connectivities and dimensions")
         })?;
+        let max_bytes = store.get().max_bytes();
         let store = store.get().inner();
         // Memo hits and device tables first, in order; host tables that need storing are then
         // stored together (their syncs overlap), without the GIL.
@@ -732,6 +732,7 @@ pub fn compile_time_offset_provider<'py>(
         let mut pending: Vec<(usize, Bound<'py, Connectivity>, crate::array::HostTable<'py>)> = Vec::new();
         // A connectivity under two names is stored once: (slot, its first slot).
         let mut aliases: Vec<(usize, usize)> = Vec::new();
+        let mut pending_bytes = 0usize;
         for item in provider.items()?.iter() {
             let (name, entry): (String, Bound<'py, PyAny>) = item.extract()?;
             if let Ok(conn) = entry.cast::<Connectivity>() {
@@ -741,11 +742,13 @@ pub fn compile_time_offset_provider<'py>(
                 } else if let Some(hit) = memo_hit(py, conn, store, table_dtype)? {
                     slots.push((name, Some(hit.into_bound(py).into_any())));
                 } else if conn.get().device.is_none() {
-                    let host = crate::array::host_table(conn.get().table.bind(py))?;
+                    let c = conn.get();
+                    pending_bytes = pending_bytes.saturating_add(check_size(Some(&name), c.dtype, c.shape, max_bytes)?);
+                    let host = crate::array::host_table(c.table.bind(py))?;
                     pending.push((slots.len(), conn.clone(), host));
                     slots.push((name, None));
                 } else {
-                    let ct = convert(py, &name, conn, store, table_dtype)?;
+                    let ct = convert(py, &name, conn, store, max_bytes, table_dtype)?;
                     slots.push((name, Some(ct.into_bound(py).into_any())));
                 }
             } else if entry.cast::<Dimension>().is_ok() || entry.cast::<CompileTimeConnectivity>().is_ok() {
@@ -762,7 +765,7 @@ pub fn compile_time_offset_provider<'py>(
         }
         let raws = pending.iter().map(|(_, _, host)| host.raw()).collect::<PyResult<Vec<_>>>()?;
         let narrow = table_dtype.narrow();
-        let specs = py.detach(|| store_all(store, &raws, narrow));
+        let specs = interrupt::run(py, pending_bytes, |cancel| store_all(store, &raws, narrow, cancel))?;
         for ((slot, conn, _), spec) in pending.iter().zip(specs) {
             let name = slots[*slot].0.clone();
             let spec = spec.map_err(|e| store_error_of(&name, e))?;

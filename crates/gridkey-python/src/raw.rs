@@ -8,9 +8,13 @@ use std::io;
 
 use gridkey_digest::{
     digest_raw, transpose_blocks, ByteOrder, Dtype, MemoryOrder, TableDigest, TableElement, TableHasher, BUFFER_BYTES,
+    PREFETCH_MIN_BYTES,
 };
 use gridkey_offsets::IndexTable;
+use gridkey_store::TableBytes;
 use ndarray::ArrayView2;
+
+use crate::interrupt::{Cancel, CHECK_BYTES, INLINE_BYTES};
 
 /// A borrowed 2-D table of `dtype` elements in `order` byte order at arbitrary byte strides.
 #[derive(Clone, Copy, Debug)]
@@ -127,14 +131,21 @@ impl<'a> RawTable<'a> {
         hasher.finish().expect("every element was fed")
     }
 
-    /// Whether every element fits in int32 (always, for an int32 table).
-    pub fn fits_i32(&self) -> bool {
+    /// Whether every element fits in int32 (always, for an int32 table); false as soon as
+    /// `cancel` is set (looked at every [`CHECK_BYTES`] read).
+    pub fn fits_i32(&self, cancel: &Cancel) -> bool {
         match self.dtype {
             Dtype::I32 => true,
             Dtype::I64 => {
                 let mut fits = true;
+                let mut read = 0;
                 self.for_each_row(|row| {
                     fits &= row.iter().all(|&x| i32::try_from(x).is_ok());
+                    read += row.len() * 8;
+                    if read >= CHECK_BYTES {
+                        read = 0;
+                        fits &= !cancel.is_set();
+                    }
                     fits
                 });
                 fits
@@ -142,12 +153,43 @@ impl<'a> RawTable<'a> {
         }
     }
 
+    /// [`Self::digest`], looking at `cancel` every [`CHECK_BYTES`]; `None` once it is set.
+    /// A table of fewer than [`INLINE_BYTES`] is hashed as by [`Self::digest`].
+    pub fn digest_checked(&self, narrow: Narrow, cancel: &Cancel) -> Option<TableDigest> {
+        let narrowed = narrow == Narrow::ToI32 && self.dtype == Dtype::I64 && self.fits_i32(cancel);
+        if !narrowed && self.data_len() < INLINE_BYTES {
+            return Some(self.digest());
+        }
+        let dtype = if narrowed { Dtype::I32 } else { self.dtype };
+        let mut hasher = TableHasher::new(dtype, &self.shape);
+        if let (false, Some(bytes)) = (narrowed, self.c_little_bytes()) {
+            // Pieces large enough for the hasher's prefetching (memory speed), a few
+            // milliseconds each.
+            for piece in bytes.chunks(PREFETCH_MIN_BYTES) {
+                if cancel.is_set() {
+                    return None;
+                }
+                hasher.update(piece);
+            }
+            return hasher.finish();
+        }
+        let source = Source { raw: self, narrow: if narrowed { Narrow::ToI32 } else { Narrow::Keep }, cancel };
+        source
+            .feed(&mut |b| {
+                hasher.update(b);
+                Ok(())
+            })
+            .ok()?;
+        hasher.finish()
+    }
+
     /// Feeds the table to `sink` in C order, each element little-endian, as `dtype` itself
     /// ([`Narrow::Keep`]) or narrowed to int32 ([`Narrow::ToI32`], only for a table whose
     /// elements all fit, see [`Self::fits_i32`]). Bytes in place where the layout allows it,
     /// else through a buffer of `BUFFER_BYTES`.
     ///
-    /// Errors: those of `sink`.
+    /// Errors: those of `sink`; `InvalidData` ([`DOES_NOT_FIT`]) when narrowing meets an
+    /// element that does not fit.
     pub fn write_le(&self, narrow: Narrow, sink: &mut dyn FnMut(&[u8]) -> io::Result<()>) -> io::Result<()> {
         let keep = narrow == Narrow::Keep || self.dtype == Dtype::I32;
         if keep {
@@ -181,8 +223,13 @@ impl<'a> RawTable<'a> {
                 if keep && self.dtype == Dtype::I64 {
                     buf[used..used + 8].copy_from_slice(&x.to_le_bytes());
                 } else {
-                    // int32 tables, and int64 ones whose elements fit (checked by the caller).
-                    buf[used..used + 4].copy_from_slice(&(x as i32).to_le_bytes());
+                    // int32 tables, and int64 ones whose elements fit (checked by the caller,
+                    // but another thread may have written since: never truncated).
+                    let Ok(x) = i32::try_from(x) else {
+                        result = Err(io::Error::new(io::ErrorKind::InvalidData, DOES_NOT_FIT));
+                        return false;
+                    };
+                    buf[used..used + 4].copy_from_slice(&x.to_le_bytes());
                 }
                 used += out_size;
                 if used == buf.len() {
@@ -221,6 +268,33 @@ impl<'a> RawTable<'a> {
                 return;
             }
         }
+    }
+}
+
+/// The message of the error [`RawTable::write_le`] returns when an element no longer fits as
+/// int32 while a table is narrowed (another thread wrote it after [`RawTable::fits_i32`]).
+pub const DOES_NOT_FIT: &str = "an element does not fit as int32 (the table changed while it was read)";
+
+/// A [`RawTable`] as the store reads it: its C-order little-endian bytes as `narrow` says, in
+/// pieces of at most [`CHECK_BYTES`], stopped by `cancel` (ADR 0035).
+pub struct Source<'t, 'a> {
+    /// The table.
+    pub raw: &'t RawTable<'a>,
+    /// Its own dtype or int32 (see [`RawTable::write_le`]).
+    pub narrow: Narrow,
+    /// Looked at before every piece.
+    pub cancel: &'t Cancel,
+}
+
+impl TableBytes for Source<'_, '_> {
+    fn feed(&self, sink: &mut dyn FnMut(&[u8]) -> io::Result<()>) -> io::Result<()> {
+        self.raw.write_le(self.narrow, &mut |bytes| {
+            for piece in bytes.chunks(CHECK_BYTES) {
+                self.cancel.check()?;
+                sink(piece)?;
+            }
+            Ok(())
+        })
     }
 }
 

@@ -21,13 +21,20 @@ use crate::errors::{error, guard, Kind};
 #[pyclass(module = "gridkey", frozen)]
 pub struct Settings {
     inner: gridkey_settings::Settings,
+    max_table_bytes: u64,
 }
+
+/// The default of `max_table_bytes`: 2**40 bytes (1 TiB) of table elements, more than any
+/// neighbour table of a real grid (an R2B11 cell table is about 1.6 GB in int64) and less than
+/// a `numpy.lib.stride_tricks.as_strided` table of a huge virtual shape, which would be hashed
+/// for hours (ADR 0035).
+pub const DEFAULT_MAX_TABLE_BYTES: u64 = 1 << 40;
 
 impl Settings {
     /// Parses the settings from `lookup` (variable name to value): `Settings::from_vars`.
-    fn from_vars(lookup: impl Fn(&str) -> Option<String>) -> PyResult<Self> {
+    fn from_vars(lookup: impl Fn(&str) -> Option<String>, max_table_bytes: u64) -> PyResult<Self> {
         gridkey_settings::Settings::from_vars(lookup)
-            .map(|inner| Self { inner })
+            .map(|inner| Self { inner, max_table_bytes })
             .map_err(|e| error(Kind::Settings, e.to_string()))
     }
 
@@ -35,10 +42,15 @@ impl Settings {
     /// one reader of the environment.
     pub fn from_environ(py: Python<'_>) -> PyResult<Self> {
         let environ = py.import("os")?.getattr("environ")?;
-        Self::from_mapping(&environ)
+        Self::from_mapping(&environ, DEFAULT_MAX_TABLE_BYTES)
     }
 
-    fn from_mapping(mapping: &Bound<'_, PyAny>) -> PyResult<Self> {
+    /// The largest table, in bytes, that is hashed or stored.
+    pub fn max_table_bytes(&self) -> u64 {
+        self.max_table_bytes
+    }
+
+    fn from_mapping(mapping: &Bound<'_, PyAny>, max_table_bytes: u64) -> PyResult<Self> {
         let mapping = mapping
             .cast::<PyMapping>()
             .map_err(|_| error(Kind::Type, "settings come from a mapping of variable names to values"))?;
@@ -47,7 +59,7 @@ impl Settings {
             let (name, value): (String, String) = item.extract()?;
             vars.insert(name, value);
         }
-        Self::from_vars(|k| vars.get(k).cloned())
+        Self::from_vars(|k| vars.get(k).cloned(), max_table_bytes)
     }
 
     /// The cache directory.
@@ -63,18 +75,32 @@ impl Settings {
 
 #[pymethods]
 impl Settings {
-    /// The settings of the environment (`os.environ`), read now.
+    /// The settings of the environment (`os.environ`), read now. `max_table_bytes` (bytes of
+    /// table elements, default `DEFAULT_MAX_TABLE_BYTES`, 2**40) is the largest table hashed or
+    /// stored through a store of these settings: a larger one is refused before it is read
+    /// (ADR 0035). It is an argument, not a variable: a program states its own limit.
     #[new]
-    fn new(py: Python<'_>) -> PyResult<Self> {
-        guard(|| Self::from_environ(py))
+    #[pyo3(signature = (*, max_table_bytes = DEFAULT_MAX_TABLE_BYTES))]
+    fn new(py: Python<'_>, max_table_bytes: u64) -> PyResult<Self> {
+        guard(|| {
+            let environ = py.import("os")?.getattr("environ")?;
+            Self::from_mapping(&environ, max_table_bytes)
+        })
     }
 
     /// The settings of `vars`, a mapping of environment variable names to values (pure: the
-    /// environment is not read).
+    /// environment is not read), and `max_table_bytes` as for `Settings()`.
     #[staticmethod]
-    #[pyo3(name = "from_vars")]
-    fn py_from_vars(vars: &Bound<'_, PyAny>) -> PyResult<Self> {
-        guard(|| Self::from_mapping(vars))
+    #[pyo3(name = "from_vars", signature = (vars, *, max_table_bytes = DEFAULT_MAX_TABLE_BYTES))]
+    fn py_from_vars(vars: &Bound<'_, PyAny>, max_table_bytes: u64) -> PyResult<Self> {
+        guard(|| Self::from_mapping(vars, max_table_bytes))
+    }
+
+    /// The largest table, in bytes of its elements in C order (rows x max_neighbours x
+    /// itemsize of its own dtype), that is hashed or stored; default 2**40.
+    #[getter(max_table_bytes)]
+    fn py_max_table_bytes(&self) -> u64 {
+        self.max_table_bytes
     }
 
     /// The cache directory (`GRIDKEY_CACHE_DIR`, default `.gridkey_cache`).
@@ -122,13 +148,14 @@ impl Settings {
 
     fn __repr__(&self) -> String {
         format!(
-            "Settings(cache_dir={:?}, verify_tables={}, verify_cache_hits={}, build_jobs_mode={:?}, build_jobs={}, build_timeout={})",
+            "Settings(cache_dir={:?}, verify_tables={}, verify_cache_hits={}, build_jobs_mode={:?}, build_jobs={}, build_timeout={}, max_table_bytes={})",
             self.inner.cache_dir,
             if self.inner.verify_tables { "True" } else { "False" },
             if self.inner.verify_cache_hits { "True" } else { "False" },
             self.build_jobs_mode(),
             self.inner.build_jobs.jobs,
-            self.build_timeout().map_or_else(|| "None".to_owned(), |t| t.to_string())
+            self.build_timeout().map_or_else(|| "None".to_owned(), |t| t.to_string()),
+            self.max_table_bytes
         )
     }
 }

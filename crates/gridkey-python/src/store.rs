@@ -2,57 +2,61 @@
 //! gridkey-store, with tables put from NumPy memory and opened as read-only NumPy arrays over
 //! the memory map (ADR 0002).
 
-use std::io::Write;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use gridkey_digest::{Dtype, TableDigest, TableHasher};
+use gridkey_digest::{Dtype, TableDigest};
 use gridkey_store::{StoreError, TableSpec};
 use pyo3::prelude::*;
 
 use crate::array::{dtype_arg, readonly_array, table, Table};
 use crate::device::{copy_error, PyDeviceTable};
-use crate::errors::{error, guard, store_error, Kind};
-use crate::raw::{Narrow, RawTable};
+use crate::errors::{error, guard, store_error, too_large, Kind};
+use crate::interrupt::{self, Cancel};
+use crate::raw::{Narrow, RawTable, Source, DOES_NOT_FIT};
 use crate::settings::Settings;
 use gridkey_offsets::TableSource;
 
 /// Stores `raw` (as its own dtype, or with [`Narrow::ToI32`] an int64 table whose elements all
-/// fit as int32, ADR 0006) and returns its spec. A C-contiguous little-endian table goes through
-/// `TableStore::put_slice`: a large new one is hashed on another thread while its bytes are written
-/// (ADR 0011), one stored before is hashed and compared with its file in one pass (ADR 0027); any other layout is
-/// hashed in C order through a bounded buffer, then written the same way. Call without the GIL.
+/// fit as int32, ADR 0006) and returns its spec, through `TableStore::put_blocks`: every block
+/// of the table is copied once and hashed and written from the copy, so the stored file holds
+/// the bytes its name is the digest of even while another thread writes the array (ADR 0035);
+/// a table stored before is found and compared as ADR 0027 says. An int64 table that stops
+/// fitting while it is narrowed is stored at its own width. Stops, removing its temp file,
+/// once `cancel` is set. Call without the GIL.
 ///
-/// Errors: those of the store.
+/// Errors: those of the store; a [`StoreError::WriteTemp`] whose source is
+/// `interrupt::interrupted()` once `cancel` is set.
 pub fn store_raw(
     store: &gridkey_store::TableStore,
     raw: &RawTable<'_>,
     narrow: Narrow,
+    cancel: &Cancel,
 ) -> Result<TableSpec, StoreError> {
-    let narrowed = narrow == Narrow::ToI32 && raw.dtype() == Dtype::I64 && raw.fits_i32();
-    let dtype = if narrowed { Dtype::I32 } else { raw.dtype() };
     let shape = raw.shape();
-    if !narrowed {
-        if let Some(bytes) = raw.c_little_bytes() {
-            let (spec, _) = store.put_slice(dtype, shape, bytes, || raw.digest())?;
-            return Ok(spec);
+    if narrow == Narrow::ToI32 && raw.dtype() == Dtype::I64 && raw.fits_i32(cancel) {
+        let source = Source { raw, narrow: Narrow::ToI32, cancel };
+        match store.put_blocks(Dtype::I32, shape, &source) {
+            // Written since it was checked: kept at its own width (the digest is of what is stored).
+            Err(StoreError::WriteTemp { source, .. })
+                if source.kind() == std::io::ErrorKind::InvalidData && source.to_string() == DOES_NOT_FIT => {}
+            other => return other.map(|(spec, _)| spec),
         }
     }
-    let digest = if narrowed {
-        let mut hasher = TableHasher::new(dtype, &shape);
-        raw.write_le(Narrow::ToI32, &mut |b| {
-            hasher.update(b);
-            Ok(())
-        })
-        .expect("hashing does not fail");
-        hasher.finish().expect("every element was fed")
-    } else {
-        raw.digest()
-    };
-    let spec = TableSpec { digest, dtype, shape };
-    let mode = if narrowed { Narrow::ToI32 } else { Narrow::Keep };
-    store.put_with(&spec, |out: &mut dyn Write| raw.write_le(mode, &mut |b| out.write_all(b)))?;
-    Ok(spec)
+    let source = Source { raw, narrow: Narrow::Keep, cancel };
+    store.put_blocks(raw.dtype(), shape, &source).map(|(spec, _)| spec)
+}
+
+/// The size in bytes of a table of `dtype` and `shape` (its elements in C order, as the digest
+/// reads them), when it is at most `max_bytes`.
+///
+/// Errors: `TableTooLargeError` naming `offset` (when given), the size and the limit.
+pub fn check_size(offset: Option<&str>, dtype: Dtype, shape: [usize; 2], max_bytes: u64) -> PyResult<usize> {
+    let size = shape[0] as u128 * shape[1] as u128 * dtype.itemsize() as u128;
+    match usize::try_from(size) {
+        Ok(bytes) if size <= u128::from(max_bytes) => Ok(bytes),
+        _ => Err(too_large(offset, dtype, shape, size, max_bytes)),
+    }
 }
 
 /// The spec of a table given by its digest text, dtype-like and shape.
@@ -196,6 +200,7 @@ impl MappedTable {
 #[pyclass(module = "gridkey", frozen)]
 pub struct TableStore {
     inner: gridkey_store::TableStore,
+    max_table_bytes: u64,
 }
 
 impl TableStore {
@@ -203,13 +208,19 @@ impl TableStore {
     pub fn inner(&self) -> &gridkey_store::TableStore {
         &self.inner
     }
+
+    /// The largest table, in bytes, that is hashed or stored through this store.
+    pub fn max_bytes(&self) -> u64 {
+        self.max_table_bytes
+    }
 }
 
 #[pymethods]
 impl TableStore {
     /// Opens (creating it if needed) the store of `cache_dir`, by default the settings' cache
     /// directory (`GRIDKEY_CACHE_DIR`, else `.gridkey_cache`). Every open recomputes the digest
-    /// when the settings say so (`GRIDKEY_VERIFY_TABLES`). `settings` defaults to
+    /// when the settings say so (`GRIDKEY_VERIFY_TABLES`); a table larger than their
+    /// `max_table_bytes` is refused before it is read. `settings` defaults to
     /// `gridkey.Settings()`, read from the environment once, here.
     #[new]
     #[pyo3(signature = (cache_dir = None, *, settings = None))]
@@ -222,8 +233,9 @@ impl TableStore {
             let settings = settings.get();
             let dir = cache_dir.unwrap_or_else(|| settings.cache_dir().to_path_buf());
             let verify = settings.verify_tables();
+            let max_table_bytes = settings.max_table_bytes();
             let inner = py.detach(|| gridkey_store::TableStore::open(&dir)).map_err(store_error)?.verifying(verify);
-            Ok(Self { inner })
+            Ok(Self { inner, max_table_bytes })
         })
     }
 
@@ -239,17 +251,29 @@ impl TableStore {
         self.inner.verifies()
     }
 
+    /// The largest table, in bytes of its elements, that `put` and the conversions through
+    /// this store read (`max_table_bytes` of its settings).
+    #[getter]
+    fn max_table_bytes(&self) -> u64 {
+        self.max_table_bytes
+    }
+
     /// Stores `table` (a 2-D int32 or int64 array of any layout, see `table_digest`) with its
     /// own dtype, in C order, little-endian, and returns its digest (the same as
-    /// `table_digest(table)`). A file already under that name is kept only when its bytes are
-    /// the table's (else it is replaced). The GIL is released while the table is hashed and
-    /// written; a device table is copied to the host once.
+    /// `table_digest(table)` while nothing writes it). A file already under that name is kept
+    /// only when its bytes are the table's (else it is replaced). Each block of the table is
+    /// copied once and hashed and written from the copy, so the file's bytes are those its name
+    /// is the digest of, even while another thread writes the array (ADR 0035). The GIL is
+    /// released while the table is hashed and written, and Ctrl-C stops it within a fraction of
+    /// a second (`KeyboardInterrupt`, the temp file removed); a device table is copied to the
+    /// host once.
     ///
-    /// Errors: `TableTypeError`, `TableValueError` for a bad table; `GridkeyOSError` when the
-    /// file cannot be written (nothing is left behind); `DeviceCopyError`.
+    /// Errors: `TableTypeError`, `TableValueError` for a bad table; `TableTooLargeError` for a
+    /// table of more than `max_table_bytes`, before it is read; `GridkeyOSError` when the file
+    /// cannot be written (nothing is left behind); `DeviceCopyError`; `KeyboardInterrupt`.
     fn put(&self, py: Python<'_>, table: &Bound<'_, PyAny>) -> PyResult<String> {
         guard(|| {
-            let spec = put_table(py, &self.inner, table, Narrow::Keep)?;
+            let spec = put_table(py, &self.inner, self.max_table_bytes, table, Narrow::Keep)?;
             Ok(spec.digest.to_hex())
         })
     }
@@ -292,26 +316,34 @@ impl TableStore {
     }
 }
 
-/// Stores the table `obj` (host or device) into `store` with the GIL released.
+/// Stores the table `obj` (host or device) into `store` with the GIL released, answering
+/// Ctrl-C ([`interrupt::run`]); a table of more than `max_bytes` is refused before it is read.
+///
+/// Errors: as `TableStore.put`.
 pub fn put_table(
     py: Python<'_>,
     store: &gridkey_store::TableStore,
+    max_bytes: u64,
     obj: &Bound<'_, PyAny>,
     narrow: Narrow,
 ) -> PyResult<TableSpec> {
     match table(obj)? {
         Table::Host(host) => {
+            let bytes = check_size(None, host.dtype(), host.shape(), max_bytes)?;
             let raw = host.raw()?;
-            py.detach(|| store_raw(store, &raw, narrow)).map_err(store_error)
+            interrupt::run(py, bytes, |cancel| store_raw(store, &raw, narrow, cancel))?.map_err(store_error)
         }
         Table::Device { dtype, shape } => {
+            check_size(None, dtype, shape, max_bytes)?;
             let host = copy_device(py, obj, dtype, shape)?;
             put_host_copy(py, store, &host, narrow)
         }
     }
 }
 
-/// Stores a host copy of a device table, with the GIL released.
+/// Stores a host copy of a device table, with the GIL released, answering Ctrl-C.
+///
+/// Errors: as `TableStore.put`.
 pub fn put_host_copy(
     py: Python<'_>,
     store: &gridkey_store::TableStore,
@@ -319,7 +351,7 @@ pub fn put_host_copy(
     narrow: Narrow,
 ) -> PyResult<TableSpec> {
     let raw = crate::raw::of_index_table(host).map_err(|e| error(Kind::Internal, e.0))?;
-    py.detach(|| store_raw(store, &raw, narrow)).map_err(store_error)
+    interrupt::run(py, raw.data_len(), |cancel| store_raw(store, &raw, narrow, cancel))?.map_err(store_error)
 }
 
 /// One host copy of the device table `obj` (dtype and shape from its metadata), through its
@@ -334,17 +366,30 @@ fn copy_device(
     py.detach(|| source.copy_to_host()).map_err(copy_error)
 }
 
+/// The digest of `raw` with the GIL released, answering Ctrl-C.
+///
+/// Errors: the exception of a signal handler (`KeyboardInterrupt`).
+pub fn digest_raw_interruptible(py: Python<'_>, raw: &RawTable<'_>, narrow: Narrow) -> PyResult<TableDigest> {
+    let digest = interrupt::run(py, raw.data_len(), |cancel| raw.digest_checked(narrow, cancel))?;
+    // `None` only once the flag is set, and then `run` returned the signal's exception.
+    digest.ok_or_else(|| error(Kind::Internal, "a digest stopped without a signal"))
+}
+
 /// `gridkey.table_digest`: see the Python documentation in `lib.rs`.
-pub fn digest_object(py: Python<'_>, obj: &Bound<'_, PyAny>) -> PyResult<TableDigest> {
+///
+/// Errors: as `table_digest`.
+pub fn digest_object(py: Python<'_>, obj: &Bound<'_, PyAny>, max_bytes: u64) -> PyResult<TableDigest> {
     match table(obj)? {
         Table::Host(host) => {
+            check_size(None, host.dtype(), host.shape(), max_bytes)?;
             let raw = host.raw()?;
-            Ok(py.detach(|| raw.digest()))
+            digest_raw_interruptible(py, &raw, Narrow::Keep)
         }
         Table::Device { dtype, shape } => {
+            check_size(None, dtype, shape, max_bytes)?;
             let host = copy_device(py, obj, dtype, shape)?;
             let raw = crate::raw::of_index_table(&host).map_err(|e| error(Kind::Internal, e.0))?;
-            Ok(py.detach(|| raw.digest()))
+            digest_raw_interruptible(py, &raw, Narrow::Keep)
         }
     }
 }

@@ -137,6 +137,20 @@ pub enum StoreError {
         /// The shape in the header.
         found: [usize; 2],
     },
+    /// Writing a table to a temp file in the store failed before its digest was known (full disk,
+    /// permissions, or its source stopped the read, [`TableStore::put_blocks`]); nothing was left
+    /// behind.
+    #[error("cannot write a {dtype} table of shape {shape:?} to a temp file in {dir}: {source}; {}, nothing was left behind", write_advice(.source))]
+    WriteTemp {
+        /// The store directory the temp file was in.
+        dir: PathBuf,
+        /// The element type of the table.
+        dtype: Dtype,
+        /// The shape of the table.
+        shape: [usize; 2],
+        /// The I/O error (of the file, or the one the source returned).
+        source: io::Error,
+    },
     /// A verifying open recomputed a digest different from the file's name.
     #[error("table file {path} has digest {found}, not the {expected} its name says (modified after it was stored); delete it so it is rebuilt")]
     Digest {
@@ -435,10 +449,15 @@ impl TableStore {
     /// first [`CANDIDATE_PROBE_BYTES`] of element data are those of `data`, mapped by its name
     /// with the checked open. A guess only: the caller compares every byte and the name.
     fn candidate(&self, dtype: Dtype, shape: [usize; 2], data: &[u8]) -> Option<MappedTable> {
+        self.candidate_of(dtype, shape, data.len(), &data[..data.len().min(CANDIDATE_PROBE_BYTES)])
+    }
+
+    /// [`Self::candidate`] for a table of `len` bytes of element data whose first bytes are
+    /// `probe` (all of them, or the first [`CANDIDATE_PROBE_BYTES`]).
+    fn candidate_of(&self, dtype: Dtype, shape: [usize; 2], len: usize, probe: &[u8]) -> Option<MappedTable> {
         use std::io::Read as _;
         let header_len = npy_header(&TableSpec { digest: TableDigest::from_bytes([0; 16]), dtype, shape }).ok()?.len();
-        let file_len = (header_len + data.len()) as u64;
-        let probe = &data[..data.len().min(CANDIDATE_PROBE_BYTES)];
+        let file_len = (header_len + len) as u64;
         let mut head = vec![0u8; header_len + probe.len()];
         for shard in fs::read_dir(&self.dir).ok()?.flatten() {
             let Ok(files) = fs::read_dir(shard.path()) else { continue };
@@ -540,6 +559,143 @@ impl TableStore {
         }
     }
 
+    /// Stores the table of `dtype` and `shape` whose C-order little-endian element bytes `source`
+    /// feeds, and returns its spec and final path. Every block of the source is copied once into
+    /// a buffer of [`BLOCK_BYTES`] and hashed and written (or compared) from that buffer, so the
+    /// file under the name holds exactly the bytes the name was computed from, whatever another
+    /// thread writes into the source's memory meanwhile (ADR 0035); streaming, never a copy of
+    /// the whole table (ADR 0016).
+    ///
+    /// A table stored before is found as by [`Self::put_slice`] (ADR 0027): a table of less
+    /// than [`CANDIDATE_MIN_BYTES`] by its digest, a larger one by its size and first bytes; the
+    /// found file is kept when a pass that hashes each copied block and compares it with the
+    /// file finds every byte equal and the digest equal to the file's name (on a store
+    /// [`Self::checked_by_readers`], when the digest is its name, ADR 0028). Anything else is
+    /// written to a temp file in the store, hashed as written, and renamed to the digest of
+    /// those bytes, replacing whatever was under that name. The source is read once for a new
+    /// table, twice for one stored before.
+    ///
+    /// The source may stop the read by returning an error from [`TableBytes::feed`] (the
+    /// Python package does when Ctrl-C is pressed): the temp file is removed and that error is
+    /// the `source` of the [`StoreError::WriteTemp`] returned.
+    ///
+    /// Errors: [`StoreError::WriteTemp`] (the temp file could not be written, the source
+    /// failed, or it fed another number of bytes than `shape` and `dtype` need),
+    /// [`StoreError::Write`] (the rename, naming the final path); on error no file is left
+    /// behind.
+    pub fn put_blocks(
+        &self,
+        dtype: Dtype,
+        shape: [usize; 2],
+        source: &dyn TableBytes,
+    ) -> Result<(TableSpec, PathBuf), StoreError> {
+        let temp_err = |source| StoreError::WriteTemp { dir: self.dir.clone(), dtype, shape, source };
+        let expected_len = shape[0]
+            .checked_mul(shape[1])
+            .and_then(|n| n.checked_mul(dtype.itemsize()))
+            .filter(|&n| n <= isize::MAX as usize)
+            .ok_or_else(|| {
+                temp_err(io::Error::new(io::ErrorKind::InvalidInput, "the shape overflows the address space"))
+            })?;
+        if let Some(found) = self.stored_before(dtype, shape, expected_len, source).map_err(temp_err)? {
+            return Ok(found);
+        }
+        let header =
+            npy_header(&TableSpec { digest: TableDigest::from_bytes([0; 16]), dtype, shape }).map_err(temp_err)?;
+        let mut hasher = gridkey_digest::TableHasher::new(dtype, &shape);
+        let (temp, _) = gridkey_fs::write_temp(&self.dir, self.fault(), |out| {
+            out.write_all(&header)?;
+            let fed = copied_blocks(source, |block| {
+                hasher.update(block);
+                out.write_all(block)
+            })?;
+            check_length(fed, expected_len, dtype, shape)
+        })
+        .map_err(temp_err)?;
+        let digest = hasher
+            .finish()
+            .ok_or_else(|| temp_err(io::Error::new(io::ErrorKind::InvalidData, "the table was not fed whole")))?;
+        let spec = TableSpec { digest, dtype, shape };
+        let path = self.path_of(&digest);
+        let replacing = self.holds_other(&spec, |_| false);
+        match temp.commit(&path, self.fault()) {
+            Ok(()) => {
+                if replacing {
+                    self.note_repaired(&path);
+                }
+                Ok((spec, path))
+            }
+            // A concurrent writer renamed the same bytes under the name first.
+            Err(_) if self.open_verified(&spec).is_ok() => Ok((spec, path)),
+            Err(source) => Err(StoreError::Write { path, digest, source }),
+        }
+    }
+
+    /// The spec and path of a stored file that holds the bytes `source` feeds, checked as
+    /// [`Self::put_blocks`] says; `None` when there is none (the table must be written).
+    ///
+    /// Errors: those of the source.
+    fn stored_before(
+        &self,
+        dtype: Dtype,
+        shape: [usize; 2],
+        len: usize,
+        source: &dyn TableBytes,
+    ) -> io::Result<Option<(TableSpec, PathBuf)>> {
+        let candidate = if len < CANDIDATE_MIN_BYTES {
+            // Hashed first (milliseconds at most); the digest is only a guess of the name here,
+            // since the source may change before the pass that decides.
+            let mut hasher = gridkey_digest::TableHasher::new(dtype, &shape);
+            let fed = copied_blocks(source, |block| {
+                hasher.update(block);
+                Ok(())
+            })?;
+            let Some(guess) = hasher.finish().filter(|_| fed == len) else { return Ok(None) };
+            match MappedTable::map(self.path_of(&guess), &TableSpec { digest: guess, dtype, shape }) {
+                Ok(table) => table,
+                Err(_) => return Ok(None),
+            }
+        } else {
+            let mut probe = Vec::with_capacity(CANDIDATE_PROBE_BYTES);
+            let read = source.feed(&mut |piece| {
+                let want = (CANDIDATE_PROBE_BYTES - probe.len()).min(piece.len());
+                probe.extend_from_slice(&piece[..want]);
+                if probe.len() == CANDIDATE_PROBE_BYTES {
+                    return Err(io::Error::new(io::ErrorKind::WriteZero, PROBE_FULL));
+                }
+                Ok(())
+            });
+            match read {
+                Err(e) if e.kind() != io::ErrorKind::WriteZero || e.to_string() != PROBE_FULL => return Err(e),
+                _ => {}
+            }
+            match self.candidate_of(dtype, shape, len, &probe) {
+                Some(table) => table,
+                None => return Ok(None),
+            }
+        };
+        let theirs = candidate.data_bytes();
+        let mut hasher = gridkey_digest::TableHasher::new(dtype, &shape);
+        let mut at = 0;
+        let mut same = true;
+        let trusting = self.trusts_names();
+        let fed = copied_blocks(source, |block| {
+            hasher.update(block);
+            if !trusting {
+                same = same && theirs.get(at..at + block.len()) == Some(block);
+            }
+            at += block.len();
+            Ok(())
+        })?;
+        let Some(digest) = hasher.finish().filter(|_| fed == len) else { return Ok(None) };
+        // Equal bytes, copied once, hashed to the candidate's name: the file is the table.
+        if same && candidate.spec().digest == digest {
+            let spec = TableSpec { digest, dtype, shape };
+            return Ok(Some((spec, self.path_of(&digest))));
+        }
+        Ok(None)
+    }
+
     /// Opens a stored table read-only by mmap, checking that the path is a regular file and its
     /// magic, header, dtype, C order, shape and length against `spec`, and takes a shared lock
     /// on it for the life of the mapping (ADR 0009). Recomputes the digest only on a
@@ -564,6 +720,71 @@ impl TableStore {
         table.verify()?;
         Ok(table)
     }
+}
+
+/// A table's C-order little-endian element bytes, as [`TableStore::put_blocks`] reads them.
+pub trait TableBytes: Sync {
+    /// Calls `sink` with consecutive pieces (of any sizes, in order) that together are the
+    /// table's element bytes, read anew on every call: memory another thread writes may give
+    /// other bytes each time. Stops at the first error of `sink`, and returns it.
+    ///
+    /// Errors: those of `sink`, or the source's own (which stop the put that reads it).
+    fn feed(&self, sink: &mut dyn FnMut(&[u8]) -> io::Result<()>) -> io::Result<()>;
+}
+
+/// Bytes held by the caller, which nothing else writes while they are stored.
+impl TableBytes for Vec<u8> {
+    fn feed(&self, sink: &mut dyn FnMut(&[u8]) -> io::Result<()>) -> io::Result<()> {
+        sink(self)
+    }
+}
+
+/// Bytes of a table copied, then hashed and written or compared, per step of
+/// [`TableStore::put_blocks`]: 1 MiB, large for the write, small enough to stay in the cache
+/// between the copy and the hash.
+pub const BLOCK_BYTES: usize = 1 << 20;
+
+/// The message of the sentinel error that ends the read of a candidate's probe.
+const PROBE_FULL: &str = "probe full";
+
+/// Feeds `source` through one buffer of [`BLOCK_BYTES`]: `block` gets every [`BLOCK_BYTES`]
+/// (the last block shorter) of copied bytes, never the source's memory itself. Returns the
+/// number of bytes fed.
+///
+/// Errors: those of the source and of `block`.
+fn copied_blocks(source: &dyn TableBytes, mut block: impl FnMut(&[u8]) -> io::Result<()>) -> io::Result<usize> {
+    let mut buf = Vec::with_capacity(BLOCK_BYTES);
+    let mut fed = 0usize;
+    source.feed(&mut |mut piece| {
+        fed += piece.len();
+        while !piece.is_empty() {
+            let take = (BLOCK_BYTES - buf.len()).min(piece.len());
+            buf.extend_from_slice(&piece[..take]);
+            piece = &piece[take..];
+            if buf.len() == BLOCK_BYTES {
+                block(&buf)?;
+                buf.clear();
+            }
+        }
+        Ok(())
+    })?;
+    if !buf.is_empty() {
+        block(&buf)?;
+    }
+    Ok(fed)
+}
+
+/// Ok when `fed` bytes are the `expected` bytes of a table of `dtype` and `shape`.
+///
+/// Errors: `InvalidData` naming both.
+fn check_length(fed: usize, expected: usize, dtype: Dtype, shape: [usize; 2]) -> io::Result<()> {
+    if fed == expected {
+        return Ok(());
+    }
+    Err(io::Error::new(
+        io::ErrorKind::InvalidData,
+        format!("the source fed {fed} bytes, dtype {dtype} and shape {shape:?} need {expected}"),
+    ))
 }
 
 /// Bytes written per step by [`TableStore::put_slice`] between two looks at the digest.

@@ -601,3 +601,89 @@ fn a_store_checked_by_readers_keeps_the_file_under_the_name_and_a_verifying_one_
         assert!(files_under(store.dir()).iter().all(|f| !f.starts_with(".tmp-")), "{rows} rows");
     }
 }
+
+/// A table source whose bytes change while it is read: every piece it feeds is the table with
+/// one more element incremented, as another thread writing the array would make it.
+struct Shifting {
+    base: Vec<u8>,
+    reads: std::sync::atomic::AtomicU32,
+}
+
+impl Shifting {
+    fn new(t: &Array2<i32>) -> Self {
+        Self { base: le_bytes(t), reads: Default::default() }
+    }
+}
+
+impl gridkey_store::TableBytes for Shifting {
+    fn feed(&self, sink: &mut dyn FnMut(&[u8]) -> std::io::Result<()>) -> std::io::Result<()> {
+        // Each piece is taken from a fresh state of the table, so no two reads agree.
+        for (i, piece) in self.base.chunks(100_000).enumerate() {
+            let n = self.reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let mut changed = piece.to_vec();
+            changed[(n as usize * 4) % piece.len()] ^= 1 + (i as u8);
+            sink(&changed)?;
+        }
+        Ok(())
+    }
+}
+
+/// The digest the stored file of `spec` has, recomputed from the file.
+fn file_digest(store: &TableStore, spec: &TableSpec) -> gridkey_digest::TableDigest {
+    let mapped = store.open_table(spec).unwrap();
+    let TableView::I32(view) = mapped.view() else { panic!("stored as int32") };
+    digest_table(view)
+}
+
+#[test]
+fn put_blocks_stores_the_bytes_its_name_was_computed_from_while_the_source_changes() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = TableStore::open(dir.path()).unwrap();
+    // Below and above the size at which a stored file is looked for by its first bytes.
+    for t in [table(1000, 3), table(1_500_000, 3)] {
+        let source = Shifting::new(&t);
+        for _ in 0..3 {
+            let (spec, path) = store.put_blocks(Dtype::I32, [t.nrows(), t.ncols()], &source).unwrap();
+            assert_eq!(path, store.path_of(&spec.digest));
+            assert_eq!(file_digest(&store, &spec), spec.digest, "{}", path.display());
+        }
+        // A source that does not change is found stored and kept, its file untouched.
+        let (spec, _) = store.put_blocks(Dtype::I32, [t.nrows(), t.ncols()], &le_bytes(&t)).unwrap();
+        assert_eq!(spec.digest, digest_table(t.view()));
+        let again = store.put_blocks(Dtype::I32, [t.nrows(), t.ncols()], &le_bytes(&t)).unwrap();
+        assert_eq!(again.0, spec);
+    }
+    assert!(store.repaired().is_empty());
+    assert!(!files_under(dir.path()).iter().any(|f| f.starts_with(".tmp")));
+}
+
+/// A source that fails after `after` bytes, as the Python package's does on Ctrl-C.
+struct Failing {
+    base: Vec<u8>,
+    after: usize,
+}
+
+impl gridkey_store::TableBytes for Failing {
+    fn feed(&self, sink: &mut dyn FnMut(&[u8]) -> std::io::Result<()>) -> std::io::Result<()> {
+        sink(&self.base[..self.after])?;
+        Err(std::io::Error::new(std::io::ErrorKind::Interrupted, "stopped"))
+    }
+}
+
+#[test]
+fn put_blocks_of_a_failing_or_short_source_is_a_temp_write_error_and_leaves_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = TableStore::open(dir.path()).unwrap();
+    let t = table(1_500_000, 3);
+    let failing = Failing { base: le_bytes(&t), after: 5 << 20 };
+    let err = store.put_blocks(Dtype::I32, [t.nrows(), t.ncols()], &failing).unwrap_err();
+    assert!(
+        matches!(&err, StoreError::WriteTemp { source, .. } if source.kind() == std::io::ErrorKind::Interrupted),
+        "{err}"
+    );
+    let short = le_bytes(&t);
+    let err = store.put_blocks(Dtype::I32, [t.nrows(), t.ncols() + 1], &short).unwrap_err();
+    assert!(matches!(&err, StoreError::WriteTemp { .. }), "{err}");
+    assert!(err.to_string().contains("need") && !err.to_string().ends_with('.'), "{err}");
+    assert_eq!(files_under(dir.path()), Vec::<String>::new());
+}

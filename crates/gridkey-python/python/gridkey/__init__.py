@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from . import errors
 from ._gridkey import (
+    DEFAULT_MAX_TABLE_BYTES,
     DIGEST_FORMAT_VERSION,
     KEY_FORMAT_VERSION,
     TABLES_DIR,
@@ -36,11 +37,13 @@ from .errors import (
     SettingsError,
     TableFileError,
     TableNotFoundError,
+    TableTooLargeError,
     TableTypeError,
     TableValueError,
 )
 
 __all__ = [
+    "DEFAULT_MAX_TABLE_BYTES",
     "DIGEST_FORMAT_VERSION",
     "KEY_FORMAT_VERSION",
     "TABLES_DIR",
@@ -59,6 +62,7 @@ __all__ = [
     "TableFileError",
     "TableNotFoundError",
     "TableStore",
+    "TableTooLargeError",
     "TableTypeError",
     "TableValueError",
     "compile_time_connectivity",

@@ -16,6 +16,7 @@ __all__ = [
     "TableFileError",
     "TableValueError",
     "TableTypeError",
+    "TableTooLargeError",
     "SettingsError",
     "DeviceCopyError",
     "InternalError",
@@ -63,6 +64,22 @@ class TableValueError(GridkeyError, ValueError):
 class TableTypeError(GridkeyError, TypeError):
     """Not a table: an object without the buffer protocol or ``__array__``, or an array whose
     dtype is not int32 or int64 (float, bool, unsigned, object)."""
+
+
+class TableTooLargeError(GridkeyError, ValueError):
+    """A table larger than the limit, refused before any of it is read: ``max_table_bytes`` of
+    ``gridkey.Settings`` (or of ``table_digest``), by default ``DEFAULT_MAX_TABLE_BYTES``
+    (2**40). ``offset`` is the offset name (``None`` outside a conversion), ``size`` the
+    table's size and ``limit`` the limit, both in bytes of its elements in C order."""
+
+    def __init__(self, message: str, offset: str | None = None, size: int | None = None, limit: int | None = None):
+        super().__init__(message)
+        self.offset = offset
+        self.size = size
+        self.limit = limit
+
+    def __reduce__(self):
+        return (type(self), (str(self), self.offset, self.size, self.limit))
 
 
 class SettingsError(GridkeyError, ValueError):
