@@ -55,11 +55,16 @@ fn verified(out: &Output, what: &str) -> gridkey::RunReport {
     report
 }
 
-/// A C compiler command that sleeps `seconds` before each build (not before the identity
-/// probes), then runs `cc`.
+/// A C compiler command that, while the file `<dir>/slow` exists, sleeps `seconds` before each
+/// build (not before the identity probes), then runs `cc`. One script for every run, so that
+/// all runs have one compiler identity and so one build key per program (ADR 0022).
 fn slow_cc(dir: &Path, seconds: u32) -> String {
     let path = dir.join(format!("slow-cc-{seconds}.sh"));
-    let script = format!("#!/bin/sh\ncase \" $* \" in *\" -shared \"*) sleep {seconds};; esac\nexec cc \"$@\"\n");
+    let slow = dir.join("slow");
+    let script = format!(
+        "#!/bin/sh\ncase \" $* \" in *\" -shared \"*) [ -e '{}' ] && sleep {seconds};; esac\nexec cc \"$@\"\n",
+        slow.display()
+    );
     std::fs::write(&path, script).unwrap();
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
     path.to_str().unwrap().to_owned()
@@ -124,12 +129,14 @@ fn warned<'a>(report: &'a gridkey::RunReport, path: &Path) -> Option<&'a gridkey
 #[test]
 fn a_run_stopped_while_it_builds_delays_another_run_by_at_most_the_lock_wait() {
     let work = tempfile::tempdir().unwrap();
+    let cc = slow_cc(work.path(), 600);
     // Its own work: a cold run in process mode on a cache of its own.
-    let (out, own_work) = finish(spawn_run(&work.path().join("alone"), "process", &[]), HUNG, "the run alone");
+    let alone = spawn_run(&work.path().join("alone"), "process", &[("CC", &cc)]);
+    let (out, own_work) = finish(alone, HUNG, "the run alone");
     verified(&out, "the run alone");
 
     let cache = work.path().join("cache");
-    let cc = slow_cc(work.path(), 600);
+    std::fs::write(work.path().join("slow"), b"").unwrap();
     let holder = spawn_run(&cache, "serial", &[("CC", &cc)]);
     // Once its compiler runs, the serial run holds the build lock of its first program.
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -148,8 +155,9 @@ fn a_run_stopped_while_it_builds_delays_another_run_by_at_most_the_lock_wait() {
     };
     let stopped = tree(holder.id());
     signal(&stopped, libc::SIGSTOP);
+    std::fs::remove_file(work.path().join("slow")).unwrap();
 
-    let waiter = spawn_run(&cache, "process", &[("GRIDKEY_LOCK_WAIT", WAIT)]);
+    let waiter = spawn_run(&cache, "process", &[("GRIDKEY_LOCK_WAIT", WAIT), ("CC", &cc)]);
     let result = std::panic::catch_unwind(|| finish(waiter, HUNG, "the run beside a stopped lock holder"));
     signal(&stopped, libc::SIGKILL);
     let mut holder = holder;

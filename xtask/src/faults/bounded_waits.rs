@@ -81,12 +81,18 @@ fn warnings(run: &Run) -> Vec<gridkey::cache::CacheWarning> {
 }
 
 fn stopped_holder(m: &mut Matrix) -> Result<Seen> {
-    let (_, own_work) = finish(spawn(m, &m.fresh("lock-alone"), &[])?)?;
     let cache = m.fresh("lock-stopped");
     fs::create_dir_all(&cache)?;
-    let cc = cache.join("slow-cc.sh");
-    fs::write(&cc, "#!/bin/sh\ncase \" $* \" in *\" -shared \"*) sleep 600;; esac\nexec cc \"$@\"\n")?;
+    // One compiler for both runs (one build key per program), slow only while `slow` exists.
+    let (cc, slow) = (cache.join("slow-cc.sh"), cache.join("slow"));
+    let script = format!(
+        "#!/bin/sh\ncase \" $* \" in *\" -shared \"*) [ -e '{}' ] && sleep 600;; esac\nexec cc \"$@\"\n",
+        slow.display()
+    );
+    fs::write(&cc, script)?;
     fs::set_permissions(&cc, fs::Permissions::from_mode(0o755))?;
+    let (_, own_work) = finish(spawn(m, &m.fresh("lock-alone"), &[("CC", s(&cc))])?)?;
+    fs::write(&slow, b"")?;
     let args = ["run", "--grid", s(&m.grid), "--cache-dir", s(&cache), "--mode", "serial"];
     let mut holder = m.cmd(&args, &[("CC", s(&cc))]).stdout(Stdio::null()).stderr(Stdio::null()).spawn()?;
     let locks = cache.join(gridkey_fs::lock::LOCKS_DIR);
@@ -109,7 +115,8 @@ fn stopped_holder(m: &mut Matrix) -> Result<Seen> {
     };
     let stopped = tree(holder.id());
     signal(&stopped, libc::SIGSTOP);
-    let waited = spawn(m, &cache, &[("GRIDKEY_LOCK_WAIT", LOCK_WAIT)]).and_then(finish);
+    fs::remove_file(&slow)?;
+    let waited = spawn(m, &cache, &[("GRIDKEY_LOCK_WAIT", LOCK_WAIT), ("CC", s(&cc))]).and_then(finish);
     signal(&stopped, libc::SIGKILL);
     let _ = holder.wait();
     let (run, took) = waited?;
