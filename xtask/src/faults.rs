@@ -17,6 +17,7 @@
 //! The shared tier's rows (`faults/remote.rs`) run against a real `redis-server`, installed
 //! when missing.
 
+mod bounded_waits;
 mod remote;
 
 use std::fs;
@@ -183,6 +184,9 @@ pub fn faults(root: &Path, bin: PathBuf, only: Option<String>) -> Result<bool> {
         "every program verified; gc removes all after",
         Matrix::gc_loop_beside_run,
     );
+
+    // Stopped lock holders and stray lock and run files (ADR 0033).
+    bounded_waits::rows(&mut m);
 
     // 8. The shared tier (ADR 0018, ADR 0019).
     remote::rows(&mut m)?;

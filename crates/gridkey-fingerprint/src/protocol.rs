@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use gridkey_fs::lock::KeyLocks;
+use gridkey_fs::lock::{Acquired, KeyLocks};
 
 use crate::{FingerprintError, KeyInputs, Miss, TranslationCache, TranslationKey};
 
@@ -141,6 +141,10 @@ pub struct Cached {
     /// Tiers that could not be written (a write-back after a later tier's hit, or a put after
     /// a miss beyond the first writable tier), `tier: error`; the result is still good.
     pub warnings: Vec<String>,
+    /// The key's lock file, when its lock could not be had (held by another process for the
+    /// whole bound of the wait, or not a lock file that can be locked), and why: the miss was
+    /// translated without it (ADR 0033). Not in `warnings`, so that a report can name the path.
+    pub unlocked: Option<(std::path::PathBuf, String)>,
 }
 
 impl Cached {
@@ -177,8 +181,10 @@ pub enum CacheProtocolError<E: std::error::Error + 'static> {
 /// a miss, takes the key's lock (when the tiers have [`KeyLocks`]), looks up again (a process
 /// that held the lock meanwhile has put the entry: a hit), and only when still missing calls
 /// `translate` once and puts the result, with its key-input record, into every writable tier
-/// before releasing the lock. A lock that cannot be taken (a file system without locks) is a
-/// warning, and the miss is translated without it.
+/// before releasing the lock. A lock that cannot be taken (a file system without locks, a
+/// directory in its place) or that another process holds past the bound of the wait
+/// ([`gridkey_fs::lock::LockWait`], ADR 0033) is [`Cached::unlocked`], and the miss is
+/// translated without it.
 ///
 /// Errors: [`CacheProtocolError::Translate`] from `translate`; [`CacheProtocolError::Put`] when
 /// there are writable tiers and none could store the translation;
@@ -196,15 +202,35 @@ pub fn translate_cached<E: std::error::Error + 'static>(
     }
     let mut waited = false;
     let locking = std::time::Instant::now();
+    let mut unlocked = None;
     let _held = match &tiers.locks {
         None => None,
         Some(locks) => match locks.lock(&format!("translation-{key}")) {
-            Ok((held, contended)) => {
-                waited = contended;
+            Ok((Acquired::Held(held), wait)) => {
+                waited = !wait.is_zero();
                 Some(held)
             }
-            Err(e) => {
+            Ok((Acquired::GaveUp { path }, wait)) => {
+                waited = true;
+                let why = format!(
+                    "lock of translation key {key} held by another process (stopped or slow) for {:.1} s, the \
+                     longest wait; translated without it: if this repeats, find the holder (`fuser` on the lock \
+                     file) or raise GRIDKEY_LOCK_WAIT",
+                    wait.as_secs_f64()
+                );
+                unlocked = Some((path, why));
+                None
+            }
+            Err(e) if gridkey_fs::lock::is_no_locks(&e) => {
                 warnings.push(format!("cannot take the lock of key {key} in {}: {e}", locks.dir().display()));
+                None
+            }
+            Err(e) => {
+                let why = format!(
+                    "cannot take the lock of translation key {key} ({e}); translated without it: remove what is \
+                     in the lock file's place"
+                );
+                unlocked = Some((locks.path(&format!("translation-{key}")), why));
                 None
             }
         },
@@ -213,7 +239,7 @@ pub fn translate_cached<E: std::error::Error + 'static>(
     if _held.is_some() {
         let mut again = Vec::new();
         if let Some(cached) = look_up(tiers, request, &key, &mut translate, &mut again, &mut warnings)? {
-            return Ok(Cached { waited, lock_time, ..cached });
+            return Ok(Cached { waited, lock_time, unlocked, ..cached });
         }
     }
     let payload = translate().map_err(CacheProtocolError::Translate)?;
@@ -232,7 +258,7 @@ pub fn translate_cached<E: std::error::Error + 'static>(
         None => {}
     }
     let miss_reason = Some(if misses.is_empty() { "no cache tier".to_owned() } else { misses.join("; ") });
-    Ok(Cached { key, payload, hit: None, miss_reason, waited, lock_time, warnings })
+    Ok(Cached { key, payload, hit: None, miss_reason, waited, lock_time, warnings, unlocked })
 }
 
 /// One lookup in every tier, in order: the hit (verified, written back), or `None` with the
@@ -283,6 +309,7 @@ fn look_up<E: std::error::Error + 'static>(
             waited: false,
             lock_time: std::time::Duration::ZERO,
             warnings: std::mem::take(warnings),
+            unlocked: None,
         }));
     }
     Ok(None)

@@ -10,13 +10,14 @@
 //! leaves a file locked.
 //!
 //! [`KeyLocks`] are the per-key locks under which one process produces a translation or a build
-//! while the others wait for it (ADR 0025).
+//! while the others wait for it (ADR 0025), at most [`LockWait::limit`] (ADR 0033).
 
 use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use crate::same_file;
 
@@ -87,6 +88,12 @@ pub fn open_shared(path: &Path) -> io::Result<File> {
     last.ok_or_else(|| io::Error::from_raw_os_error(libc::ENOENT))
 }
 
+/// Whether `e` says that the file system has no locks (`ENOLCK`): work then goes on without
+/// them, as it did before ADR 0025, without a warning per key.
+pub fn is_no_locks(e: &io::Error) -> bool {
+    e.raw_os_error() == Some(libc::ENOLCK)
+}
+
 /// Per-key locks of a cache directory: one lock file per key under `<cache>/locks/`, locked
 /// exclusively by whoever produces the key's artifact (a translation, a build), so that processes
 /// sharing a cache produce each artifact once while the others wait and then hit (ADR 0025).
@@ -96,18 +103,77 @@ pub fn open_shared(path: &Path) -> io::Result<File> {
 /// the lock; a waiter that then gets the lock on the removed file sees that the path no longer
 /// names it and takes the lock again on a new file, so that lock files do not pile up and a lock
 /// file can be removed by [`crate::remove_if_unlocked`] (the collector) at any time.
+///
+/// A wait is bounded ([`LockWait`], ADR 0033): a holder that is stopped (`SIGSTOP`, a debugger)
+/// or slow (a compiler that hangs) keeps its lock, and the waiter goes on without it once the
+/// bound has passed ([`Acquired::GaveUp`]); the work is then done twice, which the atomic
+/// writers make harmless (ADR 0025).
 #[derive(Clone, Debug)]
 pub struct KeyLocks {
     dir: PathBuf,
+    wait: LockWait,
 }
 
 /// Name of the lock directory under the cache directory.
 pub const LOCKS_DIR: &str = "locks";
 
+/// The bound of a per-key lock wait when none is given: 60 seconds, as the shared tier's lease
+/// wait (ADR 0033).
+pub const DEFAULT_LOCK_WAIT: Duration = Duration::from_secs(60);
+
+/// How long a wait lasts before [`LockWait::notice`] is first told of it, and then between two
+/// notices.
+pub const LOCK_NOTICE_EVERY: Duration = Duration::from_secs(2);
+
+/// How long a per-key lock is waited for, and who hears of a wait that lasts (ADR 0033).
+#[derive(Clone, Copy, Debug)]
+pub struct LockWait {
+    /// The longest wait; past it the caller goes on without the lock. Zero: never wait.
+    pub limit: Duration,
+    /// Told the lock file and the time waited so far, every [`LOCK_NOTICE_EVERY`] while a wait
+    /// lasts: how a command line shows a progress line (this crate never prints). `None`: nobody.
+    pub notice: Option<fn(&Path, Duration)>,
+}
+
+impl Default for LockWait {
+    /// [`DEFAULT_LOCK_WAIT`], no notice.
+    fn default() -> Self {
+        Self { limit: DEFAULT_LOCK_WAIT, notice: None }
+    }
+}
+
+impl PartialEq for LockWait {
+    /// Equal when the bounds are: the notice only shows a wait, it changes nothing done.
+    fn eq(&self, other: &Self) -> bool {
+        self.limit == other.limit
+    }
+}
+
+impl Eq for LockWait {}
+
+/// What [`KeyLocks::lock`] got.
+#[derive(Debug)]
+pub enum Acquired {
+    /// The lock, held until dropped.
+    Held(KeyLock),
+    /// Another process held the lock for the whole bound of [`LockWait::limit`]: the caller
+    /// goes on without it.
+    GaveUp {
+        /// The lock file.
+        path: PathBuf,
+    },
+}
+
 impl KeyLocks {
-    /// The per-key locks of `cache_dir` (`<cache_dir>/locks/`, created on first use).
+    /// The per-key locks of `cache_dir` (`<cache_dir>/locks/`, created on first use), waited for
+    /// at most [`DEFAULT_LOCK_WAIT`].
     pub fn new(cache_dir: &Path) -> Self {
-        Self { dir: cache_dir.join(LOCKS_DIR) }
+        Self { dir: cache_dir.join(LOCKS_DIR), wait: LockWait::default() }
+    }
+
+    /// The same locks with the wait bound and notice `wait`.
+    pub fn with_wait(self, wait: LockWait) -> Self {
+        Self { wait, ..self }
     }
 
     /// The lock directory.
@@ -115,15 +181,28 @@ impl KeyLocks {
         &self.dir
     }
 
+    /// The lock file of the lock named `name`: `<cache>/locks/<name>.lock`.
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.join(format!("{name}.lock"))
+    }
+
     /// Takes the lock named `name` (for example `translation-<key>`), waiting while another
-    /// process or thread holds it. Held until the returned guard is dropped; the flag says
-    /// whether it had to wait.
+    /// process or thread holds it, at most [`LockWait::limit`]: [`Acquired::Held`], held until
+    /// the guard is dropped, or [`Acquired::GaveUp`]; with the time waited (zero when the lock
+    /// was free at the first try).
     ///
-    /// Errors: the I/O error of creating the directory or the lock file, or of `flock(2)`
-    /// (`ENOLCK` on a file system without locks).
-    pub fn lock(&self, name: &str) -> io::Result<(KeyLock, bool)> {
-        let path = self.dir.join(format!("{name}.lock"));
-        let mut waited = false;
+    /// The wait polls `flock(LOCK_EX | LOCK_NB)` with sleeps growing from 1 ms to 50 ms:
+    /// `flock(2)` has no time-out, and interrupting a blocking one with a timer signal is
+    /// process-wide, which thread mode cannot share (ADR 0033).
+    ///
+    /// Errors: the I/O error of creating the directory or the lock file (`EISDIR` when a
+    /// directory is in its place), or of `flock(2)` (`ENOLCK` on a file system without locks).
+    pub fn lock(&self, name: &str) -> io::Result<(Acquired, Duration)> {
+        let path = self.path(name);
+        let started = Instant::now();
+        let mut next_notice = LOCK_NOTICE_EVERY;
+        let mut pause = Duration::from_millis(1);
+        let mut contended = false;
         loop {
             let file = match open_lock_file(&path) {
                 Ok(f) => f,
@@ -133,12 +212,27 @@ impl KeyLocks {
                 }
                 Err(e) => return Err(e),
             };
-            if !try_lock_exclusive(&file)? {
-                waited = true;
-                lock_exclusive(&file)?;
+            loop {
+                if try_lock_exclusive(&file)? {
+                    break;
+                }
+                contended = true;
+                let waited = started.elapsed();
+                if waited >= self.wait.limit {
+                    return Ok((Acquired::GaveUp { path }, waited));
+                }
+                if waited >= next_notice {
+                    if let Some(notice) = self.wait.notice {
+                        notice(&path, waited);
+                    }
+                    next_notice += LOCK_NOTICE_EVERY;
+                }
+                std::thread::sleep(pause.min(self.wait.limit - waited));
+                pause = (pause * 2).min(Duration::from_millis(50));
             }
             if crate::names_file(&path, &file) {
-                return Ok((KeyLock { file, path }, waited));
+                let waited = if contended { started.elapsed() } else { Duration::ZERO };
+                return Ok((Acquired::Held(KeyLock { file, path }), waited));
             }
             // The previous holder removed the file after we opened it: lock the new one.
         }
@@ -158,7 +252,7 @@ fn open_lock_file(path: &Path) -> io::Result<File> {
     }
 }
 
-/// A held per-key lock ([`KeyLocks::lock`]); dropping it removes the lock file and releases it.
+/// A held per-key lock ([`Acquired::Held`]); dropping it removes the lock file and releases it.
 #[derive(Debug)]
 pub struct KeyLock {
     file: File,

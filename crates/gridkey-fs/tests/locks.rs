@@ -15,11 +15,11 @@ fn temp_file(dir: &Path, name: &str, len: usize, age: std::time::Duration) -> st
 
 #[test]
 fn a_key_lock_is_held_by_one_at_a_time_and_released_when_its_holder_dies() {
-    use gridkey_fs::lock::KeyLocks;
+    use gridkey_fs::lock::{Acquired, KeyLocks};
     let cache = tempfile::tempdir().unwrap();
     let locks = KeyLocks::new(cache.path());
-    let (held, waited) = locks.lock("k").unwrap();
-    assert!(!waited);
+    let (Acquired::Held(held), waited) = locks.lock("k").unwrap() else { panic!("a free lock is taken") };
+    assert!(waited.is_zero());
     let path = held.path().to_path_buf();
     // Another process cannot take it meanwhile (util-linux `flock -n` fails at once).
     assert!(!Command::new("flock").args(["-n"]).arg(&path).arg("true").status().unwrap().success());
@@ -43,7 +43,7 @@ fn a_key_lock_is_held_by_one_at_a_time_and_released_when_its_holder_dies() {
         let locks = locks.clone();
         std::thread::spawn(move || {
             let (held, waited) = locks.lock("k").unwrap();
-            tx.send(waited).unwrap();
+            tx.send(matches!(held, Acquired::Held(_)) && !waited.is_zero()).unwrap();
             drop(held);
         })
     };
@@ -81,4 +81,58 @@ fn an_entry_used_after_the_oldest_live_run_started_is_kept() {
     drop(held);
     assert_eq!(remove_if_unused(&used, || Ok(None)).unwrap(), Removal::Removed);
     assert_eq!(remove_if_unused(&used, || Ok(None)).unwrap(), Removal::Gone);
+}
+
+/// Lock files and waits told to [`notice`], for the bounded-wait test.
+static NOTICES: std::sync::Mutex<Vec<(std::path::PathBuf, std::time::Duration)>> = std::sync::Mutex::new(Vec::new());
+
+fn notice(path: &Path, waited: std::time::Duration) {
+    NOTICES.lock().unwrap().push((path.to_path_buf(), waited));
+}
+
+#[test]
+fn a_key_lock_held_by_a_stopped_process_is_given_up_after_the_bound_and_the_wait_is_told() {
+    use gridkey_fs::lock::{Acquired, KeyLocks, LockWait, LOCK_NOTICE_EVERY};
+    use std::time::{Duration, Instant};
+    let cache = tempfile::tempdir().unwrap();
+    let dir = cache.path().join(gridkey_fs::lock::LOCKS_DIR);
+    fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("k.lock");
+    fs::write(&file, b"").unwrap();
+    // A holder that takes the lock, then is stopped: it never releases it while stopped.
+    let script = format!("exec 9<>'{}' && flock 9 && kill -STOP $$ && exec sleep 600", file.display());
+    let mut child = Command::new("sh").args(["-c", &script]).spawn().unwrap();
+    let held_by_child = || !Command::new("flock").args(["-n"]).arg(&file).arg("true").status().unwrap().success();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !held_by_child() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(held_by_child(), "the child holds the lock");
+    let limit = LOCK_NOTICE_EVERY + Duration::from_millis(500);
+    let locks = KeyLocks::new(cache.path()).with_wait(LockWait { limit, notice: Some(notice) });
+    // The wait runs in a thread, so that the code before the bound (a wait without end) fails
+    // here instead of hanging the test.
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let started = Instant::now();
+        let got = locks.lock("k").unwrap();
+        tx.send((got, started.elapsed())).unwrap();
+    });
+    let outcome = rx.recv_timeout(limit + Duration::from_secs(10));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let ((acquired, waited), elapsed) = outcome.expect("the wait ends after its bound");
+    match acquired {
+        Acquired::GaveUp { path } => assert_eq!(path, file),
+        Acquired::Held(_) => panic!("a lock held by a stopped process is not taken"),
+    }
+    assert!(waited >= limit && elapsed >= limit, "{waited:?} {elapsed:?}");
+    assert!(elapsed < limit + Duration::from_secs(2), "{elapsed:?}");
+    let told = NOTICES.lock().unwrap().clone();
+    assert_eq!(told.len(), 1, "one notice per {LOCK_NOTICE_EVERY:?} of waiting: {told:?}");
+    assert_eq!(told[0].0, file);
+    assert!(told[0].1 >= LOCK_NOTICE_EVERY);
+    // Free again (the holder is dead): taken at once, and a zero bound never waits.
+    let locks = KeyLocks::new(cache.path()).with_wait(LockWait { limit: Duration::ZERO, notice: None });
+    assert!(matches!(locks.lock("k").unwrap(), (Acquired::Held(_), w) if w.is_zero()));
 }

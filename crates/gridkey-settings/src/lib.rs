@@ -70,6 +70,11 @@ pub const ENV_VERIFY_TABLES: &str = "GRIDKEY_VERIFY_TABLES";
 pub const ENV_VERIFY_CACHE_HITS: &str = "GRIDKEY_VERIFY_CACHE_HITS";
 /// Test hook of the fault matrix (ADR 0012): stop or fail a cache write.
 pub const ENV_FAULT: &str = "GRIDKEY_FAULT";
+/// Variable giving the longest wait for a per-key lock of the cache directory, in seconds
+/// (ADR 0033).
+pub const ENV_LOCK_WAIT: &str = "GRIDKEY_LOCK_WAIT";
+/// Default of [`ENV_LOCK_WAIT`]: 60 seconds, as the shared tier's lease wait.
+pub const DEFAULT_LOCK_WAIT: Duration = Duration::from_secs(60);
 /// Default cache directory, relative to the current directory.
 pub const DEFAULT_CACHE_DIR: &str = ".gridkey_cache";
 /// Default C compiler command.
@@ -125,6 +130,11 @@ pub const VARIABLES: &[Variable] = &[
         default: "off",
     },
     Variable { name: ENV_CC, meaning: "C compiler command (words split on whitespace)", default: "`cc`" },
+    Variable {
+        name: ENV_LOCK_WAIT,
+        meaning: "seconds at most to wait for another process's per-key lock (translation, build); then go on without it; 0: never wait",
+        default: "60",
+    },
     Variable {
         name: ENV_VERIFY_CACHE_HITS,
         meaning: "switch: translate again on every cache hit and compare byte for byte",
@@ -367,6 +377,10 @@ pub struct Settings {
     pub verify_cache_hits: bool,
     /// The C compiler ([`ENV_CC`] and [`COMPILER_ENV`]).
     pub compiler: CompilerSettings,
+    /// The longest wait for a per-key lock of the cache directory, translation or build
+    /// ([`ENV_LOCK_WAIT`], ADR 0033); past it the work is done without the lock. Travels to the
+    /// workers with the other compile settings.
+    pub key_lock_wait: Duration,
     /// Test hooks ([`ENV_FAULT`]).
     pub test_hooks: TestHooks,
     /// The shared tier on Redis ([`ENV_REMOTE_URL`] and the other `GRIDKEY_REMOTE_*` variables);
@@ -383,6 +397,7 @@ impl Default for Settings {
             verify_tables: false,
             verify_cache_hits: false,
             compiler: CompilerSettings::default(),
+            key_lock_wait: DEFAULT_LOCK_WAIT,
             test_hooks: TestHooks::default(),
             remote: None,
         }
@@ -414,6 +429,10 @@ impl Settings {
             Some(v) => parse_timeout(&v)?,
             None => None,
         };
+        let key_lock_wait = match set(ENV_LOCK_WAIT) {
+            Some(v) => parse_lock_wait(&v)?,
+            None => DEFAULT_LOCK_WAIT,
+        };
         let compiler = match lookup(ENV_CC) {
             Some(words) => CompilerSettings::from_command(&words, &lookup)?,
             None => CompilerSettings::from_command(DEFAULT_CC, &lookup)?,
@@ -424,6 +443,7 @@ impl Settings {
             verify_tables: parse_switch(ENV_VERIFY_TABLES, lookup(ENV_VERIFY_TABLES).as_deref())?,
             verify_cache_hits: parse_switch(ENV_VERIFY_CACHE_HITS, lookup(ENV_VERIFY_CACHE_HITS).as_deref())?,
             compiler,
+            key_lock_wait,
             test_hooks: TestHooks { fault: set(ENV_FAULT) },
             remote: RemoteSettings::from_vars(&lookup)?,
         })
@@ -444,6 +464,20 @@ pub fn parse_timeout(value: &str) -> Result<Option<Duration>, SettingsError> {
         return Err(bad());
     }
     Ok((seconds > 0.0).then(|| Duration::from_secs_f64(seconds)))
+}
+
+/// Parses the bound of a per-key lock wait: seconds (a decimal number, 0 or more; 0: never
+/// wait).
+///
+/// Errors: [`SettingsError::BadSetting`] naming [`ENV_LOCK_WAIT`].
+pub fn parse_lock_wait(value: &str) -> Result<Duration, SettingsError> {
+    let bad = || SettingsError::BadSetting {
+        var: ENV_LOCK_WAIT,
+        value: value.to_owned(),
+        accepted: "a number of seconds, 0 or more (0: never wait for another process's lock)",
+    };
+    let seconds: f64 = value.trim().parse().map_err(|_| bad())?;
+    Duration::try_from_secs_f64(seconds).map_err(|_| bad())
 }
 
 /// Reads an on/off switch: unset, empty, `0`, `false`, `no`, `off` are off; `1`, `true`, `yes`,

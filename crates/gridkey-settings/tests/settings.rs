@@ -156,3 +156,16 @@ proptest! {
         prop_assert_eq!(parse(&[(&name, &value)]).unwrap(), Settings::default());
     }
 }
+
+#[test]
+fn the_lock_wait_is_seconds_60_by_default_and_a_bad_value_names_the_variable() {
+    use gridkey_settings::ENV_LOCK_WAIT;
+    let with = |value: &str| Settings::from_vars(|name| (name == ENV_LOCK_WAIT).then(|| value.to_owned()));
+    assert_eq!(Settings::from_vars(|_| None).unwrap().key_lock_wait, std::time::Duration::from_secs(60));
+    assert_eq!(with("2.5").unwrap().key_lock_wait, std::time::Duration::from_millis(2500));
+    assert_eq!(with("0").unwrap().key_lock_wait, std::time::Duration::ZERO);
+    for bad in ["-1", "soon", "NaN", "inf"] {
+        let err = with(bad).unwrap_err().to_string();
+        assert!(err.starts_with(&format!("{ENV_LOCK_WAIT}={bad:?} is not valid")), "{err}");
+    }
+}

@@ -8,7 +8,7 @@ use std::time::Instant;
 use gridkey_fingerprint::{
     translate_cached, CacheProtocolError, Request, Tiers, TranslationCache, TranslationKey, TranslationOptions,
 };
-use gridkey_fs::lock::KeyLocks;
+use gridkey_fs::lock::{Acquired, KeyLocks, LockWait};
 use gridkey_fs::Fault;
 use gridkey_offsets::CompileTimeOffsetProvider;
 use gridkey_settings::{CompilerSettings, Settings};
@@ -48,11 +48,14 @@ pub struct CompileConfig {
     /// The fault matrix's hook (ADR 0012), passed to every write of the translation cache and
     /// the build cache; `None` in normal use.
     pub fault: Option<Fault>,
+    /// The bound of every per-key lock wait, translation and build, and who is told of a wait
+    /// that lasts (ADR 0033); from [`Settings::key_lock_wait`].
+    pub lock_wait: LockWait,
 }
 
 impl CompileConfig {
-    /// The cache directory, compiler, both verification switches and the fault hook of
-    /// `settings`.
+    /// The cache directory, compiler, both verification switches, the fault hook and the lock
+    /// wait bound of `settings` (no notice: the caller sets [`LockWait::notice`]).
     ///
     /// Errors: [`StencilError::FaultHook`] when `settings.test_hooks.fault` does not parse.
     pub fn from_settings(settings: &Settings) -> Result<Self, StencilError> {
@@ -62,6 +65,7 @@ impl CompileConfig {
             verify_hits: settings.verify_cache_hits,
             verify_tables: settings.verify_tables,
             fault: Fault::parse_setting(settings.test_hooks.fault.as_deref())?,
+            lock_wait: LockWait { limit: settings.key_lock_wait, notice: None },
         })
     }
 }
@@ -100,6 +104,19 @@ pub struct CompileOutcome {
     pub artifact: PathBuf,
     /// On a translation-cache miss, why the entry was not usable.
     pub miss_reason: Option<String>,
+    /// Per-key locks that could not be had (held past the bound of the wait, or not lockable):
+    /// the work was done without them (ADR 0033).
+    #[serde(default)]
+    pub warnings: Vec<LockWarning>,
+}
+
+/// A per-key lock [`compile`] went on without (ADR 0033).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LockWarning {
+    /// The lock file, `<cache>/locks/<name>.lock`.
+    pub path: PathBuf,
+    /// Which key, how long it waited, and what to do, one sentence without a final period.
+    pub message: String,
 }
 
 mod key_hex {
@@ -155,7 +172,7 @@ pub fn compile(
     let key_seconds = started.elapsed().as_secs_f64();
     let options = &inputs.options;
     let tiers = Tiers::new(vec![Box::new(TranslationCache::open(&config.cache_dir)?.with_fault(config.fault.clone()))])
-        .with_locks(KeyLocks::new(&config.cache_dir));
+        .with_locks(KeyLocks::new(&config.cache_dir).with_wait(config.lock_wait));
     let accept = |payload: &[u8]| {
         std::str::from_utf8(payload).map(|_| ()).map_err(|e| format!("entry is not UTF-8 C source: {e}"))
     };
@@ -183,6 +200,8 @@ pub fn compile(
     let lookup_seconds = (looking.elapsed().as_secs_f64() - translating.get() - lock_seconds).max(0.0);
     let key = cached.key;
     let miss_reason = cached.miss_reason;
+    let mut warnings: Vec<LockWarning> =
+        cached.unlocked.into_iter().map(|(path, message)| LockWarning { path, message }).collect();
     let source = String::from_utf8(cached.payload).expect("accepted as UTF-8");
     let translate_seconds = started.elapsed().as_secs_f64();
 
@@ -206,7 +225,31 @@ pub fn compile(
         // waited for and its library used. Without locks (a file system that has none) every
         // process builds, as before.
         let locking = Instant::now();
-        let held = KeyLocks::new(&config.cache_dir).lock(&format!("build-{library_key}")).ok();
+        let locks = KeyLocks::new(&config.cache_dir).with_wait(config.lock_wait);
+        let name = format!("build-{library_key}");
+        let held = match locks.lock(&name) {
+            Ok((Acquired::Held(held), _)) => Some(held),
+            Ok((Acquired::GaveUp { path }, waited)) => {
+                let message = format!(
+                    "lock of build key {library_key} held by another process (stopped or slow) for {:.1} s, the \
+                     longest wait; built without it: if this repeats, find the holder (`fuser` on the lock file) \
+                     or raise GRIDKEY_LOCK_WAIT",
+                    waited.as_secs_f64()
+                );
+                warnings.push(LockWarning { path, message });
+                None
+            }
+            // Without locks (a file system that has none) every process builds, as before.
+            Err(e) if gridkey_fs::lock::is_no_locks(&e) => None,
+            Err(e) => {
+                let message = format!(
+                    "cannot take the lock of build key {library_key} ({e}); built without it: remove what is in \
+                     the lock file's place"
+                );
+                warnings.push(LockWarning { path: locks.path(&name), message });
+                None
+            }
+        };
         lock_seconds += locking.elapsed().as_secs_f64();
         if held.is_some() && library_usable(&artifact, program) {
             false
@@ -228,6 +271,7 @@ pub fn compile(
         library_check_seconds,
         artifact,
         miss_reason,
+        warnings,
     })
 }
 

@@ -42,7 +42,7 @@ mod ir;
 mod library;
 
 pub use compile::{
-    build_key, compile, library_build_key, CompileConfig, CompileOutcome, BUILD_DIR, BUILD_FORMAT_VERSION,
+    build_key, compile, library_build_key, CompileConfig, CompileOutcome, LockWarning, BUILD_DIR, BUILD_FORMAT_VERSION,
 };
 pub use compiler::{compiler_identity, identify_compiler, COMPILER_IDENTITY_VERSION, PROBE_TIMEOUT};
 pub use emit::{

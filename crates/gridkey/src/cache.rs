@@ -121,23 +121,96 @@ pub const LIVE_RUN_MARGIN: Duration = Duration::from_secs(2);
 /// used before the oldest live run started; a run marks what it uses ([`gridkey_fs::touch`])
 /// and what it writes is newer than its start, so nothing a live run has produced or is about
 /// to use is removed. A killed run's lock dies with it; the collector then removes its file.
+///
+/// The file holds a [`Registration`] (the run's process id, the process's start time and the
+/// host), so that the collector tells a live run from a process that merely holds a lock on a
+/// file of `runs/` (ADR 0033).
 #[derive(Debug)]
 pub struct LiveRun {
     path: PathBuf,
     _lock: fs::File,
 }
 
+/// What a live run's registration file holds (JSON, ADR 0033).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Registration {
+    /// Always [`REGISTRATION_FORMAT`].
+    pub format: String,
+    /// The run's process id.
+    pub pid: u32,
+    /// The process's start, in clock ticks after boot (`/proc/<pid>/stat`, field 22); `None`
+    /// where `/proc` cannot be read. With `pid` and `host` it names one process, whatever pids
+    /// are reused.
+    pub process_start: Option<u64>,
+    /// The host name of the machine the run runs on (a cache directory may be shared over NFS).
+    pub host: String,
+}
+
+/// The `format` of a [`Registration`].
+pub const REGISTRATION_FORMAT: &str = "gridkey-run-v1";
+
+impl Registration {
+    /// The registration of this process.
+    pub fn this_process() -> Self {
+        let pid = std::process::id();
+        Self { format: REGISTRATION_FORMAT.to_owned(), pid, process_start: process_start(pid), host: host_name() }
+    }
+
+    /// Whether the process it names is alive: always `true` for a run on another host (its lock
+    /// is all there is to go by), else whether a process `pid` exists with that start time.
+    pub fn is_alive(&self) -> bool {
+        if self.host != host_name() {
+            return true;
+        }
+        match (process_start(self.pid), self.process_start) {
+            (Some(now), Some(then)) => now == then,
+            (Some(_), None) => true,
+            // No such process, unless `/proc` itself cannot be read: then the lock decides.
+            (None, _) => !Path::new("/proc/self/stat").exists(),
+        }
+    }
+}
+
+/// The start of process `pid` in clock ticks after boot, field 22 of `/proc/<pid>/stat`; `None`
+/// when there is no such process or `/proc` cannot be read.
+fn process_start(pid: u32) -> Option<u64> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) is in parentheses and may hold spaces: count after its end.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// This machine's host name (`gethostname(2)`); empty when it cannot be read.
+fn host_name() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: the buffer is valid for its length; gethostname writes at most that many bytes.
+    if unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } != 0 {
+        return String::new();
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..end]).into_owned()
+}
+
 impl LiveRun {
-    /// Registers a live run in `cache_dir` (created if needed).
+    /// Registers a live run in `cache_dir` (created if needed): its [`Registration`], readable by
+    /// every user of the cache (`0644`), whose collectors must read it.
     ///
-    /// Errors: the I/O error of creating, locking or naming the registration.
+    /// Errors: the I/O error of creating, writing, locking or naming the registration.
     pub fn register(cache_dir: &Path) -> io::Result<LiveRun> {
+        use std::io::Write as _;
+        use std::os::unix::fs::PermissionsExt;
         let dir = cache_dir.join(RUNS_DIR);
         fs::create_dir_all(&dir)?;
-        // Locked before it is visible under its final name, so that the collector never sees
-        // it unlocked while the run lives.
-        let temp = tempfile::Builder::new().prefix(TEMP_PREFIX).tempfile_in(&dir)?;
+        // Locked and written before it is visible under its final name, so that the collector
+        // never sees it unlocked or empty while the run lives.
+        let mut temp = tempfile::Builder::new()
+            .prefix(TEMP_PREFIX)
+            .permissions(fs::Permissions::from_mode(0o644))
+            .tempfile_in(&dir)?;
         gridkey_fs::lock::lock_exclusive(temp.as_file())?;
+        let text = serde_json::to_vec(&Registration::this_process()).map_err(io::Error::other)?;
+        temp.write_all(&text)?;
+        temp.flush()?;
         let name = format!(
             "{}-{}.run",
             std::process::id(),
@@ -162,32 +235,122 @@ impl Drop for LiveRun {
     }
 }
 
-/// The live runs of `cache_dir`: their number and the start of the oldest (the modification
-/// time of its registration). Registrations whose run died (unlocked) are removed on the way.
+/// The live runs of a cache directory ([`live_runs`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LiveRuns {
+    /// How many runs are live.
+    pub count: u64,
+    /// The start of the oldest (the modification time of its registration); `None` without one.
+    pub oldest: Option<SystemTime>,
+    /// The entries of `runs/` that were skipped (not a registration, or one held by a process
+    /// that is not its run), each naming the entry (ADR 0033).
+    pub skipped: Vec<CacheWarning>,
+}
+
+/// Largest registration file read; a registration is about 100 bytes.
+const MAX_REGISTRATION_BYTES: u64 = 4096;
+
+/// The live runs of `cache_dir`. A registration is live when its file is locked, holds a
+/// [`Registration`] and names a live process ([`Registration::is_alive`]); one nobody holds is a
+/// dead run's and is removed on the way. Anything else in `runs/` is skipped with a warning
+/// naming it, and counts as no run (ADR 0033): a directory or a symlink, a file of a foreign
+/// name, one that cannot be read, a locked file that holds no registration (a process that is
+/// not a gridkey run holds a lock on it) or the registration of a run that is gone (a process
+/// that inherited its lock holds it). Temp files (`.tmp-*`, a registration being made) are
+/// left alone.
 ///
-/// Errors: the I/O error of listing `<cache_dir>/runs` (a missing directory is no live run).
-pub fn live_runs(cache_dir: &Path) -> io::Result<(u64, Option<SystemTime>)> {
+/// Errors: the I/O error of listing `<cache_dir>/runs` other than its absence or its being a
+/// file (a missing directory or a file in its place is no live run, the latter with a warning).
+pub fn live_runs(cache_dir: &Path) -> io::Result<LiveRuns> {
     let dir = cache_dir.join(RUNS_DIR);
+    let mut runs = LiveRuns::default();
     let entries = match fs::read_dir(&dir) {
         Ok(entries) => entries,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok((0, None)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(runs),
+        Err(e) if e.raw_os_error() == Some(libc::ENOTDIR) => {
+            runs.skipped.push(CacheWarning {
+                path: dir,
+                message: "run-registration directory is not a directory, so no run can register as live: remove it"
+                    .to_owned(),
+            });
+            return Ok(runs);
+        }
         Err(e) => return Err(e),
     };
-    let (mut live, mut oldest) = (0, None::<SystemTime>);
     for entry in entries.flatten() {
         let path = entry.path();
-        if path.extension().is_none_or(|e| e != "run") {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with(TEMP_PREFIX) {
+            continue;
+        }
+        let mut skip = |message: String| runs.skipped.push(CacheWarning { path: path.clone(), message });
+        let kind = match fs::symlink_metadata(&path) {
+            Ok(meta) => meta.file_type(),
+            Err(_) => continue,
+        };
+        if !kind.is_file() {
+            skip(format!(
+                "{} in the run-registration directory, not a run registration: skipped; remove it",
+                if kind.is_dir() {
+                    "directory"
+                } else if kind.is_symlink() {
+                    "symlink"
+                } else {
+                    "special file"
+                }
+            ));
+            continue;
+        }
+        if !name.ends_with(".run") {
+            skip(
+                "file of a foreign name in the run-registration directory, not a run registration: skipped; remove it"
+                    .to_owned(),
+            );
             continue;
         }
         // A registration nobody holds is a dead run's: removed on the way.
-        if gridkey_fs::remove_if_unused(&path, || Ok(None))? == gridkey_fs::Removal::Locked {
-            live += 1;
-            if let Ok(start) = fs::symlink_metadata(&path).and_then(|m| m.modified()) {
-                oldest = Some(oldest.map_or(start, |o| o.min(start)));
+        match gridkey_fs::remove_if_unused(&path, || Ok(None)) {
+            Ok(gridkey_fs::Removal::Locked) => {}
+            Ok(_) => continue,
+            Err(e) => {
+                skip(format!(
+                    "run registration cannot be checked ({e}): skipped, not counted as a live run; remove it"
+                ));
+                continue;
             }
         }
+        let registration = read_registration(&path);
+        match registration {
+            Some(r) if r.is_alive() => {
+                runs.count += 1;
+                if let Ok(start) = fs::symlink_metadata(&path).and_then(|m| m.modified()) {
+                    runs.oldest = Some(runs.oldest.map_or(start, |o| o.min(start)));
+                }
+            }
+            Some(r) => skip(format!(
+                "registration of run {} on {}, which has ended, is held locked by another process (one that \
+                 inherited its lock): not counted as a live run; remove it once that process is gone",
+                r.pid, r.host
+            )),
+            None => skip(
+                "locked by a process that is not a gridkey run (the file holds no run registration): not counted \
+                 as a live run; remove it, or stop what holds it"
+                    .to_owned(),
+            ),
+        }
     }
-    Ok((live, oldest))
+    Ok(runs)
+}
+
+/// The [`Registration`] in `path`, read without following a symlink or blocking on a FIFO;
+/// `None` when it cannot be read or does not parse.
+fn read_registration(path: &Path) -> Option<Registration> {
+    use std::io::Read as _;
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK).open(path).ok()?;
+    let mut text = Vec::new();
+    file.take(MAX_REGISTRATION_BYTES).read_to_end(&mut text).ok()?;
+    serde_json::from_slice::<Registration>(&text).ok().filter(|r| r.format == REGISTRATION_FORMAT)
 }
 
 /// Entries and bytes of one store.
@@ -380,6 +543,11 @@ pub struct GcReport {
     pub live_runs: u64,
     /// Bytes of the entries left.
     pub bytes_left: u64,
+    /// Entries of `locks/` and `runs/` that were skipped, each naming the entry and what to do
+    /// (ADR 0033): a directory, symlink or file of a foreign name, a file that cannot be read or
+    /// removed, a lock held by a process that is not a live run.
+    #[serde(default)]
+    pub warnings: Vec<CacheWarning>,
 }
 
 /// `gridkey cache gc`: removes stale temp files ([`remove_stale_temps`]) in every store, the
@@ -408,9 +576,12 @@ pub fn gc(cache_dir: &Path, config: &GcConfig) -> Result<GcReport, AppError> {
         report.temps_removed += sweep.removed.len() as u64;
         report.temp_bytes += sweep.bytes;
     }
-    remove_dead_locks(&cache_dir.join(gridkey_fs::lock::LOCKS_DIR)).map_err(scan_err(cache_dir))?;
+    let locks_dir = cache_dir.join(gridkey_fs::lock::LOCKS_DIR);
+    report.warnings = remove_dead_locks(&locks_dir).map_err(scan_err(&locks_dir))?;
     let runs_dir = cache_dir.join(RUNS_DIR);
-    report.live_runs = live_runs(cache_dir).map_err(scan_err(&runs_dir))?.0;
+    let runs = live_runs(cache_dir).map_err(scan_err(&runs_dir))?;
+    report.live_runs = runs.count;
+    report.warnings.extend(runs.skipped);
     let mut entries = Vec::new();
     for (store, ext) in STORES {
         for f in scan(&cache_dir.join(store))? {
@@ -430,9 +601,9 @@ pub fn gc(cache_dir: &Path, config: &GcConfig) -> Result<GcReport, AppError> {
             // The live runs are looked up again under the entry's lock: a run that registered
             // before it marked this entry as used is seen (ADR 0026).
             let used_before = || {
-                let (live, oldest) = live_runs(cache_dir)?;
-                report.live_runs = live;
-                Ok(oldest.map(|start| start.checked_sub(LIVE_RUN_MARGIN).unwrap_or(SystemTime::UNIX_EPOCH)))
+                let runs = live_runs(cache_dir)?;
+                report.live_runs = runs.count;
+                Ok(runs.oldest.map(|start| start.checked_sub(LIVE_RUN_MARGIN).unwrap_or(SystemTime::UNIX_EPOCH)))
             };
             match remove_if_unused(path, used_before).map_err(scan_err(path))? {
                 Removal::Removed => {
@@ -455,19 +626,67 @@ pub fn gc(cache_dir: &Path, config: &GcConfig) -> Result<GcReport, AppError> {
 
 /// Removes the per-key lock files that no process holds (left by a holder that was killed); a
 /// held one is kept, and a waiter on a removed one takes a new one ([`gridkey_fs::lock::KeyLocks`]).
-fn remove_dead_locks(dir: &Path) -> io::Result<()> {
+/// Anything else in `dir` is skipped with a warning naming it (ADR 0033): a directory, symlink or
+/// special file, a file whose name is not `translation-<key>.lock` or `build-<key>.lock`, a lock
+/// file that cannot be opened or removed.
+///
+/// Errors: the I/O error of listing `dir` other than its absence.
+fn remove_dead_locks(dir: &Path) -> io::Result<Vec<CacheWarning>> {
+    let mut warnings = Vec::new();
     let entries = match fs::read_dir(dir) {
         Ok(entries) => entries,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(warnings),
+        Err(e) if e.raw_os_error() == Some(libc::ENOTDIR) => {
+            warnings.push(CacheWarning {
+                path: dir.to_path_buf(),
+                message: "lock directory is not a directory, so no per-key lock can be taken (every run translates \
+                          and builds for itself): remove it"
+                    .to_owned(),
+            });
+            return Ok(warnings);
+        }
         Err(e) => return Err(e),
     };
     for entry in entries.flatten() {
         let path = entry.path();
-        if path.extension().is_some_and(|e| e == "lock") {
-            remove_if_unlocked(&path)?;
+        let mut skip = |message: String| warnings.push(CacheWarning { path: path.clone(), message });
+        let Ok(meta) = fs::symlink_metadata(&path) else {
+            continue;
+        };
+        let kind = meta.file_type();
+        if !kind.is_file() {
+            skip(format!(
+                "{} in the lock directory, not a lock file: skipped (its key is translated and built without a \
+                 lock); remove it",
+                if kind.is_dir() {
+                    "directory"
+                } else if kind.is_symlink() {
+                    "symlink"
+                } else {
+                    "special file"
+                }
+            ));
+            continue;
+        }
+        if !is_key_lock_name(&entry.file_name().to_string_lossy()) {
+            skip("file of a foreign name in the lock directory, not a per-key lock: skipped; remove it".to_owned());
+            continue;
+        }
+        if let Err(e) = remove_if_unlocked(&path) {
+            skip(format!("lock file cannot be checked or removed ({e}): skipped; remove it"));
         }
     }
-    Ok(())
+    Ok(warnings)
+}
+
+/// Whether `name` is the name of a per-key lock file: `translation-<hex>.lock` or
+/// `build-<hex>.lock` (ADR 0025).
+fn is_key_lock_name(name: &str) -> bool {
+    let Some(stem) = name.strip_suffix(".lock") else {
+        return false;
+    };
+    let hex = stem.strip_prefix("translation-").or_else(|| stem.strip_prefix("build-"));
+    hex.is_some_and(|h| !h.is_empty() && h.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
 /// `Ok` when `cache_dir` is a directory.

@@ -19,7 +19,7 @@ pub mod faults;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use gridkey_fingerprint::{FingerprintError, KeyInputs, TranslationCache, TranslationKey, TranslationOptions};
 use gridkey_fs::Fault;
@@ -180,6 +180,17 @@ impl From<GridError> for AppError {
     }
 }
 
+/// Who is told of a per-key lock wait that lasts, in this process ([`set_lock_notice`]).
+static LOCK_NOTICE: std::sync::OnceLock<fn(&Path, Duration)> = std::sync::OnceLock::new();
+
+/// Sets, once per process, the function [`StencilHandler`] has told of every per-key lock wait
+/// that lasts ([`gridkey_fs::lock::LockWait::notice`], ADR 0033): the lock file and the time
+/// waited so far. The binary prints a progress line; this crate prints nothing. A second call
+/// changes nothing.
+pub fn set_lock_notice(notice: fn(&Path, Duration)) {
+    let _ = LOCK_NOTICE.set(notice);
+}
+
 /// The frontend's compile step for the runners: decodes the program and calls
 /// [`gridkey_stencil::compile`] with the settings that travelled with the task.
 #[derive(Clone, Copy, Debug, Default)]
@@ -190,7 +201,8 @@ impl TaskHandler for StencilHandler {
 
     fn handle(&self, task: &CompilationTask) -> Result<CompileOutcome, String> {
         let program = Program::decode(&task.encoding).map_err(|e| e.to_string())?;
-        let config = CompileConfig::from_settings(&task.settings).map_err(|e| e.to_string())?;
+        let mut config = CompileConfig::from_settings(&task.settings).map_err(|e| e.to_string())?;
+        config.lock_wait.notice = LOCK_NOTICE.get().copied();
         gridkey_stencil::compile(&program, &task.provider, &task.options, &config).map_err(|e| e.to_string())
     }
 }
@@ -418,9 +430,10 @@ pub fn run_with_progress(
         Some(remote) => Some(Arc::new(gridkey_remote::Remote::connect(remote)?)),
         None => None,
     };
-    let temps_removed =
-        cache::gc(&settings.cache_dir, &cache::GcConfig { max_size: None, temp_min_age: cache::STALE_TEMP_AGE })?
-            .temps_removed;
+    let swept =
+        cache::gc(&settings.cache_dir, &cache::GcConfig { max_size: None, temp_min_age: cache::STALE_TEMP_AGE })?;
+    let temps_removed = swept.temps_removed;
+    warnings.extend(swept.warnings);
     let fault = Fault::parse_setting(settings.test_hooks.fault.as_deref())?;
     // Every translation checks the tables it read before its entry is written (ADR 0024), so a
     // table found under its name is kept after its checked open, unread (ADR 0028).
@@ -495,6 +508,12 @@ pub fn run_with_progress(
         }
     }
     let compile_seconds = t.elapsed().as_secs_f64();
+    // The per-key locks the compile steps went on without, each named once (ADR 0033).
+    for w in outcomes.iter().flatten().flatten().flat_map(|o| &o.warnings) {
+        if !warnings.iter().any(|seen| seen.path == w.path) {
+            warnings.push(cache::CacheWarning { path: w.path.clone(), message: w.message.clone() });
+        }
+    }
 
     let t = Instant::now();
     let compile_config = CompileConfig::from_settings(&settings)?;

@@ -217,7 +217,9 @@ fn main() -> ExitCode {
 fn dispatch(command: Command) -> Result<ExitCode> {
     match command {
         Command::Worker { handler, parent } => {
-            // A worker reads no settings: they arrive with every task (ADR 0013).
+            // A worker reads no settings: they arrive with every task (ADR 0013). Its stderr
+            // goes to the pool, which keeps its tail for the messages of a failed task.
+            gridkey::set_lock_notice(progress::lock_wait_line);
             let served = if handler == gridkey::faults::FAULT_HANDLER_NAME {
                 gridkey_jobs::worker::serve(&gridkey::faults::FaultHandler, parent)
             } else {
@@ -336,6 +338,7 @@ fn dispatch(command: Command) -> Result<ExitCode> {
                 std::process::exit(130);
             })
             .context("cannot install the Ctrl-C handler")?;
+            gridkey::set_lock_notice(progress::lock_wait_line);
             let reporter =
                 progress::Reporter::for_stderr(gridkey_stencil::icon_programs().len(), settings::plain_progress());
             let report = gridkey::run_observed(&config, &reporter);
@@ -416,6 +419,9 @@ fn cache_command(command: CacheCommand) -> Result<ExitCode> {
             let dir = settings::cache_dir(cache_dir);
             let config = gridkey::cache::GcConfig { max_size, temp_min_age: std::time::Duration::from_secs(temp_age) };
             let r = gridkey::cache::gc(&dir, &config)?;
+            for w in &r.warnings {
+                eprintln!("gridkey: warning: {}: {}", w.path.display(), w.message);
+            }
             if json {
                 println!("{}", serde_json::to_string_pretty(&r)?);
             } else {

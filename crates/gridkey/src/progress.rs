@@ -89,3 +89,14 @@ impl Progress for Reporter {
         }
     }
 }
+
+/// The progress line of a per-key lock wait that lasts (ADR 0033), told every
+/// [`gridkey_fs::lock::LOCK_NOTICE_EVERY`] while it lasts: which lock file, how long so far.
+pub fn lock_wait_line(path: &std::path::Path, waited: Duration) {
+    eprintln!(
+        "gridkey: waiting for the lock {} ({:.0} s so far): another process holds it; at most GRIDKEY_LOCK_WAIT \
+         seconds, then the work is done without it",
+        path.display(),
+        waited.as_secs_f64()
+    );
+}
