@@ -543,9 +543,12 @@ impl CompileTimeConnectivity {
     }
 
     /// Recomputes the digest of the mapped table and compares it with its name: catches a
-    /// table file modified in place after conversion (ADR 0012). Reads the table once.
+    /// table file modified in place after conversion (ADR 0012). Reads the mapped file once
+    /// through `pread`, never through the mapping, so a file truncated while mapped is an error
+    /// here, not a `SIGBUS` (ADR 0034); a process-mode parent calls only this.
     ///
-    /// Errors: [`StoreError::Digest`] naming the file.
+    /// Errors: [`StoreError::Digest`] naming the file; [`StoreError::Truncated`] when the file
+    /// is shorter than its table now; [`StoreError::Format`] when its header changed.
     pub fn verify(&self) -> Result<(), StoreError> {
         self.table.verify()
     }
@@ -570,7 +573,9 @@ impl CompileTimeConnectivity {
         self.table.spec().shape
     }
 
-    /// The table, C order, read-only, mapped from the store.
+    /// The table, C order, read-only, mapped from the store. Reading it touches the mapping: a
+    /// process whose table file is truncated meanwhile ends with `SIGBUS`, so only translation
+    /// reads it (in process mode, in a worker; ADR 0034).
     pub fn table(&self) -> TableView<'_> {
         self.table.view()
     }

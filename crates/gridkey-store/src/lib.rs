@@ -61,7 +61,7 @@ use gridkey_digest::TableElement;
 use memmap2::Mmap;
 use ndarray::ArrayView2;
 use ndarray_npy::npy::header::{Header, Layout};
-use ndarray_npy::{ViewNpyExt, WritableElement};
+use ndarray_npy::{ViewElement, WritableElement};
 
 /// The digest, its dtype and the function that computes it, which a caller needs to name a
 /// [`TableSpec`] and to put a table ([`TableStore::put_table`] takes the table's digest).
@@ -150,6 +150,18 @@ pub enum StoreError {
         shape: [usize; 2],
         /// The I/O error (of the file, or the one the source returned).
         source: io::Error,
+    },
+    /// A stored file holds fewer bytes than the table it was opened as (truncated after it was
+    /// stored or mapped); found by [`MappedTable::verify`], which reads through `pread` and so
+    /// never touches a mapped page past the end of the file (ADR 0034).
+    #[error("table file {path} holds {found} bytes, but its table needs {expected} (truncated after it was stored); delete it so it is rebuilt")]
+    Truncated {
+        /// The file.
+        path: PathBuf,
+        /// Bytes of header and element data the table needs.
+        expected: u64,
+        /// Bytes the file holds now.
+        found: u64,
     },
     /// A verifying open recomputed a digest different from the file's name.
     #[error("table file {path} has digest {found}, not the {expected} its name says (modified after it was stored); delete it so it is rebuilt")]
@@ -319,8 +331,7 @@ impl TableStore {
                 same_bytes = true;
                 return false;
             }
-            let mut same = SameBytes::new(existing.data_bytes());
-            same_bytes = write_data(&mut same).is_ok() && same.all_equal();
+            same_bytes = existing.same_data(|out| write_data(out));
             !same_bytes
         });
         if same_bytes {
@@ -426,14 +437,18 @@ impl TableStore {
             drop(candidate);
             return self.put_slice_writing(dtype, shape, data, move || digest);
         }
-        // One pass: each chunk is hashed, then compared while it is still in the cache, so the
-        // runtime table is read from memory once and the stored file once.
+        // One pass: each chunk is hashed, then compared while it is still in the cache with the
+        // stored file's bytes, read with `pread` (ADR 0034), so the runtime table is read from
+        // memory once and the stored file once.
         let mut hasher = gridkey_digest::TableHasher::new(dtype, &shape);
-        let mut same_bytes = true;
-        for (ours, theirs) in data.chunks(COMPARE_CHUNK_BYTES).zip(candidate.data_bytes().chunks(COMPARE_CHUNK_BYTES)) {
+        let mut same = SameBytes::new(&candidate.file, candidate.data_start as u64, data.len() as u64);
+        for ours in data.chunks(COMPARE_CHUNK_BYTES) {
             hasher.update(ours);
-            same_bytes = same_bytes && ours == theirs;
+            if same.equal {
+                let _ = same.write(ours);
+            }
         }
+        let same_bytes = same.equal;
         let digest = hasher.finish().expect("data holds shape[0] * shape[1] elements");
         // The candidate was mapped by its name, so equal bytes under the digest's name are the
         // table itself: the one case in which nothing is written.
@@ -532,7 +547,7 @@ impl TableStore {
         let path = self.path_of(&digest);
         let mut same_bytes = false;
         let replacing = self.holds_other(&spec, |existing| {
-            same_bytes = self.trusts_names() || existing.data_bytes() == data;
+            same_bytes = self.trusts_names() || existing.same_data(|out| out.write_all(data));
             !same_bytes
         });
         if same_bytes {
@@ -803,28 +818,47 @@ const COMPARE_CHUNK_BYTES: usize = 128 << 10;
 /// ([`TableStore::put_slice`]): 64 KiB.
 pub const CANDIDATE_PROBE_BYTES: usize = 64 << 10;
 
-/// A writer that compares what is written with `expected` instead of storing it.
+/// Bytes read per `pread` by [`MappedTable::verify`] and by the comparisons of what is written
+/// with a stored file: 256 KiB, small enough to stay in the core's cache between the read and
+/// the hash or comparison.
+pub const VERIFY_BLOCK_BYTES: usize = 256 << 10;
+
+/// A writer that compares what is written with `len` bytes of `file` from `start`, read with
+/// `pread` (ADR 0034), instead of storing it. A file that ends early is not equal.
 struct SameBytes<'a> {
-    expected: &'a [u8],
-    at: usize,
+    file: &'a File,
+    start: u64,
+    len: u64,
+    at: u64,
     equal: bool,
+    scratch: Vec<u8>,
 }
 
 impl<'a> SameBytes<'a> {
-    fn new(expected: &'a [u8]) -> Self {
-        Self { expected, at: 0, equal: true }
+    fn new(file: &'a File, start: u64, len: u64) -> Self {
+        Self { file, start, len, at: 0, equal: true, scratch: Vec::new() }
     }
 
-    /// Whether exactly `expected` was written.
+    /// Whether exactly the `len` bytes of the file were written.
     fn all_equal(&self) -> bool {
-        self.equal && self.at == self.expected.len()
+        self.equal && self.at == self.len
     }
 }
 
 impl Write for SameBytes<'_> {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        let end = self.at + buf.len();
-        self.equal &= self.expected.get(self.at..end) == Some(buf);
+        use std::os::unix::fs::FileExt as _;
+        let end = self.at + buf.len() as u64;
+        self.equal &= end <= self.len;
+        let mut at = self.at;
+        for chunk in buf.chunks(VERIFY_BLOCK_BYTES) {
+            if !self.equal {
+                break;
+            }
+            self.scratch.resize(chunk.len(), 0);
+            self.equal = self.file.read_exact_at(&mut self.scratch, self.start + at).is_ok() && self.scratch == chunk;
+            at += chunk.len() as u64;
+        }
         self.at = end;
         Ok(buf.len())
     }
@@ -871,6 +905,24 @@ pub fn write_c_order<T: TableElement>(table: ArrayView2<'_, T>, out: &mut dyn Wr
     out.write_all(&buf[..used])
 }
 
+/// A reader of a file through `pread` from its start, keeping every byte it read (the header
+/// of a table file, read without mapping it).
+struct PreadReader<'a> {
+    file: &'a File,
+    at: u64,
+    seen: Vec<u8>,
+}
+
+impl io::Read for PreadReader<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        use std::os::unix::fs::FileExt as _;
+        let n = self.file.read_at(buf, self.at)?;
+        self.seen.extend_from_slice(&buf[..n]);
+        self.at += n as u64;
+        Ok(n)
+    }
+}
+
 /// A read-only view of a mapped table, `(n, k)` in C order, borrowed from the mapping.
 #[derive(Clone, Copy, Debug)]
 pub enum TableView<'a> {
@@ -893,8 +945,9 @@ pub struct MappedTable {
     // that breaks the in-place contract may have changed.
     data_start: usize,
     header: Box<[u8]>,
-    // Holds the shared lock that keeps `gridkey cache gc` away while the mapping lives.
-    _lock: File,
+    // The file mapped, which holds the shared lock that keeps `gridkey cache gc` away while the
+    // mapping lives; `verify` and the byte comparisons read it with `pread` (ADR 0034).
+    file: File,
 }
 
 impl MappedTable {
@@ -919,36 +972,55 @@ impl MappedTable {
         if meta.len() == 0 {
             return Err(StoreError::Format { path, dtype: spec.dtype, reason: "the file is empty".into() });
         }
+        // The header and the file's length are checked through `pread` and `fstat`, never
+        // through the mapping, so that no open touches a mapped page that a concurrent truncation
+        // may have taken away (ADR 0034).
+        let format = |reason: String| StoreError::Format { path: path.clone(), dtype: spec.dtype, reason };
+        let mut reader = PreadReader { file: &file, at: 0, seen: Vec::new() };
+        let header = Header::from_reader(&mut reader).map_err(|e| format(e.to_string()))?;
+        let data_start = reader.seen.len();
+        let header_bytes: Box<[u8]> = reader.seen.into();
+        // An empty slice at an address aligned for both element types: the descriptor alone is
+        // checked ("<i4" or "<i8", native little-endian).
+        let aligned: [i64; 0] = [];
+        let no_data: &[u8] = bytemuck::cast_slice(&aligned);
+        let descriptor = match spec.dtype {
+            Dtype::I32 => <i32 as ViewElement>::bytes_as_slice(no_data, &header.type_descriptor, 0).map(|_| ()),
+            Dtype::I64 => <i64 as ViewElement>::bytes_as_slice(no_data, &header.type_descriptor, 0).map(|_| ()),
+        };
+        descriptor.map_err(|e| format(e.to_string()))?;
+        let [rows, cols] = header.shape[..] else {
+            return Err(format(format!("its header has {} dimensions, a table has 2", header.shape.len())));
+        };
+        let expected_len = rows
+            .checked_mul(cols)
+            .and_then(|n| n.checked_mul(spec.dtype.itemsize()))
+            .and_then(|n| n.checked_add(data_start))
+            .ok_or_else(|| format(format!("its shape {:?} overflows the address space", header.shape)))?;
+        if meta.len() != expected_len as u64 {
+            return Err(format(format!("it holds {} bytes, its header announces {expected_len}", meta.len())));
+        }
+        if data_start % spec.dtype.itemsize() != 0 {
+            return Err(format(format!("its data starts at byte {data_start}, not aligned for {}", spec.dtype)));
+        }
+        if header.layout.is_fortran() {
+            return Err(format("its header says fortran_order: True".into()));
+        }
+        let found = [rows, cols];
+        if found != spec.shape {
+            return Err(StoreError::Shape { path, expected: spec.shape, found });
+        }
         // SAFETY: the file is opened read-only and store files are never written in place
         // (they are created under a temp name, made read-only and renamed); a file modified
         // in place by someone else breaks the contract of docs/design.md "Contracts" and ADR 0012 and is caught
-        // by `open_verified`, not by memory unsafety in Rust code that only reads integers.
+        // by `verify`, not by memory unsafety in Rust code that only reads integers. A file
+        // truncated while mapped makes a read of the lost pages raise `SIGBUS`, which ends the
+        // process that reads them: only translation reads the mapping (ADR 0034).
         let mmap = unsafe { Mmap::map(&file) }.map_err(|source| StoreError::Read { path: path.clone(), source })?;
-        // `view_npy` also takes a Fortran-order file (as a Fortran-order view): a stored table is
-        // C order, so such a file is refused here rather than read as C order later.
-        let base = mmap.as_ptr() as usize;
-        let checked = match spec.dtype {
-            Dtype::I32 => ArrayView2::<i32>::view_npy(&mmap)
-                .map(|v| (v.raw_dim(), v.is_standard_layout(), v.as_ptr() as usize - base)),
-            Dtype::I64 => ArrayView2::<i64>::view_npy(&mmap)
-                .map(|v| (v.raw_dim(), v.is_standard_layout(), v.as_ptr() as usize - base)),
-        };
-        let (found, c_order, data_start) =
-            checked.map_err(|e| StoreError::Format { path: path.clone(), dtype: spec.dtype, reason: e.to_string() })?;
-        let header = mmap[..data_start].into();
-        let table = Self { spec: *spec, path, mmap, data_start, header, _lock: file };
-        if !c_order {
-            return Err(StoreError::Format {
-                path: table.path,
-                dtype: spec.dtype,
-                reason: "its header says fortran_order: True".into(),
-            });
+        if mmap.len() != expected_len {
+            return Err(format(format!("it was truncated to {} bytes while it was opened", mmap.len())));
         }
-        let found = [found[0], found[1]];
-        if found != spec.shape {
-            return Err(StoreError::Shape { path: table.path, expected: spec.shape, found });
-        }
-        Ok(table)
+        Ok(Self { spec: *spec, path, mmap, data_start, header: header_bytes, file })
     }
 
     /// Opens `path` for mapping with a shared lock ([`gridkey_fs::lock::open_shared`]: no
@@ -972,7 +1044,9 @@ impl MappedTable {
     }
 
     /// The element bytes of the table (C order, little-endian), borrowed from the mapping:
-    /// `shape[0] * shape[1] * itemsize` bytes.
+    /// `shape[0] * shape[1] * itemsize` bytes. Reading them touches the mapping, which ends the
+    /// process with `SIGBUS` if the file was truncated meanwhile: the store's own checks read
+    /// the file with `pread` instead ([`Self::verify`], ADR 0034).
     pub fn data_bytes(&self) -> &[u8] {
         match self.view() {
             TableView::I32(v) => bytemuck::cast_slice(v.to_slice().expect("a stored table is C-contiguous")),
@@ -980,28 +1054,71 @@ impl MappedTable {
         }
     }
 
-    /// Recomputes the digest of the mapped content (reads the whole table once) and compares it
-    /// with the name it was opened by, and compares the header with the one checked when it was
-    /// mapped: a file modified in place after it was stored fails here (ADR 0012).
+    /// Recomputes the digest of the mapped file's content and compares it with the name it was
+    /// opened by, and compares the header with the one checked when it was mapped: a file
+    /// modified in place after it was stored fails here (ADR 0012).
+    ///
+    /// Reads the file the mapping was made from (the same inode, so the bytes the mapping shows)
+    /// through `pread`, [`VERIFY_BLOCK_BYTES`] at a time, hashing each block as it comes, and
+    /// never touches the mapping: a file truncated while it is mapped is an error here, not a
+    /// `SIGBUS` (ADR 0034). Reads the whole table once.
     ///
     /// Errors: [`StoreError::Digest`] naming the file, the expected and the found digest;
-    /// [`StoreError::Format`] naming the file when its header changed after it was mapped.
+    /// [`StoreError::Format`] naming the file when its header changed after it was mapped;
+    /// [`StoreError::Truncated`] when the file is shorter than the table;
+    /// [`StoreError::Read`] when it cannot be read.
     pub fn verify(&self) -> Result<(), StoreError> {
-        if self.mmap[..self.data_start] != *self.header {
+        let mut head = vec![0u8; self.data_start];
+        self.read_at(&mut head, 0)?;
+        if head != *self.header {
             return Err(StoreError::Format {
                 path: self.path.clone(),
                 dtype: self.spec.dtype,
                 reason: "its header was changed in place after it was mapped".into(),
             });
         }
-        let found = match self.view() {
-            TableView::I32(v) => digest_table(v),
-            TableView::I64(v) => digest_table(v),
-        };
+        let mut hasher = gridkey_digest::TableHasher::new(self.spec.dtype, &self.spec.shape);
+        let mut block = vec![0u8; VERIFY_BLOCK_BYTES.min(data_bytes(&self.spec)).max(1)];
+        let mut at = self.data_start as u64;
+        let end = at + data_bytes(&self.spec) as u64;
+        while at < end {
+            let n = block.len().min((end - at) as usize);
+            self.read_at(&mut block[..n], at)?;
+            hasher.update(&block[..n]);
+            at += n as u64;
+        }
+        let found = hasher.finish().ok_or_else(|| StoreError::Format {
+            path: self.path.clone(),
+            dtype: self.spec.dtype,
+            reason: "its element data could not be hashed as a whole table".into(),
+        })?;
         if found != self.spec.digest {
             return Err(StoreError::Digest { path: self.path.clone(), expected: self.spec.digest, found });
         }
         Ok(())
+    }
+
+    /// Whether the element data of the mapped file equals what `write_data` writes, all of it
+    /// and nothing more, read through `pread` (never through the mapping, ADR 0034).
+    fn same_data(&self, write_data: impl FnOnce(&mut dyn Write) -> io::Result<()>) -> bool {
+        let mut same = SameBytes::new(&self.file, self.data_start as u64, data_bytes(&self.spec) as u64);
+        write_data(&mut same).is_ok() && same.all_equal()
+    }
+
+    /// Fills `buf` from the mapped file at `offset` with `pread`.
+    ///
+    /// Errors: [`StoreError::Truncated`] when the file ends first, [`StoreError::Read`].
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<(), StoreError> {
+        use std::os::unix::fs::FileExt as _;
+        self.file.read_exact_at(buf, offset).map_err(|source| {
+            if source.kind() == io::ErrorKind::UnexpectedEof {
+                let found = self.file.metadata().map_or(0, |m| m.len());
+                let expected = (self.data_start + data_bytes(&self.spec)) as u64;
+                StoreError::Truncated { path: self.path.clone(), expected, found }
+            } else {
+                StoreError::Read { path: self.path.clone(), source }
+            }
+        })
     }
 
     /// The table, C order, borrowed from the mapping.

@@ -687,3 +687,37 @@ fn put_blocks_of_a_failing_or_short_source_is_a_temp_write_error_and_leaves_noth
     assert!(err.to_string().contains("need") && !err.to_string().ends_with('.'), "{err}");
     assert_eq!(files_under(dir.path()), Vec::<String>::new());
 }
+
+/// A stored table truncated in place (the same inode) while it is mapped: `verify` reads the file
+/// through `pread` and says it is truncated, where a read of the mapping would end this process
+/// with `SIGBUS` (ADR 0034); a new open is a format error naming the file, and a put rewrites it.
+#[test]
+fn a_table_truncated_while_mapped_is_an_error_of_verify_and_of_open() {
+    let t = table(100_000, 3);
+    for keep in [0usize, 600_000] {
+        let dir = tempfile::tempdir().unwrap();
+        let store = TableStore::open(dir.path()).unwrap();
+        let spec = stored(&store, &t);
+        let path = store.path_of(&spec.digest);
+        let mapped = store.open_table(&spec).unwrap();
+        mapped.verify().unwrap();
+        let len = fs::metadata(&path).unwrap().len();
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o644)).unwrap();
+        fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(keep as u64).unwrap();
+        match mapped.verify() {
+            Err(StoreError::Truncated { path: p, expected, found }) => {
+                assert_eq!((p, expected, found), (path.clone(), len, keep as u64), "keep {keep}");
+            }
+            other => panic!("keep {keep}: {other:?}"),
+        }
+        let message = mapped.verify().unwrap_err().to_string();
+        assert!(message.contains(&path.display().to_string()) && message.ends_with("so it is rebuilt"), "{message}");
+        assert!(
+            matches!(store.open_table(&spec), Err(StoreError::Format { path: ref p, .. }) if *p == path),
+            "keep {keep}: a new open of the cut file is a format error naming it"
+        );
+        store.put_table(spec.digest, t.view()).unwrap();
+        assert_eq!(store.repaired(), vec![path.clone()], "keep {keep}");
+        store.clone().verifying(true).open_table(&spec).unwrap();
+    }
+}

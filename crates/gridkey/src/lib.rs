@@ -516,7 +516,6 @@ pub fn run_with_progress(
     }
 
     let t = Instant::now();
-    let compile_config = CompileConfig::from_settings(&settings)?;
     let late_repairs = std::cell::RefCell::new(Vec::new());
     let reports: Vec<ProgramReport> = programs
         .iter()
@@ -526,10 +525,12 @@ pub fn run_with_progress(
             Ok(outcome) => {
                 let hint = if outcome.translated { explain::miss_hint(&cache, &outcome.key) } else { None };
                 let tier = if outcome.translated { None } else { route.tier().or(Some("local")).map(str::to_owned) };
-                // The parent's rebuild of a library that does not load repairs a table changed
-                // since the compile phase as the compile phase does (ADR 0024).
+                // The rebuild of a library that does not load goes through the runner, as the
+                // compile phase does: in process mode a worker maps and reads the tables, never
+                // the parent (ADR 0034). It repairs a table changed since the compile phase as
+                // the compile phase does (ADR 0024).
                 let rebuild = || {
-                    let first = gridkey_stencil::compile(program, &ct, &config.options, &compile_config);
+                    let first = compile_one(runner, program, &ct, &config.options, &settings);
                     if first.is_ok() {
                         return first;
                     }
@@ -538,7 +539,7 @@ pub fn run_with_progress(
                         return first;
                     }
                     late_repairs.borrow_mut().extend(repairs);
-                    gridkey_stencil::compile(program, &repaired, &config.options, &compile_config)
+                    compile_one(runner, program, &Arc::new(repaired), &config.options, &settings)
                 };
                 ProgramReport { miss_hint: hint, tier, ..verify(program, grid, outcome, &cache, &rebuild) }
             }
@@ -662,7 +663,9 @@ const REPAIR_ROUNDS: usize = 3;
 /// The compile-time view `ct` with every table whose mapped content, or the file under whose
 /// name, no longer matches its digest converted again from the grid's runtime table (the stored
 /// file rewritten, ADR 0024), and a warning for each (also for one that could not be rewritten).
-/// Reads every table twice; called only after a task failed.
+/// Reads every table twice, through `pread`, never through a mapping: a table truncated while
+/// mapped is found and rewritten here, not a `SIGBUS` of the parent (ADR 0034). Called only
+/// after a task failed.
 fn repair_tables(
     grid: &Grid,
     ct: &CompileTimeOffsetProvider,
@@ -729,6 +732,21 @@ pub fn task_settings(settings: &Settings) -> Result<Arc<Settings>, AppError> {
     Ok(Arc::new(settings))
 }
 
+/// Compiles `program` alone through `runner` (in process mode: in a worker, which maps and reads
+/// the tables, ADR 0034); the error is the task's failure as text.
+fn compile_one(
+    runner: &Runner<StencilHandler>,
+    program: &Program,
+    ct: &Arc<CompileTimeOffsetProvider>,
+    options: &TranslationOptions,
+    settings: &Arc<Settings>,
+) -> Result<CompileOutcome, String> {
+    match runner.run_all(&tasks_for(std::slice::from_ref(program), ct, options, settings)).pop() {
+        Some(result) => result.map_err(|e| e.cause.to_string()),
+        None => Err(format!("program {}: the build jobs returned no outcome; run it again", program.name())),
+    }
+}
+
 /// Loads the artifact, runs it on the runtime provider and compares with the Rust evaluation.
 /// A kernel whose results do not match is removed from the build cache, and its translation
 /// from the translation cache, so that neither is served again (ADR 0023).
@@ -737,11 +755,11 @@ fn verify(
     grid: &Grid,
     outcome: CompileOutcome,
     cache: &TranslationCache,
-    rebuild: &dyn Fn() -> Result<CompileOutcome, gridkey_stencil::StencilError>,
+    rebuild: &dyn Fn() -> Result<CompileOutcome, String>,
 ) -> ProgramReport {
     let mut outcome = outcome;
     // A library that cannot be loaded (removed or altered since it was built, ADR 0023) is
-    // built again here, once.
+    // built again, once.
     let loading = Instant::now();
     let loaded = gridkey_stencil::Kernel::load(&outcome.artifact, program);
     let load_seconds = loading.elapsed().as_secs_f64();
@@ -749,9 +767,9 @@ fn verify(
         Err(gridkey_stencil::StencilError::Load { .. }) => rebuild().and_then(|again| {
             outcome.built |= again.built;
             outcome.build_seconds += again.build_seconds;
-            gridkey_stencil::Kernel::load(&again.artifact, program)
+            gridkey_stencil::Kernel::load(&again.artifact, program).map_err(|e| e.to_string())
         }),
-        other => other,
+        other => other.map_err(|e| e.to_string()),
     };
     let mut report = ProgramReport {
         program: outcome.program.clone(),
@@ -776,15 +794,15 @@ fn verify(
     let mut refused = None;
     let checked = kernel.and_then(|kernel| {
         let provider = grid.provider();
-        let inputs = gridkey_stencil::make_inputs(program, provider, INPUT_SEED)?;
+        let inputs = gridkey_stencil::make_inputs(program, provider, INPUT_SEED).map_err(|e| e.to_string())?;
         let got = match kernel.run(provider, &inputs) {
             Ok(got) => got,
             Err(e) => {
                 refused = Some(kernel);
-                return Err(e);
+                return Err(e.to_string());
             }
         };
-        let want = gridkey_stencil::evaluate_reference(program, provider, &inputs)?;
+        let want = gridkey_stencil::evaluate_reference(program, provider, &inputs).map_err(|e| e.to_string())?;
         Ok((gridkey_stencil::max_relative_error(&got, &want), kernel))
     });
     match checked {
@@ -812,7 +830,7 @@ fn verify(
                 if removed { "the library was" } else { "the library was already gone," }
             ));
         }
-        Err(e) => report.error = Some(e.to_string()),
+        Err(e) => report.error = Some(e),
     }
     report
 }
