@@ -19,6 +19,7 @@
 
 mod bounded_waits;
 mod remote;
+mod truncated_map;
 
 use std::fs;
 use std::io::{BufRead, BufReader, Write};
@@ -187,6 +188,7 @@ pub fn faults(root: &Path, bin: PathBuf, only: Option<String>) -> Result<bool> {
 
     // Stopped lock holders and stray lock and run files (ADR 0033).
     bounded_waits::rows(&mut m);
+    truncated_map::rows(&mut m);
 
     // 8. The shared tier (ADR 0018, ADR 0019).
     remote::rows(&mut m)?;
