@@ -18,6 +18,7 @@
 //! when missing.
 
 mod remote;
+mod verified_travel;
 
 use std::fs;
 use std::io::{BufRead, BufReader, Write};
