@@ -20,6 +20,7 @@
 mod bounded_waits;
 mod remote;
 mod truncated_map;
+mod verified_travel;
 
 use std::fs;
 use std::io::{BufRead, BufReader, Write};

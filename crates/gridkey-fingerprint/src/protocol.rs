@@ -27,6 +27,14 @@ pub trait Tier: Send + Sync {
         true
     }
 
+    /// Whether what this tier stores reaches other nodes (a shared remote): [`translate_cached`]
+    /// then never puts into it itself; the frontend does, through [`Tiers::accept`], once its
+    /// own check of the result (the kernel against its reference) passed, so that only
+    /// accepted translations travel (ADR 0030). Local and site tiers are not shared.
+    fn shared(&self) -> bool {
+        false
+    }
+
     /// Told when this tier served a hit for `inputs`: the local tier rewrites a key-input record
     /// that was deleted or cannot be read, so that `gridkey explain` finds the entry again.
     fn served(&self, _inputs: &KeyInputs, _key: &TranslationKey) {}
@@ -108,6 +116,20 @@ impl Tiers {
     pub fn contains(&self, key: &TranslationKey) -> bool {
         self.iter().any(|t| t.get(key).is_ok())
     }
+
+    /// The frontend's acceptance of what [`translate_cached`] returned for `inputs`: its own
+    /// check of the result passed (in `gridkey run`, the kernel against the Rust reference), so
+    /// the translation may travel. Puts `cached.payload` into every writable [`Tier::shared`]
+    /// tier other than the one that served it, which [`translate_cached`] left out (ADR 0030).
+    /// A frontend that never calls this shares nothing; one whose check fails does not call it.
+    ///
+    /// Returns the tiers that could not be written, `tier: error` (the result is still good).
+    pub fn accept(&self, inputs: &KeyInputs, cached: &Cached) -> Vec<String> {
+        self.iter()
+            .filter(|t| t.shared() && t.writable() && cached.hit.as_deref() != Some(t.name()))
+            .filter_map(|t| t.put(inputs, &cached.payload).err().map(|e| format!("{}: {e}", t.name())))
+            .collect()
+    }
 }
 
 /// What a frontend asks of [`translate_cached`].
@@ -175,15 +197,17 @@ pub enum CacheProtocolError<E: std::error::Error + 'static> {
     },
 }
 
-/// The cache protocol (ADR 0013, ADR 0025): looks `request.inputs`' key up in each tier in
-/// order; a hit that the frontend accepts is written back to the earlier writable tiers and
-/// returned (after a byte-for-byte comparison with a fresh translation when `verify_hits`). On
-/// a miss, takes the key's lock (when the tiers have [`KeyLocks`]), looks up again (a process
-/// that held the lock meanwhile has put the entry: a hit), and only when still missing calls
-/// `translate` once and puts the result, with its key-input record, into every writable tier
-/// before releasing the lock. A lock that cannot be taken (a file system without locks, a
-/// directory in its place) or that another process holds past the bound of the wait
-/// ([`gridkey_fs::lock::LockWait`], ADR 0033) is [`Cached::unlocked`], and the miss is
+/// The cache protocol (ADR 0013, ADR 0025, ADR 0030): looks `request.inputs`' key up in each
+/// tier in order; a hit that the frontend accepts is written back to the earlier writable tiers
+/// and returned (after a byte-for-byte comparison with a fresh translation when `verify_hits`).
+/// On a miss, takes the key's lock (when the tiers have [`KeyLocks`]), looks up again (a
+/// process that held the lock meanwhile has put the entry: a hit), and only when still missing
+/// calls `translate` once and puts the result, with its key-input record, into every writable
+/// tier before releasing the lock. Shared tiers ([`Tier::shared`]) are left out of both writes:
+/// the order is look up, translate, put locally, the frontend's check of the result, then
+/// [`Tiers::accept`] puts into the shared tiers. A lock that cannot be taken (a file system
+/// without locks, a directory in its place) or that another process holds past the bound of the
+/// wait ([`gridkey_fs::lock::LockWait`], ADR 0033) is [`Cached::unlocked`], and the miss is
 /// translated without it.
 ///
 /// Errors: [`CacheProtocolError::Translate`] from `translate`; [`CacheProtocolError::Put`] when
@@ -245,7 +269,8 @@ pub fn translate_cached<E: std::error::Error + 'static>(
     let payload = translate().map_err(CacheProtocolError::Translate)?;
     let mut first_error = None;
     let mut stored = false;
-    for tier in tiers.tiers.iter().filter(|t| t.writable()) {
+    // A shared tier is written only once the frontend accepted the result ([`Tiers::accept`]).
+    for tier in tiers.tiers.iter().filter(|t| t.writable() && !t.shared()) {
         match tier.put(request.inputs, &payload) {
             Ok(()) => stored = true,
             Err(e) if first_error.is_none() => first_error = Some(e),
@@ -296,7 +321,7 @@ fn look_up<E: std::error::Error + 'static>(
             }
         }
         tier.served(request.inputs, key);
-        for earlier in tiers.tiers[..index].iter().filter(|t| t.writable()) {
+        for earlier in tiers.tiers[..index].iter().filter(|t| t.writable() && !t.shared()) {
             if let Err(e) = earlier.put(request.inputs, &payload) {
                 warnings.push(format!("{}: {e}", earlier.name()));
             }

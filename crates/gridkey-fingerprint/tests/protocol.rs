@@ -14,12 +14,18 @@ use gridkey_offsets::CompileTimeOffsetProvider;
 struct Memory {
     name: &'static str,
     writable: bool,
+    /// Stands for a shared remote ([`Tier::shared`]).
+    shared: bool,
     entries: Mutex<BTreeMap<TranslationKey, Vec<u8>>>,
 }
 
 impl Memory {
     fn new(name: &'static str, writable: bool) -> Box<Self> {
-        Box::new(Self { name, writable, entries: Mutex::default() })
+        Box::new(Self { name, writable, shared: false, entries: Mutex::default() })
+    }
+
+    fn shared(name: &'static str) -> Box<Self> {
+        Box::new(Self { name, writable: true, shared: true, entries: Mutex::default() })
     }
 }
 
@@ -37,6 +43,9 @@ impl Tier for Memory {
     }
     fn writable(&self) -> bool {
         self.writable
+    }
+    fn shared(&self) -> bool {
+        self.shared
     }
 }
 
@@ -193,4 +202,49 @@ fn a_miss_waits_for_the_key_lock_and_hits_what_its_holder_put() {
     assert_eq!(second.payload, b"source");
     let locks = dir.path().join(gridkey_fs::lock::LOCKS_DIR);
     assert_eq!(std::fs::read_dir(&locks).unwrap().count(), 0, "no lock file left");
+}
+
+/// A tier that reaches other nodes (ADR 0030).
+struct Remote(std::sync::Arc<Memory>);
+
+impl Tier for Remote {
+    fn name(&self) -> &str {
+        self.0.name
+    }
+    fn get(&self, key: &TranslationKey) -> Result<Vec<u8>, Miss> {
+        self.0.get(key)
+    }
+    fn put(&self, inputs: &KeyInputs, payload: &[u8]) -> Result<(), FingerprintError> {
+        self.0.put(inputs, payload)
+    }
+    fn shared(&self) -> bool {
+        true
+    }
+}
+
+#[test]
+fn a_shared_tier_gets_a_translation_only_once_the_frontend_accepted_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let remote = std::sync::Arc::new(*Memory::shared("remote"));
+    let mut tiers = Tiers::local(dir.path()).unwrap();
+    tiers.push(Box::new(Remote(remote.clone())));
+    let p = inputs("div");
+    let (r, n) = check(&tiers, &p, false, b"source");
+    let cached = r.unwrap();
+    assert_eq!((n, cached.translated()), (1, true));
+    // The local tier has it at once; the shared one not before the frontend's check passed.
+    assert_eq!(TranslationCache::open(dir.path()).unwrap().get(&p.key()).unwrap(), b"source");
+    assert!(remote.get(&p.key()).is_err(), "a translation not yet accepted travelled");
+    // Accepted (the frontend's check passed): now it travels.
+    assert_eq!(tiers.accept(&p, &cached), Vec::<String>::new());
+    assert_eq!(remote.get(&p.key()).unwrap(), b"source");
+
+    // A hit from the shared tier is written back locally, and not put into the shared tier again.
+    let fresh = tempfile::tempdir().unwrap();
+    let mut reader = Tiers::local(fresh.path()).unwrap();
+    reader.push(Box::new(Remote(remote.clone())));
+    let (r, n) = check(&reader, &p, false, b"other");
+    let hit = r.unwrap();
+    assert_eq!((n, hit.hit.as_deref(), hit.payload.as_slice()), (0, Some("remote"), &b"source"[..]));
+    assert_eq!(TranslationCache::open(fresh.path()).unwrap().get(&p.key()).unwrap(), b"source");
 }

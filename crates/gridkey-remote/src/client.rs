@@ -17,6 +17,9 @@ use crate::trust::Trust;
 use crate::RemoteError;
 use gridkey_settings::RemoteSettings;
 
+mod retract;
+pub use retract::{ObjectChecksum, Retracted};
+
 /// Takes the lease unless the object is there or the lease is held: 2 present, 1 taken, 0 held.
 const CLAIM: &str = "if redis.call('EXISTS', KEYS[1]) == 1 then return 2 end \
     if redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end return 0";

@@ -52,7 +52,9 @@ pub mod object;
 mod tier;
 pub mod trust;
 
-pub use client::{Claim, Fetched, KindStats, ObjectKey, Remote, ServerStats, Stored, TierStats, Waited};
+pub use client::{
+    Claim, Fetched, KindStats, ObjectChecksum, ObjectKey, Remote, Retracted, ServerStats, Stored, TierStats, Waited,
+};
 /// The Ed25519 implementation of signatures and keys ([`Trust::new`] takes its types).
 pub use ed25519_dalek;
 pub use gridkey_settings::{RemoteSettings, Role};

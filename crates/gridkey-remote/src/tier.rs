@@ -16,7 +16,8 @@ use crate::{Fetched, Kind, ObjectKey, Remote, Stored};
 /// `gridkey run` does the remote I/O of a run in its parent, in batches and with leases, through
 /// [`RemoteTier::remote`]; an embedder that translates in its own process may instead put this
 /// tier into the [`gridkey_fingerprint::Tiers`] that `translate_cached` looks up (no leases then:
-/// every object that checks is accepted, whoever wrote it first).
+/// every object that checks is accepted, whoever wrote it first); its [`Tier::put`] then comes
+/// from [`gridkey_fingerprint::Tiers::accept`], once the embedder's check of the result passed.
 #[derive(Clone, Debug)]
 pub struct RemoteTier {
     remote: Arc<Remote>,
@@ -73,6 +74,12 @@ impl Tier for RemoteTier {
     /// Only a designated writer's tier is written, and only while it is on.
     fn writable(&self) -> bool {
         self.remote.is_writer() && self.remote.is_on()
+    }
+
+    /// Shared: `translate_cached` leaves it to [`gridkey_fingerprint::Tiers::accept`], after
+    /// the frontend's check of the result (ADR 0030).
+    fn shared(&self) -> bool {
+        true
     }
 }
 

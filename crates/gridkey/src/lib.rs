@@ -36,6 +36,8 @@ pub mod cache;
 pub mod keys;
 pub mod layouts;
 pub mod push;
+pub mod quarantine;
+pub mod retract;
 pub mod shared;
 pub mod supported;
 
@@ -470,18 +472,57 @@ pub fn run_with_progress(
     };
     let mut outcomes: Vec<Option<Result<CompileOutcome, gridkey_jobs::TaskError>>> =
         programs.iter().map(|_| None).collect();
+    let checker = Checker {
+        programs,
+        grid,
+        cache: &cache,
+        options: &config.options,
+        runner,
+        settings: &settings,
+        store: &store,
+        late_repairs: std::cell::RefCell::new(Vec::new()),
+    };
+    let mut reports: Vec<Option<ProgramReport>> = programs.iter().map(|_| None).collect();
+    let mut verifying = std::time::Duration::ZERO;
+    // Each batch is verified before anything of it is uploaded, so only verified artifacts
+    // travel (ADR 0030); the leases of the batch stay renewed by the heartbeat meanwhile.
+    let mut verify_batch = |which: &[usize],
+                            outcomes: &[Option<Result<CompileOutcome, gridkey_jobs::TaskError>>],
+                            routes: &[shared::Route],
+                            ct: &Arc<CompileTimeOffsetProvider>,
+                            shared: &mut Option<shared::SharedRun>,
+                            reports: &mut [Option<ProgramReport>],
+                            warnings: &mut Vec<cache::CacheWarning>| {
+        let t = Instant::now();
+        let mut accepted = Vec::with_capacity(which.len());
+        for &i in which {
+            let Some(Ok(outcome)) = &outcomes[i] else {
+                accepted.push(None);
+                continue;
+            };
+            let (report, rebuilt) = checker.check(i, outcome, routes[i], ct);
+            let report = match shared.as_mut() {
+                Some(s) => reject_fetched(s, i, outcome, rebuilt, report, warnings),
+                None => report,
+            };
+            accepted.push(report.verified.then_some(outcome));
+            reports[i] = Some(report);
+        }
+        verifying += t.elapsed();
+        if let Some(s) = shared.as_ref() {
+            s.upload(&cache, &inputs, routes, which, &accepted);
+        }
+    };
     let first: Vec<usize> = (0..programs.len()).filter(|&i| routes[i] != shared::Route::Wait).collect();
     run_batch(runner, &tasks, &first, progress, &mut outcomes);
-    if let Some(s) = &shared {
-        s.upload(&cache, &inputs, &routes, &first, &done(&outcomes, &first));
-    }
+    verify_batch(&first, &outcomes, &routes, &ct, &mut shared, &mut reports, &mut warnings);
     let waits: Vec<usize> = (0..programs.len()).filter(|&i| routes[i] == shared::Route::Wait).collect();
     if let (Some(s), false) = (&mut shared, waits.is_empty()) {
         for (&i, route) in waits.iter().zip(s.wait(&cache, &inputs, &waits)) {
             routes[i] = route;
         }
         run_batch(runner, &tasks, &waits, progress, &mut outcomes);
-        s.upload(&cache, &inputs, &routes, &waits, &done(&outcomes, &waits));
+        verify_batch(&waits, &outcomes, &routes, &ct, &mut shared, &mut reports, &mut warnings);
     }
     // A stored table changed in place while this run held it fails the tasks that translated
     // from it, and nothing is cached from it (ADR 0024): rewrite it from the runtime table and
@@ -503,11 +544,10 @@ pub fn run_with_progress(
         for (&i, outcome) in failed.iter().zip(retried) {
             outcomes[i] = Some(outcome);
         }
-        if let Some(s) = &shared {
-            s.upload(&cache, &inputs, &routes, &failed, &done(&outcomes, &failed));
-        }
+        verify_batch(&failed, &outcomes, &routes, &ct, &mut shared, &mut reports, &mut warnings);
     }
-    let compile_seconds = t.elapsed().as_secs_f64();
+    let verify_seconds = verifying.as_secs_f64();
+    let compile_seconds = (t.elapsed() - verifying).as_secs_f64();
     // The per-key locks the compile steps went on without, each named once (ADR 0033).
     for w in outcomes.iter().flatten().flatten().flat_map(|o| &o.warnings) {
         if !warnings.iter().any(|seen| seen.path == w.path) {
@@ -515,56 +555,38 @@ pub fn run_with_progress(
         }
     }
 
-    let t = Instant::now();
-    let late_repairs = std::cell::RefCell::new(Vec::new());
     let reports: Vec<ProgramReport> = programs
         .iter()
         .zip(outcomes)
+        .zip(reports)
         .zip(keys.iter().zip(&cached_before).zip(&routes))
-        .map(|((program, outcome), ((key, &hit), route))| match outcome.expect("every program ran") {
-            Ok(outcome) => {
-                let hint = if outcome.translated { explain::miss_hint(&cache, &outcome.key) } else { None };
-                let tier = if outcome.translated { None } else { route.tier().or(Some("local")).map(str::to_owned) };
-                // The rebuild of a library that does not load goes through the runner, as the
-                // compile phase does: in process mode a worker maps and reads the tables, never
-                // the parent (ADR 0034). It repairs a table changed since the compile phase as
-                // the compile phase does (ADR 0024).
-                let rebuild = || {
-                    let first = compile_one(runner, program, &ct, &config.options, &settings);
-                    if first.is_ok() {
-                        return first;
-                    }
-                    let (repaired, repairs) = repair_tables(grid, &ct, &store);
-                    if repairs.is_empty() {
-                        return first;
-                    }
-                    late_repairs.borrow_mut().extend(repairs);
-                    compile_one(runner, program, &Arc::new(repaired), &config.options, &settings)
-                };
-                ProgramReport { miss_hint: hint, tier, ..verify(program, grid, outcome, &cache, &rebuild) }
+        .map(|(((program, outcome), report), ((key, &hit), route))| {
+            match (outcome.expect("every program ran"), report) {
+                (Ok(_), Some(report)) => report,
+                (Ok(_), None) => unreachable!("every program that compiled was verified"),
+                (Err(e), _) => ProgramReport {
+                    program: program.name().to_owned(),
+                    key: Some(key.to_hex()),
+                    cache_hit: hit || *route == shared::Route::Remote,
+                    translated: !hit && *route != shared::Route::Remote && cache.get(key).is_ok(),
+                    built: false,
+                    translate_seconds: 0.0,
+                    build_seconds: 0.0,
+                    key_seconds: 0.0,
+                    lookup_seconds: 0.0,
+                    lock_seconds: 0.0,
+                    library_check_seconds: 0.0,
+                    load_seconds: 0.0,
+                    max_rel_error: None,
+                    verified: false,
+                    error: Some(e.to_string()),
+                    miss_hint: None,
+                    tier: route.tier().map(str::to_owned),
+                },
             }
-            Err(e) => ProgramReport {
-                program: program.name().to_owned(),
-                key: Some(key.to_hex()),
-                cache_hit: hit || *route == shared::Route::Remote,
-                translated: !hit && *route != shared::Route::Remote && cache.get(key).is_ok(),
-                built: false,
-                translate_seconds: 0.0,
-                build_seconds: 0.0,
-                key_seconds: 0.0,
-                lookup_seconds: 0.0,
-                lock_seconds: 0.0,
-                library_check_seconds: 0.0,
-                load_seconds: 0.0,
-                max_rel_error: None,
-                verified: false,
-                error: Some(e.to_string()),
-                miss_hint: None,
-                tier: route.tier().map(str::to_owned),
-            },
         })
         .collect();
-    warnings.extend(late_repairs.into_inner());
+    warnings.extend(checker.late_repairs.into_inner());
     let tiers = tier_reports(&cache_dir, &cache, &reports, &looked_up, shared.as_ref());
     Ok(RunReport {
         grid: config.grid.clone(),
@@ -574,7 +596,7 @@ pub fn run_with_progress(
         convert_seconds,
         keys_seconds,
         compile_seconds,
-        verify_seconds: t.elapsed().as_secs_f64(),
+        verify_seconds,
         programs: reports,
         warnings,
         temps_removed,
@@ -612,14 +634,6 @@ fn run_batch(
     for (&i, result) in which.iter().zip(results) {
         outcomes[i] = Some(result);
     }
-}
-
-/// The successful outcomes of the programs `which`, in that order.
-fn done<'a>(
-    outcomes: &'a [Option<Result<CompileOutcome, gridkey_jobs::TaskError>>],
-    which: &[usize],
-) -> Vec<Option<&'a CompileOutcome>> {
-    which.iter().map(|&i| outcomes[i].as_ref().and_then(|r| r.as_ref().ok())).collect()
 }
 
 /// The counters of each tier for this run (also added to the local totals, and published to
@@ -747,24 +761,118 @@ fn compile_one(
     }
 }
 
+/// What the verification of one program needs, for every batch of a run.
+struct Checker<'a> {
+    programs: &'a [Program],
+    grid: &'a Grid,
+    cache: &'a TranslationCache,
+    options: &'a TranslationOptions,
+    /// The build jobs: a rebuild goes through them, so that in process mode a worker, never the
+    /// parent, maps and reads the tables (ADR 0034).
+    runner: &'a Runner<StencilHandler>,
+    settings: &'a Arc<Settings>,
+    store: &'a TableStore,
+    /// Tables repaired by a rebuild in the parent (ADR 0024), reported as warnings.
+    late_repairs: std::cell::RefCell<Vec<cache::CacheWarning>>,
+}
+
+impl Checker<'_> {
+    /// [`verify`] of program `i` compiled as `outcome` against `ct` and served by `route`, with
+    /// its miss hint and tier; and whether the parent had to build its library again because
+    /// the library did not load.
+    fn check(
+        &self,
+        i: usize,
+        outcome: &CompileOutcome,
+        route: shared::Route,
+        ct: &Arc<CompileTimeOffsetProvider>,
+    ) -> (ProgramReport, bool) {
+        let program = &self.programs[i];
+        let hint = if outcome.translated { explain::miss_hint(self.cache, &outcome.key) } else { None };
+        let tier = if outcome.translated { None } else { route.tier().or(Some("local")).map(str::to_owned) };
+        // The rebuild of a library that does not load goes through the runner, as the compile
+        // phase does: in process mode a worker maps and reads the tables, never the parent (ADR
+        // 0034). It repairs a table changed since the compile phase as the compile phase does
+        // (ADR 0024).
+        let rebuild = || {
+            let first = compile_one(self.runner, program, ct, self.options, self.settings);
+            if first.is_ok() {
+                return first;
+            }
+            let (repaired, repairs) = repair_tables(self.grid, ct, self.store);
+            if repairs.is_empty() {
+                return first;
+            }
+            self.late_repairs.borrow_mut().extend(repairs);
+            compile_one(self.runner, program, &Arc::new(repaired), self.options, self.settings)
+        };
+        let (report, rebuilt) = verify(program, self.grid, outcome.clone(), self.cache, &rebuild);
+        (ProgramReport { miss_hint: hint, tier, ..report }, rebuilt)
+    }
+}
+
+/// What a program that came from the shared tier and failed a check here leaves there (ADR
+/// 0030): a downloaded library that did not load (the worker or the parent built it again,
+/// `rebuilt`) is rejected and reported as a warning; a kernel that fails the reference, or
+/// refuses the grid, rejects the translation entry and library it was downloaded with, and says
+/// so in its error. [`shared::SharedRun::reject`] retracts (a writer) or quarantines (a reader).
+fn reject_fetched(
+    shared: &mut shared::SharedRun,
+    i: usize,
+    outcome: &CompileOutcome,
+    rebuilt: bool,
+    mut report: ProgramReport,
+    warnings: &mut Vec<cache::CacheWarning>,
+) -> ProgramReport {
+    if (outcome.built || rebuilt) && shared.library_fetched(i) {
+        let reason = "the kernel library from the shared tier passed its object checks but did not load";
+        let rejected = shared.reject(i, &[gridkey_remote::Kind::KernelLibrary], reason);
+        if !rejected.is_empty() {
+            warnings.push(cache::CacheWarning {
+                path: outcome.artifact.clone(),
+                message: format!("({}) {reason}, so it was built here; {}", report.program, rejected.describe()),
+            });
+        }
+    }
+    if !report.verified && (report.max_rel_error.is_some() || report.error.as_deref().is_some_and(is_refusal)) {
+        let reason = report.error.clone().unwrap_or_default();
+        let rejected =
+            shared.reject(i, &[gridkey_remote::Kind::TranslationEntry, gridkey_remote::Kind::KernelLibrary], &reason);
+        if !rejected.is_empty() {
+            report.error = Some(format!("{reason}; {}", rejected.describe()));
+        }
+    }
+    report
+}
+
+/// The tail of [`verify`]'s error for a kernel that refuses the grid's own tables.
+const REFUSED: &str = "the kernel does not fit this grid's tables";
+
+fn is_refusal(error: &str) -> bool {
+    error.contains(REFUSED)
+}
+
 /// Loads the artifact, runs it on the runtime provider and compares with the Rust evaluation.
 /// A kernel whose results do not match is removed from the build cache, and its translation
-/// from the translation cache, so that neither is served again (ADR 0023).
+/// from the translation cache, so that neither is served again (ADR 0023). Also returns whether
+/// the library did not load and was built again here.
 fn verify(
     program: &Program,
     grid: &Grid,
     outcome: CompileOutcome,
     cache: &TranslationCache,
     rebuild: &dyn Fn() -> Result<CompileOutcome, String>,
-) -> ProgramReport {
+) -> (ProgramReport, bool) {
     let mut outcome = outcome;
     // A library that cannot be loaded (removed or altered since it was built, ADR 0023) is
     // built again, once.
     let loading = Instant::now();
     let loaded = gridkey_stencil::Kernel::load(&outcome.artifact, program);
     let load_seconds = loading.elapsed().as_secs_f64();
+    let mut rebuilt = false;
     let kernel = match loaded {
         Err(gridkey_stencil::StencilError::Load { .. }) => rebuild().and_then(|again| {
+            rebuilt = true;
             outcome.built |= again.built;
             outcome.build_seconds += again.build_seconds;
             gridkey_stencil::Kernel::load(&again.artifact, program).map_err(|e| e.to_string())
@@ -826,13 +934,13 @@ fn verify(
             let removed = refused.and_then(|k| k.discard().ok()).unwrap_or(false);
             cache.remove(&outcome.key);
             report.error = Some(format!(
-                "{e}; the kernel does not fit this grid's tables, so {} and its translation removed from the cache: the next run translates it again",
+                "{e}; {REFUSED}, so {} and its translation removed from the cache: the next run translates it again",
                 if removed { "the library was" } else { "the library was already gone," }
             ));
         }
         Err(e) => report.error = Some(e),
     }
-    report
+    (report, rebuilt)
 }
 
 /// One row of `gridkey tables`.

@@ -174,6 +174,27 @@ enum CacheCommand {
         #[command(flatten)]
         tiers: TierArgs,
     },
+    /// Delete translation entries and the kernel libraries this compiler built from them from the
+    /// shared tier (needs a designated writer) and from the local cache, and print what was
+    /// removed: for a kernel that computes wrong results on every node (ADR 0030).
+    Retract {
+        /// Translation keys, each a unique prefix of a cached key (as `gridkey explain` takes
+        /// them) or all 32 hex digits.
+        #[arg(value_name = "KEY", required_unless_present = "program", conflicts_with = "program")]
+        keys: Vec<String>,
+        /// Retract this program's key on the grid with the options instead (as `gridkey explain
+        /// --miss` computes it).
+        #[arg(long, value_name = "NAME")]
+        program: Option<String>,
+        /// With --program: the grid (default: the shipped ICON grid).
+        #[arg(long, requires = "program")]
+        grid: Option<PathBuf>,
+        /// With --program: translation option NAME=VALUE (repeatable).
+        #[arg(long = "option", value_name = "NAME=VALUE", value_parser = parse_option, requires = "program")]
+        options: Vec<(String, String)>,
+        #[command(flatten)]
+        tiers: TierArgs,
+    },
     /// Write a new Ed25519 signing key for a writer of the shared tier to FILE (mode 0600, never
     /// replaced) and print its public key, the line for the readers' trusted keys file.
     Keygen {
@@ -404,6 +425,39 @@ fn cache_command(command: CacheCommand) -> Result<ExitCode> {
                     "pushed {} translation entries and {} kernel libraries ({} bytes) to {}; {} skipped",
                     r.entries, r.libraries, r.bytes, r.remote, r.skipped
                 );
+            }
+        }
+        CacheCommand::Retract { keys, program, grid, options, tiers } => {
+            let json = tiers.json;
+            let settings = tiers.settings()?;
+            let target = match program {
+                Some(name) => gridkey::retract::RetractTarget::Program {
+                    name,
+                    grid: grid.unwrap_or_else(default_grid),
+                    options: options.into_iter().collect(),
+                },
+                None => gridkey::retract::RetractTarget::Keys(keys),
+            };
+            let r = gridkey::retract::retract(&settings, &target)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&r)?);
+            } else {
+                for k in &r.keys {
+                    let mut removed = Vec::new();
+                    for (done, what) in [
+                        (k.remote_entry, "shared translation entry"),
+                        (k.remote_library, "shared kernel library"),
+                        (k.local_entry, "local translation entry"),
+                        (k.local_library, "local kernel library"),
+                    ] {
+                        if done {
+                            removed.push(what);
+                        }
+                    }
+                    let program = k.program.as_deref().map(|p| format!(" ({p})")).unwrap_or_default();
+                    let removed = if removed.is_empty() { "nothing was there".to_owned() } else { removed.join(", ") };
+                    println!("retracted {}{program} from {}: {removed}", k.key, r.remote);
+                }
             }
         }
         CacheCommand::Keygen { file } => {

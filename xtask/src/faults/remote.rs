@@ -503,6 +503,7 @@ pub(super) fn rows(m: &mut Matrix) -> Result<()> {
         let ok = n.run.code == Some(2) && n.run.stderr.contains("/nonexistent/trusted");
         Ok(Seen::new(ok, &[], format!("exit {:?}", n.run.code)))
     });
+    super::verified_travel::rows(m, &sh.server.url(), &sh.ns("miscompile"), &sh.reference);
     remote_deadline::rows(m, &mut sh, baseline)
 }
 

@@ -1,0 +1,157 @@
+//! `gridkey cache retract`: an operator takes translations back from both tiers (ADR 0030).
+//!
+//! Each translation key (given as a unique prefix of a locally cached key, as `gridkey explain`
+//! takes it, or as all 32 hex digits; or computed for a program on a grid with options, as
+//! `gridkey explain --miss` computes it) loses its translation entry and the kernel library this
+//! compiler built from it, on the shared tier (a designated writer deletes them) and in the
+//! local cache directory. Libraries of other compiler identities are named by keys this node
+//! cannot compute; they stay until their own writers retract them or their translation entry's
+//! absence makes every node translate and build again (a library is found only through its
+//! translation's source).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use gridkey_fingerprint::{TranslationCache, TranslationKey, TranslationOptions};
+use gridkey_remote::{library_key, Fetched, Kind, Remote, Retracted};
+use gridkey_settings::Settings;
+use serde::{Deserialize, Serialize};
+
+use crate::AppError;
+
+/// What to retract.
+#[derive(Clone, Debug)]
+pub enum RetractTarget {
+    /// Translation keys, each a unique prefix of a locally cached key or 32 hex digits.
+    Keys(Vec<String>),
+    /// The key of `program` on `grid` with `options`, as `gridkey explain --miss` computes it.
+    Program {
+        /// One of the shipped programs.
+        name: String,
+        /// The grid file.
+        grid: PathBuf,
+        /// Translation options.
+        options: TranslationOptions,
+    },
+}
+
+/// What `gridkey cache retract` removed for one key.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RetractedKey {
+    /// The translation key, 32 hex digits.
+    pub key: String,
+    /// The program of the translation, when known (from the key-input record or `--program`).
+    pub program: Option<String>,
+    /// The shared tier's translation entry was deleted.
+    pub remote_entry: bool,
+    /// The shared tier's kernel library (this compiler's) was deleted.
+    pub remote_library: bool,
+    /// The local translation entry was removed.
+    pub local_entry: bool,
+    /// The local kernel library (this compiler's) was removed.
+    pub local_library: bool,
+}
+
+/// What `gridkey cache retract` did.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RetractReport {
+    /// The shared tier, password hidden.
+    pub remote: String,
+    /// One row per key, in the order given.
+    pub keys: Vec<RetractedKey>,
+}
+
+/// Retracts `target` from the shared tier of `settings` and from its local cache directory.
+///
+/// Errors: [`AppError::NoRemote`] without a shared tier; [`AppError::Remote`] when it is
+/// misconfigured; [`AppError::RemoteUnreachable`] when it cannot be reached, fails, or this
+/// client is not a designated writer; [`AppError::UnknownKey`] / [`AppError::AmbiguousKey`] for
+/// a prefix that names no or several local keys; those of `gridkey explain --miss` for a
+/// program.
+pub fn retract(settings: &Settings, target: &RetractTarget) -> Result<RetractReport, AppError> {
+    let remote_settings = settings.remote.as_ref().ok_or(AppError::NoRemote)?;
+    let mut settings = (*crate::task_settings(settings)?).clone();
+    settings.remote = Some(remote_settings.clone());
+    let settings = Arc::new(settings);
+    let remote = Remote::connect(remote_settings)?;
+    if !remote.is_on() {
+        return Err(AppError::RemoteUnreachable(remote.warning().unwrap_or_default()));
+    }
+    if !remote.is_writer() {
+        return Err(AppError::RemoteUnreachable(format!(
+            "{} is read-only for this client: retract needs a designated writer (--remote-writer or GRIDKEY_REMOTE_WRITER=1)",
+            remote.shown_url()
+        )));
+    }
+    let cache = TranslationCache::open(&settings.cache_dir)?;
+    let (keys, given): (Vec<TranslationKey>, Option<(String, TranslationOptions)>) = match target {
+        RetractTarget::Keys(prefixes) => (prefixes.iter().map(|p| key_of(&cache, p)).collect::<Result<_, _>>()?, None),
+        RetractTarget::Program { name, grid, options } => {
+            let e = crate::explain::explain_miss(&settings.cache_dir, name, grid, options)?;
+            let key =
+                e.key.parse().map_err(|_| AppError::UnknownKey { prefix: e.key.clone(), dir: cache.dir().into() })?;
+            (vec![key], Some((name.clone(), options.clone())))
+        }
+    };
+    let identity =
+        settings.compiler.resolved.as_ref().map(|r| r.identity.clone()).filter(|identity| !identity.is_empty());
+    let mut rows = Vec::new();
+    let mut libraries: Vec<Option<(PathBuf, [u8; 16])>> = Vec::new();
+    for key in &keys {
+        let record = cache.record(key);
+        let program = record.as_ref().map(|r| r.program.clone()).or_else(|| given.as_ref().map(|(n, _)| n.clone()));
+        let options = record.map(|r| r.options).or_else(|| given.as_ref().map(|(_, o)| o.clone())).unwrap_or_default();
+        // The source names the library: the local entry's, else the shared tier's.
+        let source = cache.get(key).ok().or_else(|| match remote.get(Kind::TranslationEntry, key.as_bytes()) {
+            Fetched::Hit(payload) => Some(payload),
+            _ => None,
+        });
+        let library = match (&identity, source.as_deref().map(std::str::from_utf8)) {
+            (Some(identity), Some(Ok(source))) => {
+                gridkey_stencil::library_build_key(source, &options, &settings.compiler).ok().map(|build_key| {
+                    let path = settings.cache_dir.join(gridkey_stencil::BUILD_DIR).join(format!("{build_key}.so"));
+                    (path, library_key(&build_key, identity))
+                })
+            }
+            _ => None,
+        };
+        libraries.push(library);
+        rows.push(RetractedKey { key: key.to_hex(), program, ..Default::default() });
+    }
+    let entry_keys: Vec<[u8; 16]> = keys.iter().map(|k| *k.as_bytes()).collect();
+    let library_keys: Vec<[u8; 16]> = libraries.iter().flatten().map(|(_, k)| *k).collect();
+    // Libraries first, as `cache push` uploads them first: a reader never finds an entry
+    // without its library because of a retraction half done.
+    let deleted_libraries = remote.delete_many(Kind::KernelLibrary, &library_keys);
+    let deleted_entries = remote.delete_many(Kind::TranslationEntry, &entry_keys);
+    if !remote.is_on() {
+        return Err(AppError::RemoteUnreachable(remote.warning().unwrap_or_default()));
+    }
+    let mut deleted_libraries = deleted_libraries.into_iter();
+    for ((row, library), (key, deleted)) in rows.iter_mut().zip(&libraries).zip(keys.iter().zip(deleted_entries)) {
+        row.remote_entry = deleted == Retracted::Deleted;
+        if let Some((path, _)) = library {
+            row.remote_library = deleted_libraries.next() == Some(Retracted::Deleted);
+            row.local_library = remove(path);
+        }
+        row.local_entry = cache.get(key).is_ok() || cache.record(key).is_some();
+        cache.remove(key);
+        row.local_entry &= cache.get(key).is_err();
+    }
+    Ok(RetractReport { remote: remote.shown_url().to_owned(), keys: rows })
+}
+
+/// The key named by `text`: all 32 hex digits (cached here or not), else a unique prefix of a
+/// locally cached key.
+fn key_of(cache: &TranslationCache, text: &str) -> Result<TranslationKey, AppError> {
+    match text.parse::<TranslationKey>() {
+        Ok(key) if text.len() == 32 => Ok(key),
+        _ => crate::explain::resolve_key(cache, text),
+    }
+}
+
+/// Removes the library at `path` unless a running process has it loaded (ADR 0009); whether it
+/// was removed.
+fn remove(path: &Path) -> bool {
+    gridkey_fs::remove_if_unlocked(path).unwrap_or(false)
+}
