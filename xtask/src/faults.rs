@@ -18,6 +18,7 @@
 //! when missing.
 
 mod remote;
+mod task_settings;
 
 use std::fs;
 use std::io::{BufRead, BufReader, Write};
@@ -184,6 +185,7 @@ pub fn faults(root: &Path, bin: PathBuf, only: Option<String>) -> Result<bool> {
         Matrix::gc_loop_beside_run,
     );
 
+    task_settings::rows(&mut m)?;
     // 8. The shared tier (ADR 0018, ADR 0019).
     remote::rows(&mut m)?;
 

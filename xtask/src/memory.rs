@@ -159,7 +159,8 @@ fn task(program: &str, provider: &Arc<CompileTimeOffsetProvider>, cache: &Path) 
         encoding: Vec::new(),
         options: TranslationOptions::new(),
         provider: provider.clone(),
-        settings: Arc::new(Settings { cache_dir: PathBuf::from(cache), ..Settings::default() }),
+        settings: gridkey::task_settings(&Settings { cache_dir: PathBuf::from(cache), ..Settings::default() })
+            .expect("the memory cache and the default compiler are usable"),
     }
 }
 

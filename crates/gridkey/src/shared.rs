@@ -24,7 +24,7 @@ use std::sync::Arc;
 
 use gridkey_fingerprint::{KeyInputs, Tier, TranslationCache};
 use gridkey_remote::{library_key, Claim, Fetched, Kind, Remote, RemoteTier, Waited};
-use gridkey_settings::Settings;
+use gridkey_settings::TaskSettings;
 use gridkey_stencil::CompileOutcome;
 
 /// How one program gets its translation in a run with a shared tier.
@@ -64,21 +64,21 @@ impl Route {
 /// The shared tier of one run: the client and what the parent needs to name libraries.
 pub struct SharedRun {
     tier: RemoteTier,
-    settings: Arc<Settings>,
+    settings: Arc<TaskSettings>,
     options: gridkey_fingerprint::TranslationOptions,
-    /// Set when the compiler identity is known: libraries are shared only then.
-    identity: Option<String>,
     /// Bytes of translation entries and libraries written to the local tier from the shared one.
     pub written_locally: u64,
 }
 
 impl SharedRun {
-    /// The shared tier of a run with `settings` (compiler resolved, its identity filled when
-    /// libraries are to be shared) and translation `options`.
-    pub fn new(remote: Arc<Remote>, settings: Arc<Settings>, options: gridkey_fingerprint::TranslationOptions) -> Self {
-        let identity =
-            settings.compiler.resolved.as_ref().map(|r| r.identity.clone()).filter(|identity| !identity.is_empty());
-        Self { tier: RemoteTier::new(remote), settings, options, identity, written_locally: 0 }
+    /// The shared tier of a run with task `settings` (the compiler identified, so that its
+    /// libraries can be shared) and translation `options`.
+    pub fn new(
+        remote: Arc<Remote>,
+        settings: Arc<TaskSettings>,
+        options: gridkey_fingerprint::TranslationOptions,
+    ) -> Self {
+        Self { tier: RemoteTier::new(remote), settings, options, written_locally: 0 }
     }
 
     /// The client.
@@ -152,13 +152,13 @@ impl SharedRun {
     }
 
     /// The build-cache path and the remote key of the library of the program with `inputs`,
-    /// when its source is in the local tier and the compiler identity is known.
+    /// when its source is in the local tier.
     fn library(&self, local: &TranslationCache, inputs: &KeyInputs) -> Option<(PathBuf, [u8; 16])> {
-        let identity = self.identity.as_ref()?;
+        let compiler = self.settings.compiler();
         let source = String::from_utf8(local.get(&inputs.key()).ok()?).ok()?;
-        let build_key = gridkey_stencil::library_build_key(&source, &self.options, &self.settings.compiler).ok()?;
-        let path = self.settings.cache_dir.join(gridkey_stencil::BUILD_DIR).join(format!("{build_key}.so"));
-        Some((path, library_key(&build_key, identity)))
+        let build_key = gridkey_stencil::library_build_key(&source, &self.options, compiler).ok()?;
+        let path = self.settings.cache_dir().join(gridkey_stencil::BUILD_DIR).join(format!("{build_key}.so"));
+        Some((path, library_key(&build_key, compiler.identity())))
     }
 
     /// Downloads, in one round trip, the libraries of programs `which` that the local build
