@@ -159,8 +159,8 @@ fn task(program: &str, provider: &Arc<CompileTimeOffsetProvider>, cache: &Path) 
         encoding: Vec::new(),
         options: TranslationOptions::new(),
         provider: provider.clone(),
-        settings: gridkey::task_settings(&Settings { cache_dir: PathBuf::from(cache), ..Settings::default() })
-            .expect("the memory cache and the default compiler are usable"),
+        settings: gridkey::task_settings(&crate::settings_for(cache, gridkey_jobs::BuildJobs::default()))
+            .expect("the memory cache and the caller's compiler are usable"),
     }
 }
 

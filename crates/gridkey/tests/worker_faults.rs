@@ -31,8 +31,11 @@ fn task(
         encoding: Vec::new(),
         options: options.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect::<TranslationOptions>(),
         provider: provider.clone(),
-        settings: gridkey::task_settings(&Settings { cache_dir: cache.to_path_buf(), ..Settings::default() })
-            .expect("the test cache and the default compiler are usable"),
+        settings: gridkey::task_settings(&Settings {
+            cache_dir: cache.to_path_buf(),
+            ..Settings::from_vars(|name| (name == "PATH").then(|| std::env::var(name).ok()).flatten()).unwrap()
+        })
+        .expect("the test cache and the default compiler are usable"),
     }
 }
 
