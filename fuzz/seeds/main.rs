@@ -69,7 +69,9 @@ fn main() {
     }
 
     // worker_frame: the frames of one batch, both directions.
-    let settings = Arc::new(gridkey_settings::Settings { cache_dir: cache.clone(), ..Default::default() });
+    let base = gridkey_settings::Settings::default();
+    let compiler = gridkey_stencil::identify_compiler(&base.compiler, &cache).unwrap();
+    let settings = Arc::new(gridkey_settings::TaskSettings::new(&base, cache.canonicalize().unwrap(), compiler).unwrap());
     let mut to_worker = Vec::new();
     for (id, p) in programs.iter().enumerate() {
         let task = CompilationTask {

@@ -36,20 +36,28 @@ pub fn gridkey_binary() -> PathBuf {
 }
 
 /// The settings a test runs with: `cache` and the caller's compiler (`CC` and the variables that
-/// reach it), nothing else from the environment, as they travel with the tasks of a run.
+/// reach it), nothing else from the environment.
 ///
 /// # Panics
 ///
-/// When the caller's `CC` does not parse or the compiler is not found.
-pub fn settings(cache: &Path) -> Arc<Settings> {
+/// When the caller's `CC` does not parse.
+pub fn run_settings(cache: &Path) -> Settings {
     let compiler_vars = |name: &str| {
         (name == gridkey_settings::ENV_CC || gridkey_settings::COMPILER_ENV.contains(&name))
             .then(|| std::env::var(name).ok())
             .flatten()
     };
-    let settings = Settings {
+    Settings {
         cache_dir: cache.to_path_buf(),
         ..Settings::from_vars(compiler_vars).expect("the caller's compiler settings parse")
-    };
-    gridkey::task_settings(&settings).expect("the test cache and compiler are usable")
+    }
+}
+
+/// [`run_settings`] as they travel with the tasks of a run ([`gridkey::task_settings`]).
+///
+/// # Panics
+///
+/// When the caller's `CC` does not parse or the compiler is not found.
+pub fn settings(cache: &Path) -> Arc<gridkey::TaskSettings> {
+    gridkey::task_settings(&run_settings(cache)).expect("the test cache and compiler are usable")
 }

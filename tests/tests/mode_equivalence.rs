@@ -12,12 +12,12 @@ use gridkey_fingerprint::TranslationOptions;
 use gridkey_jobs::{BuildJobs, BuildJobsMode, Runner, WorkerCommand};
 use gridkey_offsets::compile_time_offset_provider;
 use gridkey_store::TableStore;
-use gridkey_tests::{data, gridkey_binary, settings};
+use gridkey_tests::{data, gridkey_binary, run_settings};
 
 fn run(grid: &gridkey_grid::Grid, runner: &Runner<StencilHandler>, cache: &Path) -> RunReport {
     let config = RunConfig {
         grid: data(gridkey::SHIPPED_GRID.trim_start_matches("data/")),
-        settings: Arc::unwrap_or_clone(settings(cache)),
+        settings: run_settings(cache),
         worker: WorkerCommand::gridkey(gridkey_binary()),
         options: TranslationOptions::new(),
     };

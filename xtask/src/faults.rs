@@ -21,6 +21,7 @@ mod bounded_waits;
 mod remote;
 mod truncated_map;
 mod verified_travel;
+mod task_settings;
 
 use std::fs;
 use std::io::{BufRead, BufReader, Write};
@@ -191,6 +192,7 @@ pub fn faults(root: &Path, bin: PathBuf, only: Option<String>) -> Result<bool> {
     bounded_waits::rows(&mut m);
     truncated_map::rows(&mut m);
 
+    task_settings::rows(&mut m)?;
     // 8. The shared tier (ADR 0018, ADR 0019).
     remote::rows(&mut m)?;
 

@@ -15,7 +15,7 @@
 
 use std::collections::BTreeMap;
 use std::io::BufReader;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Instant;
@@ -24,7 +24,7 @@ use anyhow::{bail, Context, Result};
 use gridkey::faults::FaultReport;
 use gridkey_fingerprint::TranslationOptions;
 use gridkey_jobs::protocol::{read_frame, FromWorker};
-use gridkey_jobs::{CompilationTask, ProcessPool, Settings, WorkerCommand};
+use gridkey_jobs::{CompilationTask, ProcessPool, WorkerCommand};
 use gridkey_offsets::{CompileTimeConnectivity, CompileTimeOffsetProvider, Dimension, DimensionKind, Entry};
 use gridkey_store::{TableSpec, TableStore, TableView};
 
@@ -159,7 +159,8 @@ fn task(program: &str, provider: &Arc<CompileTimeOffsetProvider>, cache: &Path) 
         encoding: Vec::new(),
         options: TranslationOptions::new(),
         provider: provider.clone(),
-        settings: Arc::new(Settings { cache_dir: PathBuf::from(cache), ..Settings::default() }),
+        settings: gridkey::task_settings(&crate::settings_for(cache, gridkey_jobs::BuildJobs::default()))
+            .expect("the memory cache and the caller's compiler are usable"),
     }
 }
 

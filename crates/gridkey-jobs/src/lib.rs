@@ -8,9 +8,10 @@
 //!
 //! The runner is chosen by [`BuildJobs`] (mode, worker count, per-task timeout) from the typed
 //! [`Settings`] an entry point parsed once (`gridkey-settings`); this crate reads no
-//! environment. Every task carries the parent's [`Settings`], and process workers receive them
-//! in the task frame (protocol v4), so the handler sees the same settings in every mode, also in
-//! a pool reused after a setting changed.
+//! environment. Every task carries the [`TaskSettings`] the parent built once from them (what
+//! the compile step uses, nothing more, ADR 0032), and process workers receive them in the task
+//! frame (protocol v5), so the handler sees the same task settings in every mode, also in a pool
+//! reused after a setting changed.
 //!
 //! # Example
 //!
@@ -23,7 +24,8 @@
 //! ```
 //! use std::collections::BTreeMap;
 //! use std::sync::Arc;
-//! use gridkey_jobs::{BuildJobs, BuildJobsMode, CompilationTask, Runner, Settings, TaskHandler, WorkerCommand};
+//! use gridkey_jobs::{BuildJobs, BuildJobsMode, CompilationTask, Runner, Settings, TaskHandler, TaskSettings, WorkerCommand};
+//! use gridkey_settings::{IdentifiedCompiler, ResolvedCompiler};
 //! use gridkey_offsets::{compile_time_offset_provider, Connectivity, Dimension, Entry, IndexTable, OffsetProvider, TableStore};
 //!
 //! /// The frontend's compile step; this one reports what it sees of the compile-time view.
@@ -43,7 +45,12 @@
 //! provider.push("C2E", Entry::Gather(Arc::new(c2e)))?;
 //! let cache = tempfile::tempdir()?;
 //! let view = Arc::new(compile_time_offset_provider(&provider, &TableStore::open(cache.path())?)?);
-//! let settings = Arc::new(Settings { cache_dir: cache.path().to_path_buf(), ..Settings::default() });
+//! // What the parent of a run does once: the compiler resolved and identified, the cache
+//! // directory absolute (`gridkey::task_settings` computes the identity with the frontend).
+//! let mut cc = Settings::default().compiler;
+//! cc.resolved = Some(ResolvedCompiler { program: "/usr/bin/cc".into() });
+//! let cc = IdentifiedCompiler::new(&cc, "the compiler's identity".into())?;
+//! let settings = Arc::new(TaskSettings::new(&Settings::default(), cache.path().canonicalize()?, cc)?);
 //! let tasks: Vec<CompilationTask> = ["div", "grad_n"]
 //!     .iter()
 //!     .map(|name| CompilationTask {
@@ -68,8 +75,8 @@
 //! # Architecture invariant
 //!
 //! Every mode compiles the same compile-time input: the handler sees the same
-//! [`CompilationTask`] (program, options, compile-time provider, settings) in every mode, so it
-//! computes the same key. One task's failure (an error, a panic, an unreadable table, a dead
+//! [`CompilationTask`] (program, options, compile-time provider, task settings) in every mode,
+//! so it computes the same key. One task's failure (an error, a panic, an unreadable table, a dead
 //! worker) fails that task only; the other tasks finish and the runner stays usable. Results
 //! come back in submission order.
 
@@ -85,7 +92,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use gridkey_offsets::CompileTimeOffsetProvider;
-pub use gridkey_settings::{BuildJobs, BuildJobsMode, Settings};
+pub use gridkey_settings::{BuildJobs, BuildJobsMode, Settings, TaskSettings};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
@@ -117,9 +124,10 @@ pub struct CompilationTask {
     pub options: BTreeMap<String, String>,
     /// The compile-time offset provider: what translation sees.
     pub provider: Arc<CompileTimeOffsetProvider>,
-    /// Where and how to build: the parent's settings, the same value in every mode (they
-    /// travel in the task frame to process workers). Never part of a key.
-    pub settings: Arc<Settings>,
+    /// Where and how to build: the task settings the parent built once, the same value in
+    /// every mode (they travel in the task frame to process workers, ADR 0032). Never part of a
+    /// key.
+    pub settings: Arc<TaskSettings>,
 }
 
 /// The frontend's compile step, run for each task in whichever mode.
@@ -159,6 +167,20 @@ pub enum TaskFailure {
         pid: u32,
         /// What was wrong.
         reason: String,
+        /// The last bytes the worker wrote to stderr.
+        stderr_tail: String,
+    },
+    /// A fresh worker sent no handshake within the deadline (ADR 0032); it was killed with its
+    /// process group, and the next task starts another.
+    #[error("build worker (pid {pid}) sent no handshake within {seconds} s of its start and was killed with its process group; check that {program} is a gridkey worker that starts; its stderr ended with: {stderr_tail}")]
+    Handshake {
+        /// Process id of the worker.
+        pid: u32,
+        /// The worker program.
+        program: String,
+        /// The deadline, in seconds ([`pool::HANDSHAKE_DEADLINE`] unless the pool was given
+        /// another).
+        seconds: f64,
         /// The last bytes the worker wrote to stderr.
         stderr_tail: String,
     },

@@ -6,7 +6,9 @@
 //! do (the least busy one: a worker holds at most one task). A worker that dies, answers with
 //! anything but a valid frame, or runs past the per-task timeout fails the task it held (with
 //! its exit status or signal and the tail of its stderr), is reaped with its process group and
-//! replaced for the next task.
+//! replaced for the next task. A fresh worker that sends no handshake within
+//! [`HANDSHAKE_DEADLINE`] is treated the same way: killed with its process group, and only the
+//! task it was started for fails ([`TaskFailure::Handshake`], ADR 0032).
 //!
 //! Every worker runs in its own process group, so that killing a worker also kills the C
 //! compiler it started. The pool keeps a process-wide list of its live workers, so that an
@@ -31,6 +33,13 @@ use crate::{CompilationTask, NoProgress, Progress, TaskError, TaskFailure};
 
 /// Bytes of a worker's stderr kept for error messages.
 pub const STDERR_TAIL_BYTES: usize = 4096;
+
+/// How long a fresh worker may take from its spawn to its handshake before it is killed with
+/// its process group and its task fails ([`TaskFailure::Handshake`], ADR 0032). A constant, not
+/// a setting: a worker's start does not grow with the grid or the programs (about 1 to 5 ms,
+/// `cargo xtask memory`), so one generous bound serves every run; an embedder or a test can set
+/// another with [`ProcessPool::with_handshake_deadline`].
+pub const HANDSHAKE_DEADLINE: Duration = Duration::from_secs(10);
 
 /// Argument the pool appends to a worker's command line, followed by its own process id; the
 /// worker stops when its parent changes (the parent died).
@@ -75,6 +84,7 @@ pub struct ProcessPool<O> {
     command: WorkerCommand,
     jobs: usize,
     timeout: Option<Duration>,
+    handshake: Duration,
     idle: Mutex<Vec<Worker>>,
     started: Mutex<u64>,
     _output: PhantomData<fn() -> O>,
@@ -97,6 +107,7 @@ impl<O: DeserializeOwned + Send> ProcessPool<O> {
             command,
             jobs: jobs.max(1),
             timeout: None,
+            handshake: HANDSHAKE_DEADLINE,
             idle: Mutex::new(Vec::new()),
             started: Mutex::new(0),
             _output: PhantomData,
@@ -108,6 +119,14 @@ impl<O: DeserializeOwned + Send> ProcessPool<O> {
     /// replaced; its task fails with [`TaskFailure::Timeout`] (ADR 0010).
     pub fn with_timeout(mut self, timeout: Option<Duration>) -> Self {
         self.timeout = timeout;
+        self
+    }
+
+    /// The same pool with another handshake deadline than [`HANDSHAKE_DEADLINE`]: a fresh worker
+    /// that sends no handshake within `deadline` is killed with its process group and fails the
+    /// task it was started for with [`TaskFailure::Handshake`] (ADR 0032).
+    pub fn with_handshake_deadline(mut self, deadline: Duration) -> Self {
+        self.handshake = deadline;
         self
     }
 
@@ -186,7 +205,7 @@ impl<O: DeserializeOwned + Send> ProcessPool<O> {
     fn run_one(&self, slot: &mut Option<Worker>, id: u64, wire: &WireTask) -> Result<O, TaskFailure> {
         if slot.is_none() {
             *self.started.lock().unwrap_or_else(|p| p.into_inner()) += 1;
-            *slot = Some(Worker::spawn(&self.command).map_err(TaskFailure::Start)?);
+            *slot = Some(Worker::spawn(&self.command, self.handshake)?);
         }
         let worker = slot.as_mut().expect("just filled");
         match worker.exchange(id, wire, self.timeout) {
@@ -226,6 +245,8 @@ enum Fault {
     Garbage(String),
     /// No answer within the per-task timeout.
     Timeout(Duration),
+    /// No handshake within the deadline; the worker program is named in the failure.
+    Handshake(Duration, PathBuf),
 }
 
 fn kill_group(pid: u32) {
@@ -239,7 +260,8 @@ fn forget_live(pid: u32) {
 }
 
 impl Worker {
-    fn spawn(command: &WorkerCommand) -> Result<Worker, String> {
+    /// Starts a worker and waits at most `deadline` for its handshake.
+    fn spawn(command: &WorkerCommand, deadline: Duration) -> Result<Worker, TaskFailure> {
         let start_err = |reason: String| {
             format!(
                 "cannot start build worker {}: {reason}; check that the gridkey binary is installed and runnable",
@@ -255,7 +277,7 @@ impl Worker {
             .stderr(Stdio::piped())
             .process_group(0)
             .spawn()
-            .map_err(|e| start_err(e.to_string()))?;
+            .map_err(|e| TaskFailure::Start(start_err(e.to_string())))?;
         let pid = child.id();
         LIVE_WORKERS.lock().unwrap_or_else(|p| p.into_inner()).insert(pid as i32);
         let stdin = child.stdin.take().expect("piped");
@@ -285,12 +307,19 @@ impl Worker {
             }
         });
         let worker = Worker { child, stdin, frames, tail, stderr_reader: Some(stderr_reader), pid };
-        match worker.frames.recv().unwrap_or(Ok(None)) {
+        let first = match worker.frames.recv_timeout(deadline) {
+            Ok(frame) => frame,
+            Err(RecvTimeoutError::Disconnected) => Ok(None),
+            Err(RecvTimeoutError::Timeout) => {
+                return Err(worker.reap(Fault::Handshake(deadline, command.program.clone())));
+            }
+        };
+        match first {
             Ok(Some(FromWorker::Hello { protocol, .. })) if protocol == PROTOCOL_VERSION => Ok(worker),
             Ok(Some(FromWorker::Hello { protocol, .. })) => {
                 let reason = format!("it speaks protocol {protocol}, this gridkey speaks {PROTOCOL_VERSION}");
                 let _ = worker.reap(Fault::Garbage(reason.clone()));
-                Err(start_err(reason))
+                Err(TaskFailure::Start(start_err(reason)))
             }
             other => {
                 let fault = match other {
@@ -298,7 +327,7 @@ impl Worker {
                     Err(e) => Fault::Garbage(e.to_string()),
                     Ok(None) => Fault::Died,
                 };
-                Err(start_err(worker.reap(fault).to_string()))
+                Err(TaskFailure::Start(start_err(worker.reap(fault).to_string())))
             }
         }
     }
@@ -359,6 +388,12 @@ impl Worker {
             Fault::Died => TaskFailure::WorkerDied { pid: self.pid, status: describe(status), stderr_tail },
             Fault::Garbage(reason) => TaskFailure::Protocol { pid: self.pid, reason, stderr_tail },
             Fault::Timeout(limit) => TaskFailure::Timeout { pid: self.pid, seconds: limit.as_secs_f64(), stderr_tail },
+            Fault::Handshake(limit, program) => TaskFailure::Handshake {
+                pid: self.pid,
+                program: program.display().to_string(),
+                seconds: limit.as_secs_f64(),
+                stderr_tail,
+            },
         }
     }
 }

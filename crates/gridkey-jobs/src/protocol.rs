@@ -8,9 +8,11 @@
 //! digest, dtype, shape and dimensions, never table bytes, so a task's payload does not grow
 //! with table size. Shapes travel as fixed-width u64 (not postcard varints), so a task frame
 //! has the same byte count for a grid of any size (since version 2; `cargo xtask bench`,
-//! `payload`). Since version 3 every task carries the parent's typed [`Settings`] whole (cache
-//! directory, verification switches, the compiler as resolved in the parent with its identity
-//! and environment), so a worker reads no setting from its own environment.
+//! `payload`). Since version 5 every task carries the parent's [`TaskSettings`] (ADR 0032): the
+//! absolute cache directory, the verification switches, the fault hook and the compiler as
+//! resolved and identified in the parent, with its environment; nothing else of the settings
+//! (never the shared tier's URL, which may hold a password), and a worker reads no setting from
+//! its own environment.
 //! These types are a compatibility surface: changing them bumps the version.
 
 use std::collections::BTreeMap;
@@ -24,12 +26,14 @@ use gridkey_offsets::{
 use gridkey_store::{TableSpec, TableStore};
 use serde::{Deserialize, Serialize};
 
-use crate::{CompilationTask, Settings};
+use crate::{CompilationTask, TaskSettings};
 
 /// Version of the worker protocol; checked in the handshake. Version 2: shapes as fixed-width
 /// little-endian u64; version 3: the task carries the typed settings (ADR 0013); version 4: the
-/// settings carry the shared tier's (`Settings::remote`, ADR 0018).
-pub const PROTOCOL_VERSION: u32 = 4;
+/// settings carry the shared tier's (`Settings::remote`, ADR 0018); version 5: the task carries
+/// only the task settings, [`TaskSettings`], and the compiler in them is always identified
+/// (ADR 0032).
+pub const PROTOCOL_VERSION: u32 = 5;
 
 /// Largest frame accepted, in bytes; anything longer is a protocol error, not an allocation.
 pub const MAX_FRAME_BYTES: u64 = 64 << 20;
@@ -125,9 +129,9 @@ pub struct WireTask {
     pub options: BTreeMap<String, String>,
     /// The compile-time provider's entries, in order; gathers by reference to their table.
     pub offsets: Vec<WireOffset>,
-    /// The parent's settings (the cache directory, where the worker finds the tables, is valid
-    /// UTF-8).
-    pub settings: Settings,
+    /// The task settings the parent built once for the run (the cache directory, where the
+    /// worker finds the tables, is absolute and valid UTF-8).
+    pub settings: TaskSettings,
 }
 
 /// Why a task failed inside a live worker, on the wire (a dead worker sends nothing: the pool
@@ -149,7 +153,7 @@ pub enum ToWorker {
     Task {
         /// The task's id within the batch.
         id: u64,
-        /// The task (boxed: it carries the settings, far larger than a shutdown).
+        /// The task (boxed: it carries the task settings, far larger than a shutdown).
         task: Box<WireTask>,
     },
     /// Exit cleanly.
@@ -181,10 +185,10 @@ impl WireTask {
     /// Errors: the cache directory is not valid UTF-8 (a text naming it).
     pub fn from_task(task: &CompilationTask) -> Result<Self, String> {
         let settings = &task.settings;
-        if settings.cache_dir.to_str().is_none() {
+        if settings.cache_dir().to_str().is_none() {
             return Err(format!(
                 "cache directory {} is not valid UTF-8; choose another GRIDKEY_CACHE_DIR",
-                settings.cache_dir.display()
+                settings.cache_dir().display()
             ));
         }
         let offsets = task
@@ -222,7 +226,7 @@ impl WireTask {
     ///
     /// Errors: a text naming the offset and the table file that could not be opened.
     pub fn rehydrate(self) -> Result<CompilationTask, String> {
-        let store = TableStore::open(&self.settings.cache_dir).map_err(|e| e.to_string())?;
+        let store = TableStore::open(self.settings.cache_dir()).map_err(|e| e.to_string())?;
         let mut provider = CompileTimeOffsetProvider::new();
         for wire in &self.offsets {
             let (offset, entry) = match wire {

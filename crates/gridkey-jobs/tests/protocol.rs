@@ -1,4 +1,4 @@
-//! Worker protocol v4 (ADR 0013): frames round-trip, anything else is an error, and a task's
+//! Worker protocol v5 (ADR 0013, ADR 0032): frames round-trip, anything else is an error, and a task's
 //! payload does not grow with table size.
 
 use std::io::Cursor;
@@ -6,11 +6,11 @@ use std::path::Path;
 use std::sync::Arc;
 
 use gridkey_jobs::protocol::{read_frame, write_frame, FromWorker, ToWorker, WireFailure, WireTask};
-use gridkey_jobs::{CompilationTask, Settings};
+use gridkey_jobs::{CompilationTask, Settings, TaskSettings};
 use gridkey_offsets::{
     compile_time_offset_provider, Connectivity, Dimension, DimensionKind, Entry, IndexTable, OffsetProvider,
 };
-use gridkey_settings::CompilerSettings;
+use gridkey_settings::{CompilerSettings, IdentifiedCompiler, ResolvedCompiler};
 use gridkey_store::TableStore;
 use ndarray::Array2;
 use proptest::prelude::*;
@@ -34,13 +34,40 @@ fn task(cache: &Path, rows: usize) -> CompilationTask {
         encoding: vec![1, 2, 3],
         options: Default::default(),
         provider: Arc::new(ct),
-        settings: Arc::new(Settings {
-            cache_dir: cache.to_path_buf(),
-            verify_tables: true,
-            compiler: CompilerSettings::from_command("ccache gcc", |_| None).unwrap(),
-            ..Settings::default()
-        }),
+        settings: Arc::new(task_settings(cache, "ccache gcc", "0123456789abcdef0123456789abcdef")),
     }
+}
+
+/// Task settings with verify_tables on and the compiler `words` identified as `identity`.
+fn task_settings(cache: &Path, words: &str, identity: &str) -> TaskSettings {
+    let mut compiler = CompilerSettings::from_command(words, |_| None).unwrap();
+    compiler.resolved = Some(ResolvedCompiler { program: "/usr/bin/ccache".into() });
+    let compiler = IdentifiedCompiler::new(&compiler, identity.to_owned()).unwrap();
+    let settings = Settings { verify_tables: true, ..Settings::default() };
+    TaskSettings::new(&settings, cache.canonicalize().unwrap(), compiler).unwrap()
+}
+
+#[test]
+fn task_settings_need_an_identified_compiler_and_an_absolute_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let unresolved = CompilerSettings::from_command("gcc", |_| None).unwrap();
+    let err = IdentifiedCompiler::new(&unresolved, "id".into()).unwrap_err();
+    assert!(err.to_string().contains("has no resolved program yet"), "{err}");
+    let mut resolved = unresolved.clone();
+    resolved.resolved = Some(ResolvedCompiler { program: "/usr/bin/gcc".into() });
+    let err = IdentifiedCompiler::new(&resolved, String::new()).unwrap_err();
+    assert!(err.to_string().contains("has no identity yet"), "{err}");
+    let compiler = IdentifiedCompiler::new(&resolved, "id".into()).unwrap();
+    let err = TaskSettings::new(&Settings::default(), "relative/cache".into(), compiler).unwrap_err();
+    assert!(err.to_string().starts_with("cache directory \"relative/cache\""), "{err}");
+
+    // A frame whose compiler has no identity does not decode into a task.
+    let good = task_settings(dir.path(), "gcc", "x");
+    let mut bytes = postcard::to_stdvec(&good).unwrap();
+    let at = bytes.windows(2).rposition(|w| w == [1, b'x']).unwrap();
+    bytes.remove(at + 1);
+    bytes[at] = 0;
+    assert!(postcard::from_bytes::<TaskSettings>(&bytes).is_err());
 }
 
 fn frame_len(task: &CompilationTask) -> usize {

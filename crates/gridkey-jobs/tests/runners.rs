@@ -4,9 +4,10 @@
 use std::sync::Arc;
 
 use gridkey_jobs::{
-    BuildJobs, BuildJobsMode, CompilationTask, Runner, Settings, TaskFailure, TaskHandler, WorkerCommand,
+    BuildJobs, BuildJobsMode, CompilationTask, Runner, Settings, TaskFailure, TaskHandler, TaskSettings, WorkerCommand,
 };
 use gridkey_offsets::CompileTimeOffsetProvider;
+use gridkey_settings::{CompilerSettings, IdentifiedCompiler, ResolvedCompiler};
 
 /// Echoes the program name; fails on `bad`, panics on `boom`; sleeps a little to interleave.
 struct Echo;
@@ -18,18 +19,17 @@ impl TaskHandler for Echo {
         match task.program.as_str() {
             "bad" => Err("no such stencil".into()),
             "boom" => panic!("index out of bounds in the compile step"),
-            name => Ok(format!("{name}@{}", task.settings.compiler.command_line())),
+            name => Ok(format!("{name}@{}", task.settings.compiler().command_line())),
         }
     }
 }
 
 fn tasks(names: &[&str]) -> Vec<CompilationTask> {
     let provider = Arc::new(CompileTimeOffsetProvider::new());
-    let settings = Arc::new(Settings {
-        cache_dir: "/nonexistent".into(),
-        compiler: gridkey_settings::CompilerSettings::from_command("gcc", |_| None).unwrap(),
-        ..Settings::default()
-    });
+    let mut compiler = CompilerSettings::from_command("gcc", |_| None).unwrap();
+    compiler.resolved = Some(ResolvedCompiler { program: "/usr/bin/gcc".into() });
+    let compiler = IdentifiedCompiler::new(&compiler, "gcc's identity".into()).unwrap();
+    let settings = Arc::new(TaskSettings::new(&Settings::default(), "/nonexistent".into(), compiler).unwrap());
     names
         .iter()
         .enumerate()

@@ -6,9 +6,11 @@
 //! point builds one value: the `gridkey` binary from its flags and the process environment, the
 //! Python package in its constructor, an embedder at its own edge (its `main` hands
 //! [`Settings::from_vars`] a lookup over the process environment) or by filling the fields.
-//! Library crates take what they need from it as arguments; process-mode workers receive
-//! it in every task frame, so serial, thread and process mode, and a pool reused after a setting
-//! changed, all see the same value.
+//! Library crates take what they need from it as arguments. A task gets only what the compile
+//! step uses, a [`TaskSettings`] built once in the parent (cache directory absolute, the compiler
+//! resolved and identified, the verification switches, the fault hook; never the shared tier's
+//! URL or keys, ADR 0032): process-mode workers receive it in every task frame, so serial,
+//! thread and process mode, and a pool reused after a setting changed, all see the same value.
 //!
 //! # Architecture invariant
 //!
@@ -47,12 +49,14 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 mod remote;
+mod task;
 
 pub use remote::{
     redact, RemoteSettings, Role, ENV_REMOTE_CONNECT_TIMEOUT, ENV_REMOTE_LEASE_TTL, ENV_REMOTE_LEASE_WAIT,
     ENV_REMOTE_MAX_OBJECT, ENV_REMOTE_NAMESPACE, ENV_REMOTE_SIGNING_KEY, ENV_REMOTE_TIMEOUT, ENV_REMOTE_TRUSTED_KEYS,
     ENV_REMOTE_URL, ENV_REMOTE_WRITER,
 };
+pub use task::{IdentifiedCompiler, TaskSettings};
 
 /// Variable choosing the build-jobs mode: `serial`, `thread` or `process`.
 pub const ENV_MODE: &str = "GRIDKEY_BUILD_JOBS_MODE";
@@ -97,6 +101,14 @@ pub const COMPILER_ENV: &[&str] = &[
     "GCC_EXEC_PREFIX",
     "SOURCE_DATE_EPOCH",
 ];
+
+/// Prefixes of the variables that a compiler wrapper (`ccache`, `sccache`, `distcc`) reads: every
+/// variable whose name starts with one of them reaches the compiler too, so that `CC="sccache cc"`
+/// uses the server and storage its `SCCACHE_*` variables configure (ADR 0032). An entry point
+/// that can list its environment passes them with [`CompilerSettings::pass_wrapper_vars`]; they
+/// enter neither the compiler's identity nor a build key (a correct wrapper produces what the
+/// compiler it runs produces).
+pub const COMPILER_ENV_PREFIXES: &[&str] = &["CCACHE_", "SCCACHE_", "DISTCC_"];
 
 /// One variable that changes what gridkey does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -185,6 +197,24 @@ pub enum SettingsError {
         program: String,
         /// The search path used.
         path: String,
+    },
+    /// Task settings were asked of a compiler that was not resolved, or without its identity.
+    #[error("C compiler {command:?} ({var}) has no {missing} yet; resolve and identify it in the parent before making tasks")]
+    CompilerNotIdentified {
+        /// The variable that named it.
+        var: &'static str,
+        /// The command, as one line.
+        command: String,
+        /// What is missing: `resolved program` or `identity`.
+        missing: &'static str,
+    },
+    /// The cache directory of task settings is relative or not valid UTF-8.
+    #[error("cache directory {path:?} ({var}) must be absolute and valid UTF-8 in task settings; make it absolute in the parent or choose another {var}")]
+    TaskCacheDir {
+        /// The variable that named it.
+        var: &'static str,
+        /// The directory.
+        path: PathBuf,
     },
 }
 
@@ -286,22 +316,21 @@ pub fn default_jobs() -> usize {
 pub struct CompilerSettings {
     /// The command, split on whitespace (`["ccache", "gcc"]`); never empty.
     pub command: Vec<String>,
-    /// The compiler's environment: the variables of [`COMPILER_ENV`] that were set. The
-    /// compiler runs with exactly these.
+    /// The compiler's environment: the variables of [`COMPILER_ENV`] that were set, and those
+    /// with a prefix of [`COMPILER_ENV_PREFIXES`] an entry point passed. The compiler runs with
+    /// exactly these.
     pub env: BTreeMap<String, String>,
     /// What the command resolved to, filled by [`CompilerSettings::resolve`] in the parent.
     pub resolved: Option<ResolvedCompiler>,
 }
 
-/// A compiler command resolved once, in the parent.
+/// A compiler command resolved once, in the parent. Its identity is not here: a compiler that
+/// tasks run is an [`IdentifiedCompiler`], which cannot be made without one (ADR 0032).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ResolvedCompiler {
     /// The absolute path of the program the first command word names. Recorded, never keyed:
     /// identical compilers at different paths share builds.
     pub program: PathBuf,
-    /// The compiler's identity as the frontend computes it (for the reference frontend, a digest
-    /// of the executable, its `--version` and `-dumpmachine` output); empty until computed.
-    pub identity: String,
 }
 
 impl CompilerSettings {
@@ -326,9 +355,20 @@ impl CompilerSettings {
         self.command.join(" ")
     }
 
+    /// Adds to [`Self::env`] every variable of `vars` whose name starts with a prefix of
+    /// [`COMPILER_ENV_PREFIXES`] (a compiler wrapper's own configuration, ADR 0032); the others
+    /// are ignored. The entry point hands it its environment, once, at its edge.
+    pub fn pass_wrapper_vars(&mut self, vars: impl IntoIterator<Item = (String, String)>) {
+        for (name, value) in vars {
+            if COMPILER_ENV_PREFIXES.iter().any(|prefix| name.starts_with(prefix)) {
+                self.env.insert(name, value);
+            }
+        }
+    }
+
     /// Resolves the first command word to an absolute path: as given when it contains a `/`,
     /// else searched on the allowlisted `PATH`; `cwd` anchors relative paths. Stores the
-    /// result in [`Self::resolved`] (identity left empty for the frontend to fill).
+    /// result in [`Self::resolved`]; the frontend then identifies it ([`IdentifiedCompiler::new`]).
     ///
     /// Errors: [`SettingsError::CompilerNotFound`] naming the program and the search path.
     pub fn resolve(&mut self, cwd: &Path) -> Result<&ResolvedCompiler, SettingsError> {
@@ -344,7 +384,7 @@ impl CompilerSettings {
         } else {
             which::which_in(word, Some(&path), cwd).map_err(|_| not_found())?
         };
-        Ok(self.resolved.insert(ResolvedCompiler { program, identity: String::new() }))
+        Ok(self.resolved.insert(ResolvedCompiler { program }))
     }
 }
 

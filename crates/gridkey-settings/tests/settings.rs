@@ -98,6 +98,32 @@ fn only_the_allowlisted_variables_reach_the_compiler() {
 }
 
 #[test]
+fn a_wrappers_variables_pass_by_prefix_and_nothing_else() {
+    let mut s = parse(&[("PATH", "/usr/bin")]).unwrap();
+    let listed = [
+        ("SCCACHE_REDIS", "redis://cache:6379"),
+        ("CCACHE_DIR", "/srv/ccache"),
+        ("DISTCC_HOSTS", "a b"),
+        ("SCCACHE", "not a prefix match"),
+        ("MY_SCCACHE_DIR", "prefix, not infix"),
+        ("LD_PRELOAD", "/evil.so"),
+        ("PATH", "/somewhere/else"),
+    ];
+    s.compiler.pass_wrapper_vars(listed.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())));
+    let env: Vec<(&str, &str)> = s.compiler.env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    assert_eq!(
+        env,
+        [
+            ("CCACHE_DIR", "/srv/ccache"),
+            ("DISTCC_HOSTS", "a b"),
+            ("PATH", "/usr/bin"),
+            ("SCCACHE_REDIS", "redis://cache:6379")
+        ]
+    );
+    assert_eq!(gridkey_settings::COMPILER_ENV_PREFIXES, ["CCACHE_", "SCCACHE_", "DISTCC_"]);
+}
+
+#[test]
 fn the_compiler_resolves_on_the_given_path_not_the_process_one() {
     let dir = tempfile::tempdir().unwrap();
     let exe = dir.path().join("mycc");

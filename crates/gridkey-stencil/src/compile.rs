@@ -11,11 +11,10 @@ use gridkey_fingerprint::{
 use gridkey_fs::lock::{Acquired, KeyLocks, LockWait};
 use gridkey_fs::Fault;
 use gridkey_offsets::CompileTimeOffsetProvider;
-use gridkey_settings::{CompilerSettings, Settings};
+use gridkey_settings::{IdentifiedCompiler, TaskSettings};
 use serde::{Deserialize, Serialize};
 use xxhash_rust::xxh3::Xxh3;
 
-use crate::compiler::identity_for_build;
 use crate::{check_options, key_inputs, translate, Program, StencilError};
 
 /// Version of the build cache layout and key; part of its directory name, [`BUILD_DIR`].
@@ -36,9 +35,10 @@ pub struct CompileConfig {
     /// The cache directory: translation cache in `translation-v2/`, shared libraries in
     /// [`BUILD_DIR`].
     pub cache_dir: PathBuf,
-    /// The C compiler: its command words, the environment it runs with (nothing else reaches
-    /// it) and, once resolved in the parent, its absolute path.
-    pub compiler: CompilerSettings,
+    /// The C compiler, resolved and identified in the parent: its command words, the
+    /// environment it runs with (nothing else reaches it), its absolute path and its identity,
+    /// which the build key holds (ADR 0022, ADR 0032).
+    pub compiler: IdentifiedCompiler,
     /// Debug switch: on a translation-cache hit, translate again and compare byte for byte;
     /// a difference is [`StencilError::VerifyMismatch`].
     pub verify_hits: bool,
@@ -49,23 +49,24 @@ pub struct CompileConfig {
     /// the build cache; `None` in normal use.
     pub fault: Option<Fault>,
     /// The bound of every per-key lock wait, translation and build, and who is told of a wait
-    /// that lasts (ADR 0033); from [`Settings::key_lock_wait`].
+    /// that lasts (ADR 0033); from [`TaskSettings::key_lock_wait`].
     pub lock_wait: LockWait,
 }
 
 impl CompileConfig {
     /// The cache directory, compiler, both verification switches, the fault hook and the lock
-    /// wait bound of `settings` (no notice: the caller sets [`LockWait::notice`]).
+    /// wait bound of a task's `settings` (ADR 0032, ADR 0033; no notice: the caller sets
+    /// [`LockWait::notice`]).
     ///
-    /// Errors: [`StencilError::FaultHook`] when `settings.test_hooks.fault` does not parse.
-    pub fn from_settings(settings: &Settings) -> Result<Self, StencilError> {
+    /// Errors: [`StencilError::FaultHook`] when the fault hook does not parse.
+    pub fn from_settings(settings: &TaskSettings) -> Result<Self, StencilError> {
         Ok(Self {
-            cache_dir: settings.cache_dir.clone(),
-            compiler: settings.compiler.clone(),
-            verify_hits: settings.verify_cache_hits,
-            verify_tables: settings.verify_tables,
-            fault: Fault::parse_setting(settings.test_hooks.fault.as_deref())?,
-            lock_wait: LockWait { limit: settings.key_lock_wait, notice: None },
+            cache_dir: settings.cache_dir().to_path_buf(),
+            compiler: settings.compiler().clone(),
+            verify_hits: settings.verify_cache_hits(),
+            verify_tables: settings.verify_tables(),
+            fault: Fault::parse_setting(settings.fault())?,
+            lock_wait: LockWait { limit: settings.key_lock_wait(), notice: None },
         })
     }
 }
@@ -213,10 +214,9 @@ pub fn compile(
         library_check_seconds += t.elapsed().as_secs_f64();
         usable
     };
-    let identity = identity_for_build(&config.compiler);
     let flags = build_flags(&opts);
     let dir = config.cache_dir.join(BUILD_DIR);
-    let library_key = build_key(&source, &identity, &flags);
+    let library_key = build_key(&source, config.compiler.identity(), &flags);
     let artifact = dir.join(format!("{library_key}.so"));
     let built = if library_usable(&artifact, program) {
         false
@@ -283,17 +283,17 @@ fn build_flags(opts: &crate::StencilOptions) -> Vec<String> {
 }
 
 /// The build key ([`build_key`]) of the library that [`compile`] builds from `source` with
-/// `options` and `compiler`: what names it in `<cache_dir>/build-v2/<build key>.so`. Uses the
-/// identity carried in `compiler` when it has one, else computes it ([`crate::compiler_identity`]).
+/// `options` and `compiler`: what names it in `<cache_dir>/build-v2/<build key>.so`, with the
+/// identity `compiler` carries ([`crate::identify_compiler`]).
 ///
 /// Errors: [`check_options`] errors.
 pub fn library_build_key(
     source: &str,
     options: &TranslationOptions,
-    compiler: &CompilerSettings,
+    compiler: &IdentifiedCompiler,
 ) -> Result<String, StencilError> {
     let opts = check_options(options)?;
-    Ok(build_key(source, &identity_for_build(compiler), &build_flags(&opts)))
+    Ok(build_key(source, compiler.identity(), &build_flags(&opts)))
 }
 
 /// Recomputes the digest of every compile-time table `program` reads and compares it with the
@@ -345,7 +345,7 @@ const BUILD_DIR_LOCK: &str = gridkey_fs::TEMP_DIR_LOCK;
 /// and the flags), appends the checksum trailer and writes the result to `artifact` atomically.
 fn build(
     program: &str,
-    compiler: &CompilerSettings,
+    compiler: &IdentifiedCompiler,
     flags: &[String],
     source: &str,
     artifact: &Path,
@@ -364,12 +364,10 @@ fn build(
         status,
         stderr_tail,
     };
-    let Some((word, pre_args)) = compiler.command.split_first() else {
-        return Err(compiler_err(None, "the compiler command is empty".to_owned()));
-    };
+    let pre_args = compiler.command().get(1..).unwrap_or_default();
     // The program resolved in the parent, so that every mode runs the same compiler whatever
-    // the worker's own PATH; unresolved (a library caller), the first word on the given PATH.
-    let exe = compiler.resolved.as_ref().map_or_else(|| PathBuf::from(word), |r| r.program.clone());
+    // the worker's own PATH.
+    let exe = compiler.program();
     fs::create_dir_all(dir).map_err(io_err("create", dir))?;
     // Everything the compiler reads and writes lives in a temp directory of the build cache, so
     // that a build killed in the middle (Ctrl-C, a timeout) leaves nothing outside the cache
@@ -384,9 +382,9 @@ fn build(
     let src = work.path().join("kernel.c");
     fs::write(&src, source).map_err(io_err("write", &src))?;
     let out = work.path().join("kernel.so");
-    let run = Command::new(&exe)
+    let run = Command::new(exe)
         .env_clear()
-        .envs(&compiler.env)
+        .envs(compiler.env())
         .args(pre_args)
         .args(flags)
         .args(["-o", "kernel.so", "kernel.c"])

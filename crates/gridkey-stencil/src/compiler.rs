@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use gridkey_settings::{CompilerSettings, ResolvedCompiler, SettingsError};
+use gridkey_settings::{CompilerSettings, IdentifiedCompiler, SettingsError};
 use xxhash_rust::xxh3::Xxh3;
 
 /// Version of the identity's encoding; hashed first, so that a change of what is identified
@@ -76,28 +76,20 @@ pub fn compiler_identity(compiler: &CompilerSettings, cwd: &Path) -> String {
     format!("{:032x}", h.digest128())
 }
 
-/// Resolves `compiler` (when not resolved) and fills [`ResolvedCompiler::identity`] with
-/// [`compiler_identity`]: what the parent of a run does once, so that every task and worker
-/// carries the same identity (ADR 0013, ADR 0022).
+/// `compiler` resolved (when not resolved yet; `cwd` anchors a relative command) and
+/// identified with [`compiler_identity`]: what the parent of a run does once, so that every task
+/// and worker carries the same identity and no build computes one of its own (ADR 0022,
+/// ADR 0032). A wrapper's own variables (`CCACHE_*`, `SCCACHE_*`, `DISTCC_*` in
+/// [`CompilerSettings::env`]) reach the probes, as they reach every build, but are not hashed.
 ///
 /// Errors: [`SettingsError::CompilerNotFound`].
-pub fn identify_compiler(compiler: &mut CompilerSettings, cwd: &Path) -> Result<(), SettingsError> {
+pub fn identify_compiler(compiler: &CompilerSettings, cwd: &Path) -> Result<IdentifiedCompiler, SettingsError> {
+    let mut compiler = compiler.clone();
     if compiler.resolved.is_none() {
         compiler.resolve(cwd)?;
     }
-    let identity = compiler_identity(compiler, cwd);
-    if let Some(ResolvedCompiler { identity: slot, .. }) = compiler.resolved.as_mut() {
-        *slot = identity;
-    }
-    Ok(())
-}
-
-/// The identity of `compiler` for a build: the one carried in its settings, else computed now.
-pub(crate) fn identity_for_build(compiler: &CompilerSettings) -> String {
-    match &compiler.resolved {
-        Some(r) if !r.identity.is_empty() => r.identity.clone(),
-        _ => compiler_identity(compiler, &std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"))),
-    }
+    let identity = compiler_identity(&compiler, cwd);
+    IdentifiedCompiler::new(&compiler, identity)
 }
 
 /// The compiler a wrapper runs: the second command word when it is not a flag and names an

@@ -21,7 +21,7 @@ fn fake(dir: &Path, name: &str, version: &str, machine: &str, padding: &str) -> 
 
 fn check(program: &Path) -> String {
     let mut compiler = CompilerSettings::from_command(program.to_str().unwrap(), |_| None).unwrap();
-    compiler.resolved = Some(ResolvedCompiler { program: program.to_path_buf(), identity: String::new() });
+    compiler.resolved = Some(ResolvedCompiler { program: program.to_path_buf() });
     compiler_identity(&compiler, program.parent().unwrap())
 }
 

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use gridkey_fingerprint::TranslationOptions;
 use gridkey_grid::read_grid;
 use gridkey_offsets::compile_time_offset_provider;
-use gridkey_settings::Settings;
+use gridkey_settings::{Settings, TaskSettings};
 use gridkey_stencil::{
     compile, emit_c, evaluate_reference, icon_programs, infer_domains_runtime, make_inputs, max_relative_error,
     translate, CompileConfig, Kernel,
@@ -26,11 +26,11 @@ fn check(file: &str) -> Vec<String> {
     let store = TableStore::open(cache.path()).unwrap();
     let ct = compile_time_offset_provider(provider, &store).unwrap();
     let options = TranslationOptions::new();
-    let config = CompileConfig::from_settings(&Settings {
-        cache_dir: cache.path().to_path_buf(),
-        ..Settings::from_vars(|name| std::env::var(name).ok().filter(|_| name == "CC" || name == "PATH")).unwrap()
-    })
-    .unwrap();
+    let settings =
+        Settings::from_vars(|name| std::env::var(name).ok().filter(|_| name == "CC" || name == "PATH")).unwrap();
+    let compiler = gridkey_stencil::identify_compiler(&settings.compiler, &std::env::current_dir().unwrap()).unwrap();
+    let settings = TaskSettings::new(&settings, cache.path().canonicalize().unwrap(), compiler).unwrap();
+    let config = CompileConfig::from_settings(&settings).unwrap();
     let mut skips = Vec::new();
     for program in icon_programs() {
         let facts = infer_domains_runtime(&program, provider).unwrap();

@@ -9,7 +9,7 @@ use std::path::Path;
 use common::{compile_time, Layout, Patch};
 use gridkey_fingerprint::{TranslationCache, TranslationOptions};
 use gridkey_offsets::OffsetProvider;
-use gridkey_settings::Settings;
+use gridkey_settings::{CompilerSettings, IdentifiedCompiler, ResolvedCompiler, Settings, TaskSettings};
 use gridkey_stencil::{
     compile, dimension_sizes, evaluate_reference, icon_programs, key_inputs, make_inputs, max_relative_error,
     normalise_options, CompileConfig, CompileOutcome, Fields, Kernel, Need, Program, StencilError, BUILD_DIR, OPTIONS,
@@ -29,15 +29,24 @@ fn config(cache: &Path) -> CompileConfig {
             .then(|| std::env::var(name).ok())
             .flatten()
     };
-    let settings = Settings { cache_dir: cache.to_path_buf(), ..Settings::from_vars(compiler_vars).unwrap() };
+    let settings = Settings::from_vars(compiler_vars).unwrap();
+    let cwd = std::env::current_dir().unwrap();
+    let compiler = gridkey_stencil::identify_compiler(&settings.compiler, &cwd).unwrap();
+    let settings = TaskSettings::new(&settings, cache.canonicalize().unwrap(), compiler).unwrap();
     CompileConfig::from_settings(&settings).unwrap()
 }
 
-/// [`config`] with the compiler command `cc` (words split on whitespace; may be empty).
+/// [`config`] with the compiler command `cc` (words split on whitespace), resolved on the
+/// caller's `PATH` or, when it is not found there, taken as the path it names (so that a
+/// missing compiler reaches the build).
 fn with_cc(cache: &Path, cc: &str) -> CompileConfig {
-    let mut config = config(cache);
-    config.compiler.command = cc.split_whitespace().map(str::to_owned).collect();
-    config
+    let config = config(cache);
+    let mut compiler = CompilerSettings::from_command(cc, |name| config.compiler.env().get(name).cloned()).unwrap();
+    if compiler.resolve(cache).is_err() {
+        compiler.resolved = Some(ResolvedCompiler { program: compiler.command[0].clone().into() });
+    }
+    let identity = gridkey_stencil::compiler_identity(&compiler, cache);
+    CompileConfig { compiler: IdentifiedCompiler::new(&compiler, identity).unwrap(), ..config }
 }
 
 /// The one place that compiles: `program` against the compile-time view of `provider`.
@@ -263,7 +272,11 @@ fn check_compiler_failure(cc: &str, want_status: Option<i32>, stderr_has: &str) 
 fn a_failing_or_missing_compiler_is_a_compiler_error_and_leaves_nothing_behind() {
     check_compiler_failure("false", Some(1), "");
     check_compiler_failure("/nonexistent/bin/cc", None, "cannot run /nonexistent/bin/cc");
-    check_compiler_failure("   ", None, "empty");
+    // A blank command cannot even be identified, so no task is made with it.
+    let mut blank = CompilerSettings::default();
+    blank.command.clear();
+    blank.resolved = Some(ResolvedCompiler { program: "/usr/bin/cc".into() });
+    assert!(IdentifiedCompiler::new(&blank, "id".into()).is_err());
     // A compiler that rejects the flags: real stderr comes back.
     check_compiler_failure("cc -fno-such-flag-gridkey", Some(1), "no-such-flag-gridkey");
 }

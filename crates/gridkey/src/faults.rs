@@ -7,7 +7,7 @@
 //!
 //! | program name | what the worker does |
 //! |---|---|
-//! | `ok…` | answers with a [`FaultReport`] (its pid, the settings that travelled with the task) |
+//! | `ok…` | answers with a [`FaultReport`] (its pid, the task settings that travelled with the task) |
 //! | `error…` | returns an error naming the program |
 //! | `panic…` | panics (the worker catches it) |
 //! | `exit…` | writes `test-faults: exiting on request` to stderr and exits with status 3 |
@@ -41,8 +41,8 @@ pub struct FaultReport {
     pub program: String,
     /// Process id of the worker that ran it.
     pub pid: u32,
-    /// The settings that travelled with the task, as the handler saw them.
-    pub settings: gridkey_settings::Settings,
+    /// The task settings that travelled with the task, as the handler saw them.
+    pub settings: gridkey_settings::TaskSettings,
     /// For `memory…` tasks: the worker's `/proc/self/smaps_rollup` fields in bytes, read while
     /// the tables were mapped and resident.
     pub memory: BTreeMap<String, u64>,

@@ -26,8 +26,8 @@ use gridkey_fs::Fault;
 use gridkey_grid::{read_grid, Grid, GridError};
 use gridkey_jobs::{CompilationTask, NoProgress, Progress, Runner, TaskHandler, WorkerCommand};
 use gridkey_offsets::{compile_time_offset_provider, CompileTimeOffsetProvider, Entry, OffsetsError};
-pub use gridkey_settings::Settings;
 use gridkey_settings::SettingsError;
+pub use gridkey_settings::{Settings, TaskSettings};
 use gridkey_stencil::{CompileConfig, CompileOutcome, Program};
 use gridkey_store::{StoreError, TableStore};
 use serde::{Deserialize, Serialize};
@@ -342,13 +342,13 @@ impl RunReport {
     }
 }
 
-/// The tasks of compiling `programs` against `provider` with `options` and `settings` (the
-/// same value travels with every task, to every mode).
+/// The tasks of compiling `programs` against `provider` with `options` and the task `settings`
+/// of [`task_settings`] (the same value travels with every task, to every mode, ADR 0032).
 pub fn tasks_for(
     programs: &[Program],
     provider: &Arc<CompileTimeOffsetProvider>,
     options: &TranslationOptions,
-    settings: &Arc<Settings>,
+    settings: &Arc<TaskSettings>,
 ) -> Vec<CompilationTask> {
     programs
         .iter()
@@ -415,11 +415,11 @@ pub fn run_with_progress(
     let settings = task_settings(&config.settings)?;
     // Registered for the whole run, so that `gridkey cache gc` beside it removes nothing it has
     // produced or is about to use (ADR 0026).
-    let _live = match cache::LiveRun::register(&settings.cache_dir) {
+    let _live = match cache::LiveRun::register(settings.cache_dir()) {
         Ok(live) => Some(live),
         Err(e) => {
             warnings.push(cache::CacheWarning {
-                path: settings.cache_dir.join(cache::RUNS_DIR),
+                path: settings.cache_dir().join(cache::RUNS_DIR),
                 message: format!(
                     "cannot register this run as live ({e}): `gridkey cache gc` beside it may remove what it uses"
                 ),
@@ -428,22 +428,23 @@ pub fn run_with_progress(
         }
     };
     // A misconfigured shared tier is an error here, before any work; an unreachable one is off.
-    let remote = match &settings.remote {
+    // Only the parent holds its settings: the task settings have none (ADR 0032).
+    let remote = match &config.settings.remote {
         Some(remote) => Some(Arc::new(gridkey_remote::Remote::connect(remote)?)),
         None => None,
     };
     let swept =
-        cache::gc(&settings.cache_dir, &cache::GcConfig { max_size: None, temp_min_age: cache::STALE_TEMP_AGE })?;
+        cache::gc(settings.cache_dir(), &cache::GcConfig { max_size: None, temp_min_age: cache::STALE_TEMP_AGE })?;
     let temps_removed = swept.temps_removed;
     warnings.extend(swept.warnings);
-    let fault = Fault::parse_setting(settings.test_hooks.fault.as_deref())?;
+    let fault = Fault::parse_setting(settings.fault())?;
     // Every translation checks the tables it read before its entry is written (ADR 0024), so a
     // table found under its name is kept after its checked open, unread (ADR 0028).
-    let store = TableStore::open(&settings.cache_dir)?
-        .verifying(settings.verify_tables)
+    let store = TableStore::open(settings.cache_dir())?
+        .verifying(settings.verify_tables())
         .checked_by_readers(true)
         .with_fault(fault);
-    let cache_dir = settings.cache_dir.clone();
+    let cache_dir = settings.cache_dir().to_path_buf();
     let t = Instant::now();
     let mut ct = Arc::new(compile_time_offset_provider(grid.provider(), &store)?);
     let convert_seconds = t.elapsed().as_secs_f64();
@@ -728,22 +729,22 @@ fn repair_tables(
     (repaired, warnings)
 }
 
-/// The settings as they travel with the tasks of one run: the cache directory made absolute
-/// (workers may run elsewhere) and the compiler resolved and identified once, here, so that
-/// every mode and every worker runs the same program whatever its own `PATH` and keys its
-/// builds by the same identity (ADR 0013, ADR 0022).
+/// The task settings of one run, built once in the parent from `settings` and handed to every
+/// task in every mode (ADR 0032): the cache directory made absolute (workers may run
+/// elsewhere), the compiler resolved and identified once, here, so that every mode and every
+/// worker runs the same program whatever its own `PATH` and keys its builds by the same identity
+/// (ADR 0013, ADR 0022), the verification switches and the fault hook. The build-jobs mode and
+/// the shared tier's settings stay in the parent.
 ///
 /// Errors: [`AppError::CacheDir`] when the cache directory does not exist or cannot be made
-/// absolute, [`AppError::Settings`] when the compiler is not found.
-pub fn task_settings(settings: &Settings) -> Result<Arc<Settings>, AppError> {
-    let mut settings = settings.clone();
-    std::fs::canonicalize(&settings.cache_dir)
-        .map(|dir| settings.cache_dir = dir)
+/// absolute, [`AppError::Settings`] when the compiler is not found or the directory is not
+/// valid UTF-8.
+pub fn task_settings(settings: &Settings) -> Result<Arc<TaskSettings>, AppError> {
+    let cache_dir = std::fs::canonicalize(&settings.cache_dir)
         .map_err(|source| AppError::CacheDir { path: settings.cache_dir.clone(), source })?;
     let cwd = std::env::current_dir().map_err(|source| AppError::CacheDir { path: ".".into(), source })?;
-    settings.compiler.resolve(&cwd)?;
-    gridkey_stencil::identify_compiler(&mut settings.compiler, &cwd)?;
-    Ok(Arc::new(settings))
+    let compiler = gridkey_stencil::identify_compiler(&settings.compiler, &cwd)?;
+    Ok(Arc::new(TaskSettings::new(settings, cache_dir, compiler)?))
 }
 
 /// Compiles `program` alone through `runner` (in process mode: in a worker, which maps and reads
@@ -753,7 +754,7 @@ fn compile_one(
     program: &Program,
     ct: &Arc<CompileTimeOffsetProvider>,
     options: &TranslationOptions,
-    settings: &Arc<Settings>,
+    settings: &Arc<TaskSettings>,
 ) -> Result<CompileOutcome, String> {
     match runner.run_all(&tasks_for(std::slice::from_ref(program), ct, options, settings)).pop() {
         Some(result) => result.map_err(|e| e.cause.to_string()),
@@ -770,7 +771,7 @@ struct Checker<'a> {
     /// The build jobs: a rebuild goes through them, so that in process mode a worker, never the
     /// parent, maps and reads the tables (ADR 0034).
     runner: &'a Runner<StencilHandler>,
-    settings: &'a Arc<Settings>,
+    settings: &'a Arc<TaskSettings>,
     store: &'a TableStore,
     /// Tables repaired by a rebuild in the parent (ADR 0024), reported as warnings.
     late_repairs: std::cell::RefCell<Vec<cache::CacheWarning>>,

@@ -2,8 +2,6 @@
 //! entry that has its key-input record, and the kernel library built from it with the options
 //! of that record by this compiler (under this compiler's identity).
 
-use std::sync::Arc;
-
 use gridkey_fingerprint::TranslationCache;
 use gridkey_remote::{library_key, Kind, Remote, Stored};
 use gridkey_settings::Settings;
@@ -36,9 +34,7 @@ pub struct PushReport {
 /// uploaded before stays), or when this client is not a designated writer.
 pub fn push(settings: &Settings) -> Result<PushReport, AppError> {
     let remote_settings = settings.remote.as_ref().ok_or(AppError::NoRemote)?;
-    let mut settings = (*crate::task_settings(settings)?).clone();
-    settings.remote = Some(remote_settings.clone());
-    let settings = Arc::new(settings);
+    let settings = crate::task_settings(settings)?;
     let remote = Remote::connect(remote_settings)?;
     if !remote.is_on() {
         return Err(AppError::RemoteUnreachable(remote.warning().unwrap_or_default()));
@@ -49,9 +45,8 @@ pub fn push(settings: &Settings) -> Result<PushReport, AppError> {
             remote.shown_url()
         )));
     }
-    let identity =
-        settings.compiler.resolved.as_ref().map(|r| r.identity.clone()).filter(|identity| !identity.is_empty());
-    let cache = TranslationCache::open(&settings.cache_dir)?;
+    let compiler = settings.compiler();
+    let cache = TranslationCache::open(settings.cache_dir())?;
     let mut report = PushReport { remote: remote.shown_url().to_owned(), ..Default::default() };
     let mut entries: Vec<([u8; 16], Vec<u8>)> = Vec::new();
     let mut libraries: Vec<([u8; 16], Vec<u8>)> = Vec::new();
@@ -60,12 +55,12 @@ pub fn push(settings: &Settings) -> Result<PushReport, AppError> {
             report.skipped += 1;
             continue;
         };
-        if let (Some(identity), Ok(source)) = (&identity, std::str::from_utf8(&payload)) {
-            let build_key = gridkey_stencil::library_build_key(source, &record.options, &settings.compiler);
+        if let Ok(source) = std::str::from_utf8(&payload) {
+            let build_key = gridkey_stencil::library_build_key(source, &record.options, compiler);
             if let Ok(build_key) = build_key {
-                let path = settings.cache_dir.join(gridkey_stencil::BUILD_DIR).join(format!("{build_key}.so"));
+                let path = settings.cache_dir().join(gridkey_stencil::BUILD_DIR).join(format!("{build_key}.so"));
                 if let Ok(bytes) = std::fs::read(path) {
-                    libraries.push((library_key(&build_key, identity), bytes));
+                    libraries.push((library_key(&build_key, compiler.identity()), bytes));
                 }
             }
         }

@@ -1,6 +1,8 @@
 //! The binary's edge (ADR 0013): the one place `gridkey` reads its process environment. Flags
 //! replace their variables, so a bad value left in the environment does not matter when the
-//! flag is given; everything else is [`Settings::from_vars`] over the environment.
+//! flag is given; everything else is [`Settings::from_vars`] over the environment, and a compiler
+//! wrapper's own variables (`CCACHE_*`, `SCCACHE_*`, `DISTCC_*`, ADR 0032) are passed to the
+//! compiler from the listed environment.
 
 use std::path::PathBuf;
 
@@ -45,6 +47,10 @@ pub fn settings(flags: &Flags) -> Result<Settings, SettingsError> {
     if let Some(dir) = &flags.cache_dir {
         settings.cache_dir = dir.clone();
     }
+    // A variable whose name or value is not UTF-8 cannot be a wrapper's (their names are ASCII).
+    settings.compiler.pass_wrapper_vars(
+        std::env::vars_os().filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?))),
+    );
     Ok(settings)
 }
 

@@ -31,7 +31,7 @@ use std::sync::Arc;
 
 use gridkey_fingerprint::{KeyInputs, Tier, TranslationCache};
 use gridkey_remote::{library_key, Claim, Fetched, Kind, ObjectKey, Remote, RemoteTier, Retracted, Waited};
-use gridkey_settings::Settings;
+use gridkey_settings::TaskSettings;
 use gridkey_stencil::CompileOutcome;
 
 /// How one program gets its translation in a run with a shared tier.
@@ -71,10 +71,8 @@ impl Route {
 /// The shared tier of one run: the client and what the parent needs to name libraries.
 pub struct SharedRun {
     tier: RemoteTier,
-    settings: Arc<Settings>,
+    settings: Arc<TaskSettings>,
     options: gridkey_fingerprint::TranslationOptions,
-    /// Set when the compiler identity is known: libraries are shared only then.
-    identity: Option<String>,
     /// Bytes of translation entries and libraries written to the local tier from the shared one.
     pub written_locally: u64,
     /// The objects downloaded for each program (by program index): what [`SharedRun::reject`]
@@ -117,17 +115,18 @@ impl Rejected {
 }
 
 impl SharedRun {
-    /// The shared tier of a run with `settings` (compiler resolved, its identity filled when
-    /// libraries are to be shared) and translation `options`.
-    pub fn new(remote: Arc<Remote>, settings: Arc<Settings>, options: gridkey_fingerprint::TranslationOptions) -> Self {
-        let identity =
-            settings.compiler.resolved.as_ref().map(|r| r.identity.clone()).filter(|identity| !identity.is_empty());
-        let quarantine = crate::quarantine::Quarantine::load(&settings.cache_dir);
+    /// The shared tier of a run with task `settings` (the compiler identified, so that its
+    /// libraries can be shared) and translation `options`.
+    pub fn new(
+        remote: Arc<Remote>,
+        settings: Arc<TaskSettings>,
+        options: gridkey_fingerprint::TranslationOptions,
+    ) -> Self {
+        let quarantine = crate::quarantine::Quarantine::load(settings.cache_dir());
         Self {
             tier: RemoteTier::new(remote),
             settings,
             options,
-            identity,
             written_locally: 0,
             fetched: BTreeMap::new(),
             quarantine,
@@ -164,7 +163,7 @@ impl SharedRun {
                 self.quarantine.objects.remove(name);
             }
             // Best effort: a quarantine that cannot be rewritten ends again on the next run.
-            let _ = crate::quarantine::Quarantine::update(&self.settings.cache_dir, |q| {
+            let _ = crate::quarantine::Quarantine::update(self.settings.cache_dir(), |q| {
                 for name in &ended {
                     q.objects.remove(name);
                 }
@@ -215,7 +214,7 @@ impl SharedRun {
                 self.quarantine.objects.insert(name.clone(), entry(sum));
             }
             // Best effort: a quarantine that cannot be written costs one more fetch next run.
-            let _ = crate::quarantine::Quarantine::update(&self.settings.cache_dir, |q| {
+            let _ = crate::quarantine::Quarantine::update(self.settings.cache_dir(), |q| {
                 for (name, sum) in &quarantine {
                     q.objects.insert(name.clone(), entry(sum));
                 }
@@ -321,13 +320,13 @@ impl SharedRun {
     }
 
     /// The build-cache path and the remote key of the library of the program with `inputs`,
-    /// when its source is in the local tier and the compiler identity is known.
+    /// when its source is in the local tier.
     fn library(&self, local: &TranslationCache, inputs: &KeyInputs) -> Option<(PathBuf, [u8; 16])> {
-        let identity = self.identity.as_ref()?;
+        let compiler = self.settings.compiler();
         let source = String::from_utf8(local.get(&inputs.key()).ok()?).ok()?;
-        let build_key = gridkey_stencil::library_build_key(&source, &self.options, &self.settings.compiler).ok()?;
-        let path = self.settings.cache_dir.join(gridkey_stencil::BUILD_DIR).join(format!("{build_key}.so"));
-        Some((path, library_key(&build_key, identity)))
+        let build_key = gridkey_stencil::library_build_key(&source, &self.options, compiler).ok()?;
+        let path = self.settings.cache_dir().join(gridkey_stencil::BUILD_DIR).join(format!("{build_key}.so"));
+        Some((path, library_key(&build_key, compiler.identity())))
     }
 
     /// Downloads, in one round trip, the libraries of programs `which` that the local build

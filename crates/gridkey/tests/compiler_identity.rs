@@ -67,28 +67,26 @@ fn the_same_compiler_at_two_paths_shares_its_builds() {
 fn the_identity_follows_the_executable_not_its_path() {
     let work = tempfile::tempdir().unwrap();
     let resolved = |dir: &Path| {
-        let mut compiler = gridkey_settings::CompilerSettings::from_command("cc", |name| {
+        let compiler = gridkey_settings::CompilerSettings::from_command("cc", |name| {
             (name == "PATH").then(|| format!("{}:/usr/bin:/bin", dir.display()))
         })
         .unwrap();
-        gridkey_stencil::identify_compiler(&mut compiler, work.path()).unwrap();
-        compiler.resolved.unwrap()
+        gridkey_stencil::identify_compiler(&compiler, work.path()).unwrap()
     };
     let a = resolved(&wrapper(&work.path().join("a"), None));
     let b = resolved(&wrapper(&work.path().join("b"), None));
     let c = resolved(&wrapper(&work.path().join("c"), Some(&work.path().join("m"))));
-    assert_ne!(a.program, b.program);
-    assert_eq!(a.identity.len(), 32);
-    assert_eq!(a.identity, b.identity, "same bytes, same version, another path");
-    assert_ne!(a.identity, c.identity, "other bytes behind the same words");
+    assert_ne!(a.program(), b.program());
+    assert_eq!(a.identity().len(), 32);
+    assert_eq!(a.identity(), b.identity(), "same bytes, same version, another path");
+    assert_ne!(a.identity(), c.identity(), "other bytes behind the same words");
     // A wrapper is keyed by its words and the compiler it runs.
     let wrapped = |words: &str| {
-        let mut compiler = gridkey_settings::CompilerSettings::from_command(words, |name| {
+        let compiler = gridkey_settings::CompilerSettings::from_command(words, |name| {
             (name == "PATH").then(|| "/usr/bin:/bin".to_owned())
         })
         .unwrap();
-        gridkey_stencil::identify_compiler(&mut compiler, work.path()).unwrap();
-        compiler.resolved.unwrap().identity
+        gridkey_stencil::identify_compiler(&compiler, work.path()).unwrap().identity().to_owned()
     };
     assert_ne!(wrapped("env cc"), wrapped("env true"), "another wrapped compiler");
     assert_ne!(wrapped("cc"), wrapped("cc -m64"), "a flag among the words");
@@ -100,10 +98,10 @@ fn a_compiler_that_hangs_on_its_probes_is_identified_within_the_probe_timeout() 
     let script = work.path().join("cc");
     std::fs::write(&script, "#!/bin/sh\nsleep 600\n").unwrap();
     std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let mut compiler = gridkey_settings::CompilerSettings::from_command(script.to_str().unwrap(), |_| None).unwrap();
+    let compiler = gridkey_settings::CompilerSettings::from_command(script.to_str().unwrap(), |_| None).unwrap();
     let started = std::time::Instant::now();
-    gridkey_stencil::identify_compiler(&mut compiler, work.path()).unwrap();
+    let identified = gridkey_stencil::identify_compiler(&compiler, work.path()).unwrap();
     let took = started.elapsed();
     assert!(took < gridkey_stencil::PROBE_TIMEOUT * 2 + std::time::Duration::from_secs(5), "{took:?}");
-    assert_eq!(compiler.resolved.unwrap().identity.len(), 32);
+    assert_eq!(identified.identity().len(), 32);
 }

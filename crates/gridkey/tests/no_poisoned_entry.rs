@@ -56,11 +56,8 @@ fn check_mode(mode: BuildJobsMode) {
 /// (every program a hit).
 fn check(mode: BuildJobsMode, verify: bool, filled: bool) {
     let Setup { cache, grid_path, grid, programs, options } = setup();
-    let settings = gridkey::Settings {
-        verify_tables: verify,
-        verify_cache_hits: verify,
-        ..common::settings(cache.path()).as_ref().clone()
-    };
+    let settings =
+        gridkey::Settings { verify_tables: verify, verify_cache_hits: verify, ..common::run_settings(cache.path()) };
     if filled {
         let runner = Runner::new(
             BuildJobs::new(BuildJobsMode::Serial, 1),
@@ -152,12 +149,8 @@ fn a_changed_file_under_the_name_beside_an_intact_mapping_is_repaired_for_the_wo
 
     let worker = WorkerCommand::gridkey(PathBuf::from(env!("CARGO_BIN_EXE_gridkey")));
     let runner = Runner::new(BuildJobs::new(BuildJobsMode::Process, 2), Arc::new(StencilHandler), worker.clone());
-    let config = RunConfig {
-        grid: grid_path,
-        settings: common::settings(cache.path()).as_ref().clone(),
-        worker,
-        options: options.clone(),
-    };
+    let config =
+        RunConfig { grid: grid_path, settings: common::run_settings(cache.path()), worker, options: options.clone() };
     let report = gridkey::run_with(&grid, &programs, &runner, &config, 0.0).unwrap();
     for p in &report.programs {
         assert!(p.verified, "{}: {:?}", p.program, p.error);
@@ -180,7 +173,7 @@ fn an_entry_from_a_table_changed_and_changed_back_is_removed_when_its_kernel_ref
     );
     let config = RunConfig {
         grid: grid_path.clone(),
-        settings: common::settings(cache.path()).as_ref().clone(),
+        settings: common::run_settings(cache.path()),
         worker: WorkerCommand::gridkey(PathBuf::new()),
         options: options.clone(),
     };

@@ -8,7 +8,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use gridkey::{tasks_for, Settings, StencilHandler};
+use gridkey::{tasks_for, Settings, StencilHandler, TaskSettings};
 use gridkey_fingerprint::{decode_entry, encode_entry, TranslationCache, TranslationOptions};
 use gridkey_jobs::{BuildJobs, BuildJobsMode, Runner, TaskError, WorkerCommand};
 use gridkey_offsets::{compile_time_offset_provider, CompileTimeOffsetProvider};
@@ -36,7 +36,7 @@ impl Modes {
         &self,
         program: &Program,
         ct: &Arc<CompileTimeOffsetProvider>,
-        settings: &Arc<Settings>,
+        settings: &Arc<TaskSettings>,
     ) -> Vec<(BuildJobsMode, Result<CompileOutcome, TaskError>)> {
         let tasks = tasks_for(std::slice::from_ref(program), ct, &TranslationOptions::new(), settings);
         self.runners.iter().map(|r| (r.mode(), r.run_all(&tasks).pop().expect("one result"))).collect()
@@ -63,10 +63,17 @@ fn converted(cache: &Path) -> Arc<CompileTimeOffsetProvider> {
     Arc::new(compile_time_offset_provider(grid.provider(), &TableStore::open(cache).unwrap()).unwrap())
 }
 
-fn with(cache: &Path, change: impl FnOnce(&mut Settings)) -> Arc<Settings> {
-    let mut s = common::settings(cache).as_ref().clone();
+/// The task settings of the caller's compiler and `cache`, with `change` made to the settings
+/// they are built from.
+fn with(cache: &Path, change: impl FnOnce(&mut Settings)) -> Arc<TaskSettings> {
+    let compiler_vars = |name: &str| {
+        (name == gridkey_settings::ENV_CC || gridkey_settings::COMPILER_ENV.contains(&name))
+            .then(|| std::env::var(name).ok())
+            .flatten()
+    };
+    let mut s = Settings { cache_dir: cache.to_path_buf(), ..Settings::from_vars(compiler_vars).unwrap() };
     change(&mut s);
-    Arc::new(s)
+    gridkey::task_settings(&s).unwrap()
 }
 
 #[test]
@@ -168,7 +175,7 @@ fn the_compiler_resolved_in_the_parent_runs_in_every_mode_whatever_the_workers_p
         for mode in BuildJobsMode::ALL {
             let cache = tempfile::tempdir().unwrap();
             let ct = converted(cache.path());
-            let mut settings = Settings {
+            let settings = Settings {
                 cache_dir: cache.path().to_path_buf(),
                 ..Settings::from_vars(|name| match name {
                     "CC" => Some("mycc".to_owned()),
@@ -177,10 +184,10 @@ fn the_compiler_resolved_in_the_parent_runs_in_every_mode_whatever_the_workers_p
                 })
                 .unwrap()
             };
-            settings = gridkey::task_settings(&settings).unwrap().as_ref().clone();
-            assert_eq!(settings.compiler.resolved.as_ref().unwrap().program, dir.join("mycc"));
+            let settings = gridkey::task_settings(&settings).unwrap();
+            assert_eq!(settings.compiler().program(), dir.join("mycc"));
             let runner = modes.runners.iter().find(|r| r.mode() == mode).unwrap();
-            let tasks = tasks_for(&[div()], &ct, &TranslationOptions::new(), &Arc::new(settings));
+            let tasks = tasks_for(&[div()], &ct, &TranslationOptions::new(), &settings);
             let outcome = runner.run_all(&tasks).pop().unwrap().unwrap_or_else(|e| panic!("{mode}: {e}"));
             assert!(outcome.built, "{mode}: a fresh cache builds");
         }
@@ -202,7 +209,7 @@ fn the_cache_directory_travels_to_every_mode() {
             let tasks = tasks_for(&[div()], &ct, &TranslationOptions::new(), &settings);
             let outcome = runner.run_all(&tasks).pop().unwrap().unwrap_or_else(|e| panic!("{mode}: {e}"));
             assert!(outcome.translated, "round {round}, {mode}: a fresh cache misses");
-            assert!(outcome.artifact.starts_with(&settings.cache_dir), "{mode}: {}", outcome.artifact.display());
+            assert!(outcome.artifact.starts_with(settings.cache_dir()), "{mode}: {}", outcome.artifact.display());
             assert!(TranslationCache::open(cache.path()).unwrap().entry_path(&outcome.key).is_file(), "{mode}");
         }
     }

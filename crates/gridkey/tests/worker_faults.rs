@@ -31,7 +31,11 @@ fn task(
         encoding: Vec::new(),
         options: options.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect::<TranslationOptions>(),
         provider: provider.clone(),
-        settings: Arc::new(Settings { cache_dir: cache.to_path_buf(), ..Settings::default() }),
+        settings: gridkey::task_settings(&Settings {
+            cache_dir: cache.to_path_buf(),
+            ..Settings::from_vars(|name| (name == "PATH").then(|| std::env::var(name).ok()).flatten()).unwrap()
+        })
+        .expect("the test cache and the default compiler are usable"),
     }
 }
 
@@ -239,4 +243,58 @@ fn a_worker_holding_mapped_tables_shares_them_and_its_private_memory_does_not_gr
     let private = |m: &BTreeMap<String, u64>| m["Private_Clean"] + m["Private_Dirty"];
     assert!(private(b) < private(s) + (8 << 20), "small {s:?}\nbig {b:?}");
     drop(big);
+}
+
+/// A worker script in `dir` that, on its first start, starts a child that sleeps, writes both
+/// pids to `dir/silent.pids` and waits without ever sending a handshake; on any later start it
+/// is the real fault worker.
+fn silent_once_worker(dir: &Path) -> WorkerCommand {
+    let script = dir.join("silent-once");
+    let pids = dir.join("silent.pids");
+    let body = format!(
+        "#!/bin/sh\nif [ ! -e '{pids}' ]; then\n  sleep 600 &\n  echo \"$$ $!\" > '{pids}'\n  echo 'silent worker: no handshake' >&2\n  wait\nfi\nexec '{gridkey}' worker --handler test-faults \"$@\"\n",
+        pids = pids.display(),
+        gridkey = env!("CARGO_BIN_EXE_gridkey"),
+    );
+    std::fs::write(&script, body).unwrap();
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    WorkerCommand { program: script, args: Vec::new() }
+}
+
+#[test]
+fn a_worker_that_never_sends_its_handshake_is_killed_with_its_group_and_fails_only_its_task() {
+    let cache = tempfile::tempdir().unwrap();
+    let p = empty();
+    let tasks: Vec<_> = ["ok-0", "ok-1", "ok-2"].iter().map(|name| task(name, &[], &p, cache.path())).collect();
+    let command = silent_once_worker(cache.path());
+    let program = command.program.display().to_string();
+    let pool: ProcessPool<FaultReport> =
+        ProcessPool::new(command, 1).with_handshake_deadline(Duration::from_millis(500));
+    let started = Instant::now();
+    let results = pool.run_all(&tasks);
+    let took = started.elapsed();
+    let pids: Vec<u32> = std::fs::read_to_string(cache.path().join("silent.pids"))
+        .unwrap()
+        .split_whitespace()
+        .map(|p| p.parse().unwrap())
+        .collect();
+    match &results[0] {
+        Err(TaskError {
+            program: name,
+            cause: TaskFailure::Handshake { pid, program: worker, seconds, stderr_tail },
+        }) => {
+            assert_eq!(name, "ok-0");
+            assert_eq!((*pid, worker.as_str(), *seconds), (pids[0], program.as_str(), 0.5));
+            assert!(stderr_tail.contains("silent worker: no handshake"), "{stderr_tail}");
+            let text = results[0].as_ref().unwrap_err().to_string();
+            assert!(text.contains(&format!("build worker (pid {pid})")) && text.contains("within 0.5 s"), "{text}");
+        }
+        other => panic!("the silent worker's task must fail with the handshake deadline, got {other:?}"),
+    }
+    for (name, result) in ["ok-1", "ok-2"].iter().zip(&results[1..]) {
+        check(result, name, "ok");
+    }
+    assert!(pids.iter().all(|&pid| exited(pid)), "the silent worker and its child are killed: {pids:?}");
+    assert_eq!(pool.workers_started(), 2, "one replacement ran the other tasks");
+    assert!(took < Duration::from_secs(30), "the pool waited {took:?}");
 }

@@ -23,17 +23,21 @@ pub fn gridkey_command(args: &[&str], env: &[(&str, &str)]) -> Command {
 }
 
 /// The settings a test runs with: the cache directory `cache`, the caller's compiler (`CC` and
-/// the variables that reach it) and nothing else from the environment, as they travel with the
-/// tasks of a run ([`gridkey::task_settings`]: directory absolute, compiler resolved).
-pub fn settings(cache: &Path) -> std::sync::Arc<gridkey::Settings> {
+/// the variables that reach it) and nothing else from the environment.
+pub fn run_settings(cache: &Path) -> gridkey::Settings {
     let compiler_vars = |name: &str| {
         (name == gridkey_settings::ENV_CC || gridkey_settings::COMPILER_ENV.contains(&name))
             .then(|| std::env::var(name).ok())
             .flatten()
     };
-    let settings = gridkey::Settings {
+    gridkey::Settings {
         cache_dir: cache.to_path_buf(),
         ..gridkey::Settings::from_vars(compiler_vars).expect("the test environment's compiler settings parse")
-    };
-    gridkey::task_settings(&settings).expect("the test cache and compiler are usable")
+    }
+}
+
+/// [`run_settings`] as they travel with the tasks of a run ([`gridkey::task_settings`]:
+/// directory absolute, compiler resolved and identified).
+pub fn settings(cache: &Path) -> std::sync::Arc<gridkey::TaskSettings> {
+    gridkey::task_settings(&run_settings(cache)).expect("the test cache and compiler are usable")
 }
