@@ -19,9 +19,9 @@
 
 mod bounded_waits;
 mod remote;
+mod task_settings;
 mod truncated_map;
 mod verified_travel;
-mod task_settings;
 
 use std::fs;
 use std::io::{BufRead, BufReader, Write};
@@ -779,6 +779,7 @@ fn kind(e: &StoreError) -> &'static str {
         StoreError::Digest { .. } => "Digest",
         StoreError::Write { .. } => "Write",
         StoreError::WriteTemp { .. } => "WriteTemp",
+        StoreError::Truncated { .. } => "Truncated",
         StoreError::Directory { .. } => "Directory",
     }
 }

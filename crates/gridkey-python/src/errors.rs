@@ -121,9 +121,10 @@ fn store_error_in(offset: Option<&str>, e: StoreError) -> PyErr {
         }
         StoreError::NotAFile { path } => construct(Kind::Os, message, None, Some(path)),
         StoreError::Missing { path, .. } => construct(Kind::NotFound, message, Some(ENOENT), Some(path)),
-        StoreError::Format { .. } | StoreError::Shape { .. } | StoreError::Digest { .. } => {
-            error(Kind::TableFile, message)
-        }
+        StoreError::Format { .. }
+        | StoreError::Shape { .. }
+        | StoreError::Digest { .. }
+        | StoreError::Truncated { .. } => error(Kind::TableFile, message),
     }
 }
 

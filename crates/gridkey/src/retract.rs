@@ -10,7 +10,6 @@
 //! translation's source).
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use gridkey_fingerprint::{TranslationCache, TranslationKey, TranslationOptions};
 use gridkey_remote::{library_key, Fetched, Kind, Remote, Retracted};
@@ -70,9 +69,7 @@ pub struct RetractReport {
 /// program.
 pub fn retract(settings: &Settings, target: &RetractTarget) -> Result<RetractReport, AppError> {
     let remote_settings = settings.remote.as_ref().ok_or(AppError::NoRemote)?;
-    let mut settings = (*crate::task_settings(settings)?).clone();
-    settings.remote = Some(remote_settings.clone());
-    let settings = Arc::new(settings);
+    let settings = crate::task_settings(settings)?;
     let remote = Remote::connect(remote_settings)?;
     if !remote.is_on() {
         return Err(AppError::RemoteUnreachable(remote.warning().unwrap_or_default()));
@@ -83,18 +80,17 @@ pub fn retract(settings: &Settings, target: &RetractTarget) -> Result<RetractRep
             remote.shown_url()
         )));
     }
-    let cache = TranslationCache::open(&settings.cache_dir)?;
+    let cache = TranslationCache::open(settings.cache_dir())?;
     let (keys, given): (Vec<TranslationKey>, Option<(String, TranslationOptions)>) = match target {
         RetractTarget::Keys(prefixes) => (prefixes.iter().map(|p| key_of(&cache, p)).collect::<Result<_, _>>()?, None),
         RetractTarget::Program { name, grid, options } => {
-            let e = crate::explain::explain_miss(&settings.cache_dir, name, grid, options)?;
+            let e = crate::explain::explain_miss(settings.cache_dir(), name, grid, options)?;
             let key =
                 e.key.parse().map_err(|_| AppError::UnknownKey { prefix: e.key.clone(), dir: cache.dir().into() })?;
             (vec![key], Some((name.clone(), options.clone())))
         }
     };
-    let identity =
-        settings.compiler.resolved.as_ref().map(|r| r.identity.clone()).filter(|identity| !identity.is_empty());
+    let identity = Some(settings.compiler().identity().to_owned());
     let mut rows = Vec::new();
     let mut libraries: Vec<Option<(PathBuf, [u8; 16])>> = Vec::new();
     for key in &keys {
@@ -108,8 +104,8 @@ pub fn retract(settings: &Settings, target: &RetractTarget) -> Result<RetractRep
         });
         let library = match (&identity, source.as_deref().map(std::str::from_utf8)) {
             (Some(identity), Some(Ok(source))) => {
-                gridkey_stencil::library_build_key(source, &options, &settings.compiler).ok().map(|build_key| {
-                    let path = settings.cache_dir.join(gridkey_stencil::BUILD_DIR).join(format!("{build_key}.so"));
+                gridkey_stencil::library_build_key(source, &options, settings.compiler()).ok().map(|build_key| {
+                    let path = settings.cache_dir().join(gridkey_stencil::BUILD_DIR).join(format!("{build_key}.so"));
                     (path, library_key(&build_key, identity))
                 })
             }

@@ -66,7 +66,7 @@ impl Remote {
         for key in keys {
             pipe.cmd("DEL").arg(self.object_name(kind, key));
         }
-        let Some(replies) = self.request("deleting objects", |con| pipe.query::<Vec<i64>>(con)) else {
+        let Some(replies) = self.query::<i64>("deleting objects", &pipe) else {
             return vec![Retracted::Off; keys.len()];
         };
         replies.iter().map(|&n| if n > 0 { Retracted::Deleted } else { Retracted::NotThere }).collect()
@@ -93,7 +93,9 @@ impl Remote {
         for key in keys {
             pipe.cmd("GETRANGE").arg(self.object_name(kind, key)).arg(tail).arg(-1);
         }
-        let replies = self.request("reading object checksums", |con| pipe.query::<Vec<Value>>(con))?;
+        // Each reply is at most one checksum: the bytes asked for are known before any arrive.
+        let asked = (keys.len() * CHECKSUM_BYTES) as u64;
+        let replies = self.request("reading object checksums", &pipe, asked, self.shared.deadline())?;
         Some(replies.iter().map(checksum).collect())
     }
 
@@ -121,7 +123,8 @@ impl Remote {
                 .arg(CHECKSUM_BYTES)
                 .arg(SIGNATURE_BYTES + CHECKSUM_BYTES);
         }
-        self.request("retracting objects", |con| pipe.query::<Vec<Value>>(con))
+        let asked = (items.len() * CHECKSUM_BYTES) as u64;
+        self.request("retracting objects", &pipe, asked, self.shared.deadline())
     }
 }
 
