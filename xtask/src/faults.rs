@@ -18,6 +18,7 @@
 //! when missing.
 
 mod remote;
+mod site_cache;
 
 use std::fs;
 use std::io::{BufRead, BufReader, Write};
@@ -130,7 +131,8 @@ pub fn faults(root: &Path, bin: PathBuf, only: Option<String>) -> Result<bool> {
     });
 
     // 5. Cache directories.
-    m.row("read-only cache directory", "typed error naming it", Matrix::read_only_dir);
+    m.row("read-only cache directory", "run ok, nothing cached, one warning naming it", Matrix::read_only_dir);
+    site_cache::rows(&mut m);
     // Giving a directory to another user needs root; without it the row is skipped, not tried.
     if is_root() {
         m.row("cache directory owned by another user", "warning naming the owner, run ok", |m| m.shared_dir(true));
@@ -467,9 +469,12 @@ impl Matrix {
             unmount(&m)?;
         }
         let r = r?;
-        let named = r.stderr.contains(s(&cache)) && r.stderr.contains("read-only or not writable");
+        // A cache that cannot be written serves what it has (here nothing) and caches nothing new,
+        // with one warning naming it (ADR 0036).
+        let warnings: Vec<&str> = r.stderr.lines().filter(|l| l.starts_with("gridkey: warning:")).collect();
+        let named = warnings.len() == 1 && warnings[0].contains(s(&cache)) && warnings[0].contains("read-only");
         Ok(Seen::new(
-            r.code == Some(2) && named,
+            r.ok() && named,
             &[],
             format!("{how}: exit {:?}, {}", r.code, r.stderr.trim().lines().last().unwrap_or("")),
         ))
