@@ -471,8 +471,10 @@ impl Matrix {
         let r = r?;
         // A cache that cannot be written serves what it has (here nothing) and caches nothing new,
         // with one warning naming it (ADR 0036).
-        let warnings: Vec<&str> = r.stderr.lines().filter(|l| l.starts_with("gridkey: warning:")).collect();
-        let named = warnings.len() == 1 && warnings[0].contains(s(&cache)) && warnings[0].contains("read-only");
+        // (A tmpfs root is also writable by everyone, which has its own warning.)
+        let warnings: Vec<&str> =
+            r.stderr.lines().filter(|l| l.contains(": cache directory is read-only here")).collect();
+        let named = warnings.len() == 1 && warnings[0].contains(s(&cache));
         Ok(Seen::new(
             r.ok() && named,
             &[],
