@@ -22,6 +22,7 @@ mod remote;
 mod task_settings;
 mod truncated_map;
 mod verified_travel;
+mod site_cache;
 
 use std::fs;
 use std::io::{BufRead, BufReader, Write};
@@ -134,7 +135,8 @@ pub fn faults(root: &Path, bin: PathBuf, only: Option<String>) -> Result<bool> {
     });
 
     // 5. Cache directories.
-    m.row("read-only cache directory", "typed error naming it", Matrix::read_only_dir);
+    m.row("read-only cache directory", "run ok, nothing cached, one warning naming it", Matrix::read_only_dir);
+    site_cache::rows(&mut m);
     // Giving a directory to another user needs root; without it the row is skipped, not tried.
     if is_root() {
         m.row("cache directory owned by another user", "warning naming the owner, run ok", |m| m.shared_dir(true));
@@ -476,9 +478,14 @@ impl Matrix {
             unmount(&m)?;
         }
         let r = r?;
-        let named = r.stderr.contains(s(&cache)) && r.stderr.contains("read-only or not writable");
+        // A cache that cannot be written serves what it has (here nothing) and caches nothing new,
+        // with one warning naming it (ADR 0036).
+        // (A tmpfs root is also writable by everyone, which has its own warning.)
+        let warnings: Vec<&str> =
+            r.stderr.lines().filter(|l| l.contains(": cache directory is read-only here")).collect();
+        let named = warnings.len() == 1 && warnings[0].contains(s(&cache));
         Ok(Seen::new(
-            r.code == Some(2) && named,
+            r.ok() && named,
             &[],
             format!("{how}: exit {:?}, {}", r.code, r.stderr.trim().lines().last().unwrap_or("")),
         ))

@@ -82,15 +82,18 @@ fn main() -> ExitCode {
         Some("faults") => match &args[1..] {
             // Another build of the binary, e.g. an older commit's, to see which faults it survives.
             [flag, bin] if flag == "--bin" => faults::faults(&root(), PathBuf::from(bin), None),
+            [flag, bin, only_flag, only] if flag == "--bin" && only_flag == "--only" => {
+                faults::faults(&root(), PathBuf::from(bin), Some(only.clone()))
+            }
             [flag, only] if flag == "--only" => {
                 build_gridkey().and_then(|bin| faults::faults(&root(), bin, Some(only.clone())))
             }
             [] => build_gridkey().and_then(|bin| faults::faults(&root(), bin, None)),
-            other => Err(anyhow::anyhow!("unexpected arguments {other:?}: expected [--bin GRIDKEY] or [--only TEXT]")),
+            other => Err(anyhow::anyhow!("unexpected arguments {other:?}: expected [--bin GRIDKEY] [--only TEXT]")),
         },
         _ => {
             eprintln!(
-                "usage: cargo xtask test\n       cargo xtask modes [--grid FILE]\n       cargo xtask bench [--quick]\n       cargo xtask faults [--bin GRIDKEY | --only TEXT]\n       cargo xtask chaos [--seconds N] [--seed S] [--runs K] [--keep]\n       cargo xtask memory [--scale N] [--workers W] [--starts S]\n       cargo xtask kill-demo [--grid FILE]\n       cargo xtask py-test [--python PYTHON] [--fresh]\n       cargo xtask py-bench [--python PYTHON] [--quick]\n       cargo xtask gt4py [--reduced | --warm-only REPEATS] [--python PYTHON]\n       cargo xtask cluster --nodes N [--grid FILE] [--mode M] [--jobs J] [--rounds R] [--loopback]\n       cargo xtask with-redis -- CMD ARGS..."
+                "usage: cargo xtask test\n       cargo xtask modes [--grid FILE]\n       cargo xtask bench [--quick]\n       cargo xtask faults [--bin GRIDKEY] [--only TEXT]\n       cargo xtask chaos [--seconds N] [--seed S] [--runs K] [--keep]\n       cargo xtask memory [--scale N] [--workers W] [--starts S]\n       cargo xtask kill-demo [--grid FILE]\n       cargo xtask py-test [--python PYTHON] [--fresh]\n       cargo xtask py-bench [--python PYTHON] [--quick]\n       cargo xtask gt4py [--reduced | --warm-only REPEATS] [--python PYTHON]\n       cargo xtask cluster --nodes N [--grid FILE] [--mode M] [--jobs J] [--rounds R] [--loopback]\n       cargo xtask with-redis -- CMD ARGS..."
             );
             return ExitCode::from(2);
         }

@@ -90,7 +90,7 @@
 
 mod protocol;
 
-pub use protocol::{translate_cached, CacheProtocolError, Cached, Request, Tier, Tiers};
+pub use protocol::{translate_cached, CacheProtocolError, Cached, Request, SiteCache, Tier, Tiers};
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -494,6 +494,13 @@ impl TranslationCache {
         let dir = cache_dir.join(TRANSLATION_DIR);
         fs::create_dir_all(&dir).map_err(|source| FingerprintError::Directory { path: dir.clone(), source })?;
         Ok(Self { dir, fault: None })
+    }
+
+    /// The translation cache `<cache_dir>/translation-v2` of a read-only site cache (ADR 0036):
+    /// nothing is created, and a missing directory is a cache in which every key misses. Only
+    /// looked up; [`SiteCache`] serves it as a tier that is never written.
+    pub fn open_read_only(cache_dir: &Path) -> Self {
+        Self { dir: cache_dir.join(TRANSLATION_DIR), fault: None }
     }
 
     /// This cache with `fault` (the fault matrix's hook, parsed by the caller at its edge;

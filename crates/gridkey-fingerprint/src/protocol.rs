@@ -35,6 +35,12 @@ pub trait Tier: Send + Sync {
         false
     }
 
+    /// Whether a hit from this tier is written back to the earlier writable tiers. A site cache
+    /// serves its hits in place, so that the local tier holds only what is new (ADR 0036).
+    fn copied_forward(&self) -> bool {
+        true
+    }
+
     /// Told when this tier served a hit for `inputs`: the local tier rewrites a key-input record
     /// that was deleted or cannot be read, so that `gridkey explain` finds the entry again.
     fn served(&self, _inputs: &KeyInputs, _key: &TranslationKey) {}
@@ -58,6 +64,46 @@ impl Tier for TranslationCache {
             // Best effort: a record that cannot be written leaves the entry as it was.
             let _ = self.write_record(inputs, key);
         }
+    }
+}
+
+/// A read-only site cache's translation cache as a tier (ADR 0036): looked up after the local
+/// tier, checked as every entry is (format, key, length, checksum), never written, and its hits
+/// served in place, not copied into the local tier. Named `site` in reports.
+#[derive(Clone, Debug)]
+pub struct SiteCache(TranslationCache);
+
+impl SiteCache {
+    /// The translation cache of the site cache `cache_dir` ([`TranslationCache::open_read_only`]).
+    pub fn open(cache_dir: &std::path::Path) -> Self {
+        Self(TranslationCache::open_read_only(cache_dir))
+    }
+
+    /// The translation cache it reads.
+    pub fn cache(&self) -> &TranslationCache {
+        &self.0
+    }
+}
+
+impl Tier for SiteCache {
+    fn name(&self) -> &str {
+        "site"
+    }
+
+    fn get(&self, key: &TranslationKey) -> Result<Vec<u8>, Miss> {
+        self.0.get(key)
+    }
+
+    fn put(&self, _inputs: &KeyInputs, _payload: &[u8]) -> Result<(), FingerprintError> {
+        Ok(())
+    }
+
+    fn writable(&self) -> bool {
+        false
+    }
+
+    fn copied_forward(&self) -> bool {
+        false
     }
 }
 
@@ -321,7 +367,8 @@ fn look_up<E: std::error::Error + 'static>(
             }
         }
         tier.served(request.inputs, key);
-        for earlier in tiers.tiers[..index].iter().filter(|t| t.writable() && !t.shared()) {
+        let earlier_tiers: &[Box<dyn Tier>] = if tier.copied_forward() { &tiers.tiers[..index] } else { &[] };
+        for earlier in earlier_tiers.iter().filter(|t| t.writable() && !t.shared()) {
             if let Err(e) = earlier.put(request.inputs, &payload) {
                 warnings.push(format!("{}: {e}", earlier.name()));
             }

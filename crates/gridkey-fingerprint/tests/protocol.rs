@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 
 use gridkey_fingerprint::{
-    translate_cached, CacheProtocolError, Cached, FingerprintError, Frontend, KeyInputs, Miss, Request, Tier, Tiers,
-    TranslationCache, TranslationKey,
+    translate_cached, CacheProtocolError, Cached, FingerprintError, Frontend, KeyInputs, Miss, Request, SiteCache,
+    Tier, Tiers, TranslationCache, TranslationKey,
 };
 use gridkey_offsets::CompileTimeOffsetProvider;
 
@@ -160,6 +160,62 @@ fn a_translation_failure_is_the_frontends_error_and_stores_nothing() {
     let r = translate_cached(&tiers, &request, || Err::<Vec<u8>, _>(Failed));
     assert!(matches!(r, Err(CacheProtocolError::Translate(Failed))));
     assert!(!tiers.contains(&p.key()));
+}
+
+/// Every file under `dir` with its bytes.
+fn files(dir: &std::path::Path) -> BTreeMap<std::path::PathBuf, Vec<u8>> {
+    let mut out = BTreeMap::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        if entry.file_type().unwrap().is_dir() {
+            out.extend(files(&entry.path()));
+        } else {
+            out.insert(entry.path(), std::fs::read(entry.path()).unwrap());
+        }
+    }
+    out
+}
+
+#[test]
+fn a_site_tier_serves_in_place_and_is_never_written() {
+    // A site cache filled by someone else: one good entry, one damaged (ADR 0036).
+    let site = tempfile::tempdir().unwrap();
+    let (hit, damaged, absent) = (inputs("div"), inputs("grad"), inputs("lap"));
+    let filler = TranslationCache::open(site.path()).unwrap();
+    filler.put(&hit, b"site source").unwrap();
+    filler.put(&damaged, b"site source of grad").unwrap();
+    let entry = filler.entry_path(&damaged.key());
+    let mut bytes = std::fs::read(&entry).unwrap();
+    let last = bytes.len() - 9;
+    bytes[last] ^= 1;
+    std::fs::remove_file(&entry).unwrap();
+    std::fs::write(&entry, &bytes).unwrap();
+    let before = files(site.path());
+
+    let local = tempfile::tempdir().unwrap();
+    let mut tiers = Tiers::local(local.path()).unwrap();
+    tiers.push(Box::new(SiteCache::open(site.path())));
+    assert_eq!(format!("{tiers:?}"), r#"["local", "site"]"#);
+
+    let (r, n) = check(&tiers, &hit, false, b"fresh");
+    let cached = r.unwrap();
+    assert_eq!((n, cached.hit.as_deref(), cached.payload.as_slice()), (0, Some("site"), &b"site source"[..]));
+    // Served in place: the local tier holds only what is new.
+    assert!(TranslationCache::open(local.path()).unwrap().get(&hit.key()).is_err());
+
+    for (p, why) in [(&damaged, "site: unusable translation entry"), (&absent, "site: no translation entry")] {
+        let (r, n) = check(&tiers, p, false, b"fresh");
+        let cached = r.unwrap();
+        assert_eq!((n, cached.translated()), (1, true), "{why}");
+        assert!(cached.miss_reason.as_deref().unwrap_or_default().contains(why), "{:?}", cached.miss_reason);
+        assert_eq!(TranslationCache::open(local.path()).unwrap().get(&p.key()).unwrap(), b"fresh");
+    }
+    assert_eq!(files(site.path()), before, "nothing written to the site cache");
+
+    // A site cache without a translation directory is a cache in which every key misses.
+    let empty = tempfile::tempdir().unwrap();
+    let tiers = Tiers::new(vec![Box::new(SiteCache::open(&empty.path().join("none")))]);
+    assert_eq!(check(&tiers, &hit, false, b"fresh").1, 1);
+    assert!(!empty.path().join("none").exists(), "opening a site cache creates nothing");
 }
 
 #[test]

@@ -221,12 +221,14 @@ impl WireTask {
     }
 
     /// Rehydrates the task: opens every table from the store in its cache directory (checked
-    /// open: header, dtype, shape, length). The digest check of `verify_tables` is the
+    /// open: header, dtype, shape, length), or from its site cache's, verified (ADR 0036). The digest check of `verify_tables` is the
     /// handler's, the same in every mode.
     ///
     /// Errors: a text naming the offset and the table file that could not be opened.
     pub fn rehydrate(self) -> Result<CompilationTask, String> {
-        let store = TableStore::open(self.settings.cache_dir()).map_err(|e| e.to_string())?;
+        let store = TableStore::open(self.settings.cache_dir())
+            .map_err(|e| e.to_string())?
+            .with_site(self.settings.site_cache());
         let mut provider = CompileTimeOffsetProvider::new();
         for wire in &self.offsets {
             let (offset, entry) = match wire {

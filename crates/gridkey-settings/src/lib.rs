@@ -72,6 +72,8 @@ pub const ENV_CC: &str = "CC";
 pub const ENV_VERIFY_TABLES: &str = "GRIDKEY_VERIFY_TABLES";
 /// Switch: translate again on every translation-cache hit and compare byte for byte.
 pub const ENV_VERIFY_CACHE_HITS: &str = "GRIDKEY_VERIFY_CACHE_HITS";
+/// Variable naming a read-only site cache, looked up after the cache directory (ADR 0036).
+pub const ENV_SITE_CACHE: &str = "GRIDKEY_SITE_CACHE";
 /// Test hook of the fault matrix (ADR 0012): stop or fail a cache write.
 pub const ENV_FAULT: &str = "GRIDKEY_FAULT";
 /// Variable giving the longest wait for a per-key lock of the cache directory, in seconds
@@ -135,6 +137,11 @@ pub const VARIABLES: &[Variable] = &[
         name: ENV_CACHE_DIR,
         meaning: "cache directory (`tables-v1/`, `translation-v2/`, `build-v2/`)",
         default: "`.gridkey_cache`",
+    },
+    Variable {
+        name: ENV_SITE_CACHE,
+        meaning: "read-only site cache: its translation entries and kernel libraries are served after the cache directory's, and nothing is written to it",
+        default: "unset: no site cache",
     },
     Variable {
         name: ENV_TIMEOUT,
@@ -411,6 +418,13 @@ pub struct Settings {
     pub build_jobs: BuildJobs,
     /// The cache directory ([`ENV_CACHE_DIR`]); holds `tables-v1/`, `translation-v2/`, `build-v2/`.
     pub cache_dir: PathBuf,
+    /// A read-only site cache ([`ENV_SITE_CACHE`]): the same layout as [`Self::cache_dir`],
+    /// looked up after it and never written (ADR 0036); `None`: none.
+    pub site_cache: Option<PathBuf>,
+    /// Whether [`Self::cache_dir`] is a directory private to one run (the only cache given was
+    /// read-only, ADR 0036): nobody else uses it, so no per-key lock is taken in it. Set by the
+    /// run, never by a variable.
+    pub private_cache: bool,
     /// Recompute the digest of every stored table on every open ([`ENV_VERIFY_TABLES`]).
     pub verify_tables: bool,
     /// Translate again on every translation-cache hit and compare ([`ENV_VERIFY_CACHE_HITS`]).
@@ -434,6 +448,8 @@ impl Default for Settings {
         Self {
             build_jobs: BuildJobs::default(),
             cache_dir: PathBuf::from(DEFAULT_CACHE_DIR),
+            site_cache: None,
+            private_cache: false,
             verify_tables: false,
             verify_cache_hits: false,
             compiler: CompilerSettings::default(),
@@ -480,6 +496,8 @@ impl Settings {
         Ok(Self {
             build_jobs: BuildJobs::new(mode, jobs).with_timeout(timeout),
             cache_dir: set(ENV_CACHE_DIR).map_or_else(|| PathBuf::from(DEFAULT_CACHE_DIR), PathBuf::from),
+            site_cache: set(ENV_SITE_CACHE).map(PathBuf::from),
+            private_cache: false,
             verify_tables: parse_switch(ENV_VERIFY_TABLES, lookup(ENV_VERIFY_TABLES).as_deref())?,
             verify_cache_hits: parse_switch(ENV_VERIFY_CACHE_HITS, lookup(ENV_VERIFY_CACHE_HITS).as_deref())?,
             compiler,

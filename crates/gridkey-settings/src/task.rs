@@ -114,6 +114,10 @@ pub struct TaskSettings {
     fault: Option<String>,
     /// Longest wait on another process's per-key lock (ADR 0033).
     key_lock_wait: std::time::Duration,
+    /// A read-only site cache looked up after `cache_dir` (ADR 0036).
+    site_cache: Option<PathBuf>,
+    /// Whether `cache_dir` is private to one run (ADR 0036).
+    private_cache: bool,
 }
 
 impl TaskSettings {
@@ -133,6 +137,8 @@ impl TaskSettings {
             verify_cache_hits: settings.verify_cache_hits,
             fault: settings.test_hooks.fault.clone(),
             key_lock_wait: settings.key_lock_wait,
+            site_cache: settings.site_cache.clone(),
+            private_cache: settings.private_cache,
         })
     }
 
@@ -167,5 +173,17 @@ impl TaskSettings {
     /// seconds ([`crate::ENV_LOCK_WAIT`], ADR 0033).
     pub fn key_lock_wait(&self) -> std::time::Duration {
         self.key_lock_wait
+    }
+
+    /// The read-only site cache looked up after the cache directory ([`crate::ENV_SITE_CACHE`],
+    /// ADR 0036), if any.
+    pub fn site_cache(&self) -> Option<&Path> {
+        self.site_cache.as_deref()
+    }
+
+    /// Whether the cache directory is private to this run, so that no per-key lock is taken in
+    /// it (the only cache given was read-only, ADR 0036).
+    pub fn private_cache(&self) -> bool {
+        self.private_cache
     }
 }

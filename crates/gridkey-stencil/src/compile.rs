@@ -6,7 +6,8 @@ use std::process::Command;
 use std::time::Instant;
 
 use gridkey_fingerprint::{
-    translate_cached, CacheProtocolError, Request, Tiers, TranslationCache, TranslationKey, TranslationOptions,
+    translate_cached, CacheProtocolError, Request, SiteCache, Tiers, TranslationCache, TranslationKey,
+    TranslationOptions,
 };
 use gridkey_fs::lock::{Acquired, KeyLocks, LockWait};
 use gridkey_fs::Fault;
@@ -35,6 +36,12 @@ pub struct CompileConfig {
     /// The cache directory: translation cache in `translation-v2/`, shared libraries in
     /// [`BUILD_DIR`].
     pub cache_dir: PathBuf,
+    /// A read-only site cache of the same layout, looked up after `cache_dir` for translation
+    /// entries and kernel libraries and never written (ADR 0036); `None`: none.
+    pub site_cache: Option<PathBuf>,
+    /// Whether a miss takes the per-key locks of `cache_dir` (ADR 0025); off when `cache_dir`
+    /// is private to one run, which nobody else uses (ADR 0036).
+    pub key_locks: bool,
     /// The C compiler, resolved and identified in the parent: its command words, the
     /// environment it runs with (nothing else reaches it), its absolute path and its identity,
     /// which the build key holds (ADR 0022, ADR 0032).
@@ -62,6 +69,8 @@ impl CompileConfig {
     pub fn from_settings(settings: &TaskSettings) -> Result<Self, StencilError> {
         Ok(Self {
             cache_dir: settings.cache_dir().to_path_buf(),
+            site_cache: settings.site_cache().map(Path::to_path_buf),
+            key_locks: !settings.private_cache(),
             compiler: settings.compiler().clone(),
             verify_hits: settings.verify_cache_hits(),
             verify_tables: settings.verify_tables(),
@@ -101,7 +110,8 @@ pub struct CompileOutcome {
     /// Of `build_seconds`: seconds spent checking the stored library (checksum trailer and load
     /// as this program's kernel, ADR 0023), both checks on a miss.
     pub library_check_seconds: f64,
-    /// The shared library, `<cache_dir>/build-v2/<hex>.so`.
+    /// The shared library, `<cache_dir>/build-v2/<hex>.so`, or the site cache's
+    /// `<site_cache>/build-v2/<hex>.so` when only it had a usable one (ADR 0036).
     pub artifact: PathBuf,
     /// On a translation-cache miss, why the entry was not usable.
     pub miss_reason: Option<String>,
@@ -172,8 +182,14 @@ pub fn compile(
     let inputs = key_inputs(program, options, provider)?;
     let key_seconds = started.elapsed().as_secs_f64();
     let options = &inputs.options;
-    let tiers = Tiers::new(vec![Box::new(TranslationCache::open(&config.cache_dir)?.with_fault(config.fault.clone()))])
-        .with_locks(KeyLocks::new(&config.cache_dir).with_wait(config.lock_wait));
+    let mut tiers =
+        Tiers::new(vec![Box::new(TranslationCache::open(&config.cache_dir)?.with_fault(config.fault.clone()))]);
+    if let Some(site) = &config.site_cache {
+        tiers.push(Box::new(SiteCache::open(site)));
+    }
+    if config.key_locks {
+        tiers = tiers.with_locks(KeyLocks::new(&config.cache_dir).with_wait(config.lock_wait));
+    }
     let accept = |payload: &[u8]| {
         std::str::from_utf8(payload).map(|_| ()).map_err(|e| format!("entry is not UTF-8 C source: {e}"))
     };
@@ -208,17 +224,23 @@ pub fn compile(
 
     let started = Instant::now();
     let mut library_check_seconds = 0.0;
-    let mut library_usable = |artifact: &Path, program: &Program| {
+    let mut checked = |usable: fn(&Path, &Program) -> bool, artifact: &Path| {
         let t = Instant::now();
-        let usable = library_usable(artifact, program);
+        let usable = usable(artifact, program);
         library_check_seconds += t.elapsed().as_secs_f64();
         usable
     };
     let flags = build_flags(&opts);
     let dir = config.cache_dir.join(BUILD_DIR);
     let library_key = build_key(&source, config.compiler.identity(), &flags);
-    let artifact = dir.join(format!("{library_key}.so"));
-    let built = if library_usable(&artifact, program) {
+    let mut artifact = dir.join(format!("{library_key}.so"));
+    // A site cache's library is checked as the local one is, and served in place; one that does
+    // not check is left there (nobody here can repair it) and built into the local cache.
+    let site_artifact = config.site_cache.as_ref().map(|site| site.join(BUILD_DIR).join(format!("{library_key}.so")));
+    let built = if checked(library_usable, &artifact) {
+        false
+    } else if let Some(site) = site_artifact.filter(|site| checked(site_library_usable, site)) {
+        artifact = site;
         false
     } else {
         // One build per key across processes (ADR 0025): a concurrent build of this key is
@@ -227,7 +249,11 @@ pub fn compile(
         let locking = Instant::now();
         let locks = KeyLocks::new(&config.cache_dir).with_wait(config.lock_wait);
         let name = format!("build-{library_key}");
-        let held = match locks.lock(&name) {
+        // A cache private to this run (ADR 0036) takes no lock: nobody else uses it.
+        let held = if !config.key_locks {
+            None
+        } else {
+            match locks.lock(&name) {
             Ok((Acquired::Held(held), _)) => Some(held),
             Ok((Acquired::GaveUp { path }, waited)) => {
                 let message = format!(
@@ -249,9 +275,10 @@ pub fn compile(
                 warnings.push(LockWarning { path: locks.path(&name), message });
                 None
             }
+            }
         };
         lock_seconds += locking.elapsed().as_secs_f64();
-        if held.is_some() && library_usable(&artifact, program) {
+        if held.is_some() && checked(library_usable, &artifact) {
             false
         } else {
             build(program.name(), &config.compiler, &flags, &source, &artifact, &library_key, config.fault.as_ref())?;
@@ -447,6 +474,12 @@ fn library_usable(artifact: &Path, program: &Program) -> bool {
         }
         _ => false,
     }
+}
+
+/// Whether the library of a read-only site cache at `artifact` can be used for `program`: as
+/// [`library_usable`], but nothing is removed (ADR 0036).
+fn site_library_usable(artifact: &Path, program: &Program) -> bool {
+    fs::symlink_metadata(artifact).is_ok_and(|meta| meta.is_file()) && crate::Kernel::load(artifact, program).is_ok()
 }
 
 /// The last `max` bytes of `text`, cut at a character boundary.

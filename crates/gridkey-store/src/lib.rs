@@ -202,6 +202,8 @@ pub struct TableSpec {
 pub struct TableStore {
     cache_dir: PathBuf,
     dir: PathBuf,
+    /// `<site_cache>/tables-v1` of a read-only site cache, looked up after `dir` (ADR 0036).
+    site: Option<PathBuf>,
     verify: bool,
     readers_check: bool,
     fault: Option<Fault>,
@@ -220,11 +222,28 @@ impl TableStore {
         Ok(Self {
             cache_dir: cache_dir.to_path_buf(),
             dir,
+            site: None,
             verify: false,
             readers_check: false,
             fault: None,
             repaired: Default::default(),
         })
+    }
+
+    /// This store with the tables of the read-only site cache `site_cache` (its `tables-v1`)
+    /// looked up after its own (ADR 0036): a table missing here and stored there is opened there,
+    /// with the checked open and, since nobody here can repair a file there, its digest always
+    /// recomputed; a site file that fails is not used, and a put writes the table here. Nothing
+    /// is ever written to the site cache. `None`: no site cache.
+    pub fn with_site(mut self, site_cache: Option<&Path>) -> Self {
+        self.site = site_cache.map(|site| site.join(TABLES_DIR));
+        self
+    }
+
+    /// The table directory of the site cache, `<site_cache>/tables-v1`, if any
+    /// ([`Self::with_site`]).
+    pub fn site_dir(&self) -> Option<&Path> {
+        self.site.as_deref()
     }
 
     /// This store with `fault` (the fault matrix's hook, parsed by the caller at its edge;
@@ -719,11 +738,9 @@ impl TableStore {
     /// Errors: [`StoreError::Missing`] (also when the file was removed while being opened),
     /// [`StoreError::NotAFile`], [`StoreError::Read`], [`StoreError::Format`],
     /// [`StoreError::Shape`], and on a verifying store [`StoreError::Digest`].
+    /// A table missing here is opened in the site cache ([`Self::with_site`]), verified.
     pub fn open_table(&self, spec: &TableSpec) -> Result<MappedTable, StoreError> {
-        if self.verify {
-            return self.open_verified(spec);
-        }
-        MappedTable::map(self.path_of(&spec.digest), spec)
+        self.open_checked(spec, self.verify)
     }
 
     /// [`Self::open_table`], then recomputes the digest of the content and compares it with the
@@ -731,8 +748,26 @@ impl TableStore {
     ///
     /// Errors: those of [`Self::open_table`], and [`StoreError::Digest`].
     pub fn open_verified(&self, spec: &TableSpec) -> Result<MappedTable, StoreError> {
-        let table = MappedTable::map(self.path_of(&spec.digest), spec)?;
-        table.verify()?;
+        self.open_checked(spec, true)
+    }
+
+    /// The checked open of `spec` here, its digest recomputed when `verify`; when it is missing
+    /// here, the checked and verified open of the site cache's file (ADR 0036). A site cache
+    /// that does not have it either leaves the error of the file here.
+    fn open_checked(&self, spec: &TableSpec, verify: bool) -> Result<MappedTable, StoreError> {
+        let table = match (MappedTable::map(self.path_of(&spec.digest), spec), &self.site) {
+            (Err(missing @ StoreError::Missing { .. }), Some(site)) => {
+                let hex = spec.digest.to_hex();
+                return match MappedTable::map(site.join(&hex[..2]).join(format!("{hex}.npy")), spec) {
+                    Err(StoreError::Missing { .. }) => Err(missing),
+                    found => found.and_then(|table| table.verify().map(|()| table)),
+                };
+            }
+            (table, _) => table?,
+        };
+        if verify {
+            table.verify()?;
+        }
         Ok(table)
     }
 }

@@ -719,5 +719,52 @@ fn a_table_truncated_while_mapped_is_an_error_of_verify_and_of_open() {
         store.put_table(spec.digest, t.view()).unwrap();
         assert_eq!(store.repaired(), vec![path.clone()], "keep {keep}");
         store.clone().verifying(true).open_table(&spec).unwrap();
+#[test]
+fn a_site_table_is_verified_before_use_and_a_bad_one_is_stored_here() {
+    // A site cache with two tables, one of them changed in place after it was stored (ADR 0036).
+    let site = tempfile::tempdir().unwrap();
+    let filler = TableStore::open(site.path()).unwrap();
+    let (good, bad) = (table(500, 3), table(400, 4));
+    let good_spec = stored(&filler, &good);
+    let bad_spec = stored(&filler, &bad);
+    let mut changed = fs::read(filler.path_of(&bad_spec.digest)).unwrap();
+    let last = changed.len() - 1;
+    changed[last] ^= 0x10;
+    overwrite(&filler, &bad_spec, &changed);
+    let site_files = |dir: &Path| {
+        let mut files: Vec<(String, Vec<u8>)> = Vec::new();
+        for name in files_under(&dir.join("tables-v1")) {
+            let hex = name.trim_end_matches(".npy");
+            files.push((name.clone(), fs::read(dir.join("tables-v1").join(&hex[..2]).join(&name)).unwrap()));
+        }
+        files.sort();
+        files
+    };
+    let before = site_files(site.path());
+
+    let local = tempfile::tempdir().unwrap();
+    let store = TableStore::open(local.path()).unwrap().with_site(Some(site.path())).checked_by_readers(true);
+    // The good table is opened in the site cache and put there already: nothing is written here.
+    let mapped = store.open_table(&good_spec).unwrap();
+    assert_eq!(mapped.path(), filler.path_of(&good_spec.digest));
+    let TableView::I32(view) = mapped.view() else { panic!("opened as int32") };
+    assert_eq!(view, good);
+    stored(&store, &good);
+    assert!(files_under(store.dir()).is_empty(), "a table the site has is not stored here");
+
+    // The changed one fails its digest there, even on a store that trusts names, and a put
+    // stores the table here, where the next open finds it.
+    assert!(matches!(store.open_table(&bad_spec), Err(StoreError::Digest { .. })));
+    stored(&store, &bad);
+    let mapped = store.open_table(&bad_spec).unwrap();
+    assert_eq!(mapped.path(), store.path_of(&bad_spec.digest));
+    mapped.verify().unwrap();
+    assert_eq!(site_files(site.path()), before, "nothing written to the site cache");
+
+    // A table in neither is the local store's Missing error.
+    let other = TableSpec { digest: digest_table(table(3, 3).view()), dtype: Dtype::I32, shape: [3, 3] };
+    match store.open_table(&other) {
+        Err(StoreError::Missing { path, .. }) => assert_eq!(path, store.path_of(&other.digest)),
+        r => panic!("expected Missing, got {r:?}"),
     }
 }

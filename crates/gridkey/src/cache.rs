@@ -59,8 +59,45 @@ impl CacheWarning {
 /// tables and kernel libraries that this process loads.
 ///
 /// Errors: [`AppError::CacheUnusable`] naming the directory and the problem (`is a file`,
-/// `cannot be created`, `is read-only or not writable`).
+/// `cannot be created`, `cannot be read`, `is read-only or not writable`, `is not writable`).
+/// `gridkey run` uses [`probe_cache_dir`] instead, for which a read-only directory is a site
+/// cache (ADR 0036).
 pub fn check_cache_dir(cache_dir: &Path) -> Result<Vec<CacheWarning>, AppError> {
+    match probe_cache_dir(cache_dir)? {
+        CacheAccess::Writable(warnings) => Ok(warnings),
+        CacheAccess::ReadOnly(source) => Err(AppError::CacheUnusable {
+            path: cache_dir.to_path_buf(),
+            problem: "is read-only or not writable",
+            source,
+        }),
+    }
+}
+
+/// What this process can do in a cache directory, found by trying to write in it (ADR 0036).
+#[derive(Debug)]
+pub enum CacheAccess {
+    /// It can write there; the warnings of [`check_cache_dir`].
+    Writable(Vec<CacheWarning>),
+    /// It cannot: creating a file failed with this error (`EROFS`, `EACCES` or `EPERM`). Its
+    /// entries can still be served, as a site cache's.
+    ReadOnly(io::Error),
+}
+
+/// Whether `error`, from creating a file in a directory, says that this process may not write
+/// there (a read-only mount, a directory of another user without write permission), rather than
+/// that something else is wrong (a full disk).
+fn is_read_only(error: &io::Error) -> bool {
+    // By kind: the temp file's error carries its path and no longer its raw OS error.
+    matches!(error.kind(), io::ErrorKind::ReadOnlyFilesystem | io::ErrorKind::PermissionDenied)
+}
+
+/// [`check_cache_dir`], with a directory that exists but cannot be written (tried, not read
+/// from its mode bits: root writes through mode 0555 but not to a read-only mount) reported as
+/// [`CacheAccess::ReadOnly`] instead of an error (ADR 0036).
+///
+/// Errors: [`AppError::CacheUnusable`] naming the directory and the problem (`is a file`,
+/// `cannot be created`, `cannot be read`, `is not writable` for another failure of the probe).
+pub fn probe_cache_dir(cache_dir: &Path) -> Result<CacheAccess, AppError> {
     let unusable = |problem: &'static str| {
         move |source| AppError::CacheUnusable { path: cache_dir.to_path_buf(), problem, source }
     };
@@ -75,16 +112,16 @@ pub fn check_cache_dir(cache_dir: &Path) -> Result<Vec<CacheWarning>, AppError> 
         Err(e) => return Err(unusable("cannot be read")(e)),
     }
     // A uniquely named probe, removed when dropped: threads and processes may check at once.
-    tempfile::Builder::new()
-        .prefix(&format!("{TEMP_PREFIX}probe-"))
-        .tempfile_in(cache_dir)
-        .map_err(unusable("is read-only or not writable"))?;
+    match tempfile::Builder::new().prefix(&format!("{TEMP_PREFIX}probe-")).tempfile_in(cache_dir) {
+        Ok(_) => {}
+        Err(e) if is_read_only(&e) => return Ok(CacheAccess::ReadOnly(e)),
+        Err(e) => return Err(unusable("is not writable")(e)),
+    }
 
     // SAFETY: geteuid has no preconditions and cannot fail.
     let me = unsafe { libc::geteuid() };
     let mut warnings = Vec::new();
-    let dirs = std::iter::once(cache_dir.to_path_buf()).chain(STORES.iter().map(|(d, _)| cache_dir.join(d)));
-    for dir in dirs {
+    for dir in cache_dirs(cache_dir) {
         let Ok(meta) = fs::metadata(&dir) else {
             continue;
         };
@@ -97,14 +134,43 @@ pub fn check_cache_dir(cache_dir: &Path) -> Result<Vec<CacheWarning>, AppError> 
                 ),
             });
         }
-        if meta.mode() & 0o002 != 0 {
-            warnings.push(CacheWarning {
-                path: dir.clone(),
-                message: "cache directory writable by everyone: any user can plant tables and kernel libraries that this run loads; chmod o-w it or use a cache directory of your own".to_owned(),
-            });
-        }
+        warnings.extend(writable_by_everyone(&dir, &meta));
     }
-    Ok(warnings)
+    Ok(CacheAccess::Writable(warnings))
+}
+
+/// The cache directory and its store directories.
+fn cache_dirs(cache_dir: &Path) -> impl Iterator<Item = PathBuf> + '_ {
+    std::iter::once(cache_dir.to_path_buf()).chain(STORES.iter().map(|(d, _)| cache_dir.join(d)))
+}
+
+/// The warning for a cache directory `dir` that everyone may write, if it is one.
+fn writable_by_everyone(dir: &Path, meta: &fs::Metadata) -> Option<CacheWarning> {
+    (meta.mode() & 0o002 != 0).then(|| CacheWarning {
+        path: dir.to_path_buf(),
+        message: "cache directory writable by everyone: any user can plant tables and kernel libraries that this run loads; chmod o-w it or use a cache directory of your own".to_owned(),
+    })
+}
+
+/// Checks a read-only site cache before use (ADR 0036): it must be an existing directory, and
+/// nothing is created in it. Owned by another user is what a site cache is and is not warned
+/// about; writable by everyone is (anyone could plant kernel libraries this run loads).
+///
+/// Errors: [`AppError::SiteCache`] naming the directory and the problem (`does not exist`,
+/// `is a file, not a directory`, `cannot be read`).
+pub fn check_site_cache(site: &Path) -> Result<Vec<CacheWarning>, AppError> {
+    let problem = match fs::metadata(site) {
+        Ok(meta) if meta.is_dir() => None,
+        Ok(_) => Some("is a file, not a directory"),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Some("does not exist"),
+        Err(_) => Some("cannot be read"),
+    };
+    if let Some(problem) = problem {
+        return Err(AppError::SiteCache { path: site.to_path_buf(), problem });
+    }
+    Ok(cache_dirs(site)
+        .filter_map(|dir| fs::metadata(&dir).ok().and_then(|m| writable_by_everyone(&dir, &m)))
+        .collect())
 }
 
 /// Directory of the live-run registrations under the cache directory (ADR 0026).
@@ -433,6 +499,12 @@ impl TierReport {
         }
     }
 
+    /// The read-only site cache `site_cache` with `stats` (its hits; it is never written,
+    /// ADR 0036).
+    pub fn site(site_cache: &Path, stats: gridkey_remote::TierStats) -> Self {
+        TierReport { tier: "site".to_owned(), ..TierReport::local(site_cache, stats) }
+    }
+
     /// The shared tier of `remote` with `stats`.
     pub fn remote(remote: &gridkey_remote::Remote, stats: gridkey_remote::TierStats) -> Self {
         TierReport {
@@ -562,10 +634,14 @@ pub struct GcReport {
 /// (ADR 0026). Files that are not entries of a known store are left alone.
 ///
 /// Errors: [`AppError::NoCacheDir`], [`AppError::StoreNotADirectory`] and
-/// [`AppError::CacheScan`] as [`stats`], and [`AppError::CacheScan`] when a file cannot be
-/// removed.
+/// [`AppError::CacheScan`] as [`stats`], [`AppError::CacheReadOnly`] when this process cannot
+/// write in `cache_dir` (a site cache, ADR 0036), and [`AppError::CacheScan`] when a file cannot
+/// be removed.
 pub fn gc(cache_dir: &Path, config: &GcConfig) -> Result<GcReport, AppError> {
     existing_cache_dir(cache_dir)?;
+    if let CacheAccess::ReadOnly(source) = probe_cache_dir(cache_dir)? {
+        return Err(AppError::CacheReadOnly { path: cache_dir.to_path_buf(), source });
+    }
     let scan_err = |path: &Path| {
         let path = path.to_path_buf();
         move |source| scan_error(path, source)

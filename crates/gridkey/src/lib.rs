@@ -39,6 +39,7 @@ pub mod push;
 pub mod quarantine;
 pub mod retract;
 pub mod shared;
+pub mod site;
 pub mod supported;
 
 /// The ICON grid shipped in the repository, relative to the repository root.
@@ -157,6 +158,31 @@ pub enum AppError {
     StoreNotADirectory {
         /// The path.
         path: PathBuf,
+    },
+    /// The read-only site cache (`--site-cache`, `GRIDKEY_SITE_CACHE`) cannot be used.
+    #[error("site cache {path} {problem}; point --site-cache (or GRIDKEY_SITE_CACHE) at the cache directory of a site, or unset it")]
+    SiteCache {
+        /// The directory given.
+        path: PathBuf,
+        /// `does not exist`, `is a file, not a directory` or `cannot be read`.
+        problem: &'static str,
+    },
+    /// The cache directory is read-only and a site cache is given too: there would be no
+    /// writable cache and two read-only ones (ADR 0036).
+    #[error("cache directory {cache_dir} is read-only and site cache {site_cache} is given too; give a writable --cache-dir in front of the site cache")]
+    TwoReadOnlyCaches {
+        /// The read-only cache directory.
+        cache_dir: PathBuf,
+        /// The site cache.
+        site_cache: PathBuf,
+    },
+    /// `gridkey cache gc` on a cache directory this process cannot write.
+    #[error("cache directory {path} is read-only here ({source}): `gridkey cache gc` removes files and cannot clean it; run it as the cache's owner, where it is mounted writable")]
+    CacheReadOnly {
+        /// The directory.
+        path: PathBuf,
+        /// The error of the write that was tried.
+        source: std::io::Error,
     },
     /// The cache directory could not be made absolute.
     #[error("cannot resolve cache directory {path}: {source}; pass an existing, writable --cache-dir")]
@@ -411,13 +437,17 @@ pub fn run_with_progress(
 ) -> Result<RunReport, AppError> {
     let (programs, skipped) = supported::split(programs, grid);
     let programs = programs.as_slice();
-    let mut warnings = cache::check_cache_dir(&config.settings.cache_dir)?;
-    let settings = task_settings(&config.settings)?;
+    // A read-only cache serves its hits, behind the writable one or alone (ADR 0036).
+    let caches = site::RunCaches::open(&config.settings)?;
+    let mut warnings = caches.warnings().to_vec();
+    let settings = task_settings(&caches.settings(&config.settings))?;
     // Registered for the whole run, so that `gridkey cache gc` beside it removes nothing it has
-    // produced or is about to use (ADR 0026).
-    let _live = match cache::LiveRun::register(settings.cache_dir()) {
-        Ok(live) => Some(live),
-        Err(e) => {
+    // produced or is about to use (ADR 0026); a private directory has no collector beside it.
+    let registered = if caches.is_private() { None } else { Some(cache::LiveRun::register(settings.cache_dir())) };
+    let _live = match registered {
+        None => None,
+        Some(Ok(live)) => Some(live),
+        Some(Err(e)) => {
             warnings.push(cache::CacheWarning {
                 path: settings.cache_dir().join(cache::RUNS_DIR),
                 message: format!(
@@ -433,14 +463,19 @@ pub fn run_with_progress(
         Some(remote) => Some(Arc::new(gridkey_remote::Remote::connect(remote)?)),
         None => None,
     };
-    let swept =
-        cache::gc(settings.cache_dir(), &cache::GcConfig { max_size: None, temp_min_age: cache::STALE_TEMP_AGE })?;
-    let temps_removed = swept.temps_removed;
-    warnings.extend(swept.warnings);
+    let temps_removed = if caches.is_private() {
+        0
+    } else {
+        let swept =
+            cache::gc(settings.cache_dir(), &cache::GcConfig { max_size: None, temp_min_age: cache::STALE_TEMP_AGE })?;
+        warnings.extend(swept.warnings);
+        swept.temps_removed
+    };
     let fault = Fault::parse_setting(settings.fault())?;
     // Every translation checks the tables it read before its entry is written (ADR 0024), so a
     // table found under its name is kept after its checked open, unread (ADR 0028).
     let store = TableStore::open(settings.cache_dir())?
+        .with_site(settings.site_cache())
         .verifying(settings.verify_tables())
         .checked_by_readers(true)
         .with_fault(fault);
@@ -460,7 +495,17 @@ pub fn run_with_progress(
         programs.iter().map(|p| gridkey_stencil::key_inputs(p, &config.options, &ct)).collect::<Result<_, _>>()?;
     let keys: Vec<TranslationKey> = inputs.iter().map(KeyInputs::key).collect();
     let looked_up: Vec<Option<usize>> = keys.iter().map(|k| cache.get(k).ok().map(|p| p.len())).collect();
-    let cached_before: Vec<bool> = looked_up.iter().map(Option::is_some).collect();
+    // A key the local tier misses may be the site cache's hit (ADR 0036).
+    let site = settings.site_cache.as_deref().map(gridkey_fingerprint::SiteCache::open);
+    let site_hits: Vec<Option<usize>> = keys
+        .iter()
+        .zip(&looked_up)
+        .map(|(k, local)| match (&site, local) {
+            (Some(site), None) => site.cache().get(k).ok().map(|p| p.len()),
+            _ => None,
+        })
+        .collect();
+    let cached_before: Vec<bool> = looked_up.iter().zip(&site_hits).map(|(l, s)| l.is_some() || s.is_some()).collect();
     let keys_seconds = t.elapsed().as_secs_f64();
     let mut shared = remote.map(|r| shared::SharedRun::new(r, settings.clone(), config.options.clone()));
     let t = Instant::now();
@@ -588,7 +633,11 @@ pub fn run_with_progress(
         })
         .collect();
     warnings.extend(checker.late_repairs.into_inner());
-    let tiers = tier_reports(&cache_dir, &cache, &reports, &looked_up, shared.as_ref());
+    let mut tiers = tier_reports(&cache_dir, &cache, &reports, &looked_up, shared.as_ref());
+    let mut reports = reports;
+    if let Some(site) = caches.site_cache() {
+        site_report(site, &mut reports, &site_hits, &mut tiers);
+    }
     Ok(RunReport {
         grid: config.grid.clone(),
         mode: runner.mode().to_string(),
@@ -670,6 +719,30 @@ fn tier_reports(
         out.push(cache::TierReport::remote(remote, remote.stats()));
     }
     out
+}
+
+/// Names the site cache as the tier of every hit it served, and adds its tier report after the
+/// local one (ADR 0036): its hits, and the local tier's misses it did not serve as its misses.
+fn site_report(
+    site: &Path,
+    reports: &mut [ProgramReport],
+    site_hits: &[Option<usize>],
+    tiers: &mut Vec<cache::TierReport>,
+) {
+    for (report, hit) in reports.iter_mut().zip(site_hits) {
+        if hit.is_some() && report.cache_hit && report.tier.as_deref() == Some("local") {
+            report.tier = Some("site".to_owned());
+        }
+    }
+    let hits = site_hits.iter().flatten().count() as u64;
+    let local_misses = tiers.first().map_or(0, |t| t.stats.misses);
+    let stats = gridkey_remote::TierStats {
+        hits,
+        misses: local_misses.saturating_sub(hits),
+        bytes_in: site_hits.iter().flatten().map(|&n| n as u64).sum(),
+        ..Default::default()
+    };
+    tiers.insert(tiers.len().min(1), cache::TierReport::site(site, stats));
 }
 
 /// How many times a run repairs changed tables and compiles the programs that failed again.

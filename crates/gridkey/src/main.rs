@@ -40,9 +40,14 @@ enum Command {
         /// available cores, at most 32).
         #[arg(long, allow_negative_numbers = true)]
         jobs: Option<i64>,
-        /// Cache directory (default: GRIDKEY_CACHE_DIR, else .gridkey_cache).
+        /// Cache directory (default: GRIDKEY_CACHE_DIR, else .gridkey_cache). One this user
+        /// cannot write serves its hits, and nothing new is cached (ADR 0036).
         #[arg(long)]
         cache_dir: Option<PathBuf>,
+        /// Read-only site cache, looked up after the cache directory and never written
+        /// (default: GRIDKEY_SITE_CACHE, else none; ADR 0036).
+        #[arg(long, value_name = "DIR")]
+        site_cache: Option<PathBuf>,
         /// Translation option NAME=VALUE for every program (repeatable), e.g. opt_level=3.
         #[arg(long = "option", value_name = "NAME=VALUE", value_parser = parse_option)]
         options: Vec<(String, String)>,
@@ -326,12 +331,13 @@ fn dispatch(command: Command) -> Result<ExitCode> {
             println!("{}", serde_json::to_string_pretty(&report)?);
             Ok(ExitCode::SUCCESS)
         }
-        Command::Run { grid, mode, jobs, cache_dir, options, json, verify, remote } => {
+        Command::Run { grid, mode, jobs, cache_dir, site_cache, options, json, verify, remote } => {
             // Parsed once, here; a flag replaces its variable.
             let settings = settings::settings(&settings::Flags {
                 mode,
                 jobs,
                 cache_dir,
+                site_cache,
                 verify,
                 remote: remote.remote,
                 remote_writer: remote.remote_writer,

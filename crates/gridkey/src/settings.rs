@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 use gridkey_settings::{
     BuildJobsMode, Settings, SettingsError, ENV_CACHE_DIR, ENV_JOBS, ENV_MODE, ENV_REMOTE_URL, ENV_REMOTE_WRITER,
-    ENV_VERIFY_TABLES,
+    ENV_SITE_CACHE, ENV_VERIFY_TABLES,
 };
 
 /// Variable that asks for plain progress lines instead of a bar.
@@ -23,6 +23,8 @@ pub struct Flags {
     pub jobs: Option<i64>,
     /// `--cache-dir`: replaces `GRIDKEY_CACHE_DIR`.
     pub cache_dir: Option<PathBuf>,
+    /// `--site-cache`: replaces `GRIDKEY_SITE_CACHE`.
+    pub site_cache: Option<PathBuf>,
     /// `--verify`: switches `GRIDKEY_VERIFY_TABLES` on whatever the variable says.
     pub verify: bool,
     /// `--remote URL`: replaces `GRIDKEY_REMOTE_URL`.
@@ -39,6 +41,7 @@ pub fn settings(flags: &Flags) -> Result<Settings, SettingsError> {
         ENV_MODE if flags.mode.is_some() => flags.mode.map(|m| m.as_str().to_owned()),
         ENV_JOBS if flags.jobs.is_some() => flags.jobs.map(|n| n.to_string()),
         ENV_CACHE_DIR if flags.cache_dir.is_some() => None,
+        ENV_SITE_CACHE if flags.site_cache.is_some() => None,
         ENV_VERIFY_TABLES if flags.verify => Some("1".to_owned()),
         ENV_REMOTE_URL if flags.remote.is_some() => flags.remote.clone(),
         ENV_REMOTE_WRITER if flags.remote_writer => Some("1".to_owned()),
@@ -51,6 +54,9 @@ pub fn settings(flags: &Flags) -> Result<Settings, SettingsError> {
     settings.compiler.pass_wrapper_vars(
         std::env::vars_os().filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?))),
     );
+    if let Some(dir) = &flags.site_cache {
+        settings.site_cache = Some(dir.clone());
+    }
     Ok(settings)
 }
 
