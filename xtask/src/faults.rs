@@ -19,10 +19,10 @@
 
 mod bounded_waits;
 mod remote;
+mod site_cache;
 mod task_settings;
 mod truncated_map;
 mod verified_travel;
-mod site_cache;
 
 use std::fs;
 use std::io::{BufRead, BufReader, Write};

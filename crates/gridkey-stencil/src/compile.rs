@@ -254,27 +254,27 @@ pub fn compile(
             None
         } else {
             match locks.lock(&name) {
-            Ok((Acquired::Held(held), _)) => Some(held),
-            Ok((Acquired::GaveUp { path }, waited)) => {
-                let message = format!(
-                    "lock of build key {library_key} held by another process (stopped or slow) for {:.1} s, the \
+                Ok((Acquired::Held(held), _)) => Some(held),
+                Ok((Acquired::GaveUp { path }, waited)) => {
+                    let message = format!(
+                        "lock of build key {library_key} held by another process (stopped or slow) for {:.1} s, the \
                      longest wait; built without it: if this repeats, find the holder (`fuser` on the lock file) \
                      or raise GRIDKEY_LOCK_WAIT",
-                    waited.as_secs_f64()
-                );
-                warnings.push(LockWarning { path, message });
-                None
-            }
-            // Without locks (a file system that has none) every process builds, as before.
-            Err(e) if gridkey_fs::lock::is_no_locks(&e) => None,
-            Err(e) => {
-                let message = format!(
-                    "cannot take the lock of build key {library_key} ({e}); built without it: remove what is in \
+                        waited.as_secs_f64()
+                    );
+                    warnings.push(LockWarning { path, message });
+                    None
+                }
+                // Without locks (a file system that has none) every process builds, as before.
+                Err(e) if gridkey_fs::lock::is_no_locks(&e) => None,
+                Err(e) => {
+                    let message = format!(
+                        "cannot take the lock of build key {library_key} ({e}); built without it: remove what is in \
                      the lock file's place"
-                );
-                warnings.push(LockWarning { path: locks.path(&name), message });
-                None
-            }
+                    );
+                    warnings.push(LockWarning { path: locks.path(&name), message });
+                    None
+                }
             }
         };
         lock_seconds += locking.elapsed().as_secs_f64();

@@ -719,6 +719,9 @@ fn a_table_truncated_while_mapped_is_an_error_of_verify_and_of_open() {
         store.put_table(spec.digest, t.view()).unwrap();
         assert_eq!(store.repaired(), vec![path.clone()], "keep {keep}");
         store.clone().verifying(true).open_table(&spec).unwrap();
+    }
+}
+
 #[test]
 fn a_site_table_is_verified_before_use_and_a_bad_one_is_stored_here() {
     // A site cache with two tables, one of them changed in place after it was stored (ADR 0036).

@@ -496,7 +496,7 @@ pub fn run_with_progress(
     let keys: Vec<TranslationKey> = inputs.iter().map(KeyInputs::key).collect();
     let looked_up: Vec<Option<usize>> = keys.iter().map(|k| cache.get(k).ok().map(|p| p.len())).collect();
     // A key the local tier misses may be the site cache's hit (ADR 0036).
-    let site = settings.site_cache.as_deref().map(gridkey_fingerprint::SiteCache::open);
+    let site = settings.site_cache().map(gridkey_fingerprint::SiteCache::open);
     let site_hits: Vec<Option<usize>> = keys
         .iter()
         .zip(&looked_up)
