@@ -206,6 +206,42 @@ impl Shared {
     }
 }
 
+/// The client for the settings' URL: over TLS with the CA file's roots when one is given.
+fn open_client(settings: &RemoteSettings, shown_url: &str) -> Result<redis::Client, RemoteError> {
+    let url_error = |e: RedisError| RemoteError::Url { url: shown_url.to_owned(), reason: e.to_string() };
+    let Some(ca) = settings.ca_file.as_deref().filter(|_| settings.url.starts_with("rediss://")) else {
+        return redis::Client::open(settings.url.as_str()).map_err(url_error);
+    };
+    crate::trust::check_anchor(ca, "CA")?;
+    let pem = std::fs::read(ca).map_err(|e| RemoteError::CaFile { path: ca.to_path_buf(), reason: e.to_string() })?;
+    if !pem.windows(27).any(|w| w == b"-----BEGIN CERTIFICATE-----") {
+        return Err(RemoteError::CaFile { path: ca.to_path_buf(), reason: "it holds no PEM certificate".to_owned() });
+    }
+    let certificates = redis::TlsCertificates { client_tls: None, root_cert: Some(pem) };
+    redis::Client::build_with_tls(settings.url.as_str(), certificates).map_err(|e| match e.kind() {
+        redis::ErrorKind::InvalidClientConfig if e.to_string().contains("URL") => url_error(e),
+        _ => RemoteError::CaFile { path: ca.to_path_buf(), reason: e.to_string() },
+    })
+}
+
+/// Whether `e` is a failed TLS handshake (a certificate that does not verify, a server that
+/// speaks no TLS) rather than a server that cannot be reached.
+fn tls_failure(e: &RedisError) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(e);
+    while let Some(err) = source {
+        if err.is::<rustls::Error>() {
+            return true;
+        }
+        if let Some(io) = err.downcast_ref::<std::io::Error>() {
+            if io.get_ref().is_some_and(|inner| inner.is::<rustls::Error>()) {
+                return true;
+            }
+        }
+        source = err.source();
+    }
+    false
+}
+
 /// Whether `e` says the server cannot be reached (down, black-holed, dropped the connection,
 /// busy loading) rather than that the settings are wrong.
 fn unreachable(e: &RedisError) -> bool {
@@ -237,19 +273,23 @@ impl std::fmt::Debug for Remote {
 }
 
 impl Remote {
-    /// Checks the settings, reads the key files and connects.
+    /// Checks the settings, reads the key files and connects: `redis://` in plain TCP,
+    /// `rediss://` over TLS (rustls) against the CA file of the settings or, without one, the
+    /// system's roots; a user name in the URL logs in as that Redis 6 ACL user (ADR 0031).
     ///
     /// A server that cannot be reached (refused, timed out, black-holed) is not an error: the
     /// client is returned off, with its warning. Errors, all at start: [`RemoteError::Url`]
     /// for a URL the client cannot use, [`RemoteError::Refused`] when the server rejects the
-    /// credentials or the connection (a wrong password, a password missing), and the key-file
-    /// errors of [`Trust::load`].
+    /// credentials or the connection (a wrong password or user, a password missing),
+    /// [`RemoteError::Tls`] when a `rediss://` server's certificate does not verify against the
+    /// CA (or it speaks no TLS), [`RemoteError::CaFile`] and [`RemoteError::UnsafeAnchor`] for
+    /// a CA file that cannot be used or trusted, and the key-file errors of [`Trust::load`].
+    /// No message holds the URL's password.
     pub fn connect(settings: &RemoteSettings) -> Result<Remote, RemoteError> {
         let shown_url = settings.shown_url();
 
-        let client = redis::Client::open(settings.url.as_str())
-            .map_err(|e| RemoteError::Url { url: shown_url.clone(), reason: e.to_string() })?;
-        let trust = Trust::load(settings.signing_key.as_deref(), settings.trusted_keys.as_deref())?;
+        let trust = Trust::load(settings)?;
+        let client = open_client(settings, &shown_url)?;
         let shared = Arc::new(Shared {
             settings: settings.clone(),
             shown_url,
@@ -269,6 +309,13 @@ impl Remote {
         });
         match connected {
             Ok(con) => *lock(&remote.con) = Some(con),
+            Err(e) if settings.url.starts_with("rediss://") && tls_failure(&e) => {
+                return Err(RemoteError::Tls {
+                    url: shared.shown_url.clone(),
+                    ca: settings.ca_file.clone(),
+                    reason: e.to_string(),
+                })
+            }
             Err(e) if unreachable(&e) => shared.trip("connecting", &e),
             Err(e) if e.kind() == redis::ErrorKind::InvalidClientConfig => {
                 return Err(RemoteError::Url { url: shared.shown_url.clone(), reason: e.to_string() })
@@ -291,6 +338,12 @@ impl Remote {
     /// The trust material (signing key, trusted keys).
     pub fn trust(&self) -> &Trust {
         &self.trust
+    }
+
+    /// The line a run prints at start about what this client takes from the shared tier
+    /// ([`Trust::statement`]).
+    pub fn trust_statement(&self) -> String {
+        self.trust.statement(&self.shared.settings)
     }
 
     /// Whether the tier is still on for this run.
@@ -368,6 +421,11 @@ impl Remote {
     pub fn get_many(&self, kind: Kind, keys: &[ObjectKey]) -> Vec<Fetched> {
         if keys.is_empty() {
             return Vec::new();
+        }
+        // A client that accepts nothing downloads nothing: every key is a miss (ADR 0031).
+        if !self.trust.accepts_any() {
+            add(&self.shared.counters.misses, keys.len() as u64);
+            return vec![Fetched::Rejected(Reject::NotTrusted); keys.len()];
         }
         let max = self.shared.settings.max_object_bytes;
         let mut pipe = redis::pipe();

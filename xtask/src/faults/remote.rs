@@ -19,6 +19,9 @@ use gridkey::RunReport;
 use gridkey_remote::trust::generate_signing_key;
 
 use super::{check_final_files, s, Matrix, Run, Seen};
+
+#[path = "remote_trust.rs"]
+mod remote_trust;
 use crate::redis_server::{ensure_installed, RedisServer};
 
 /// Reply timeout of the rows' clients, seconds.
@@ -63,6 +66,11 @@ impl<'a> Client<'a> {
             ("GRIDKEY_REMOTE_CONNECT_TIMEOUT", TIMEOUT),
             ("GRIDKEY_REMOTE_LEASE_TTL", LEASE_TTL),
         ];
+        // The rows about the server, leases and bad objects trust the ACL (ADR 0031); those
+        // about trust say what they trust.
+        if !self.env.iter().any(|(k, _)| k.starts_with("GRIDKEY_REMOTE_TRUST")) {
+            v.push(("GRIDKEY_REMOTE_TRUST", "acl"));
+        }
         v.extend(self.env.iter().map(|(k, val)| (*k, val.as_str())));
         v
     }
@@ -500,6 +508,7 @@ pub(super) fn rows(m: &mut Matrix) -> Result<()> {
         let ok = n.run.code == Some(2) && n.run.stderr.contains("/nonexistent/trusted");
         Ok(Seen::new(ok, &[], format!("exit {:?}", n.run.code)))
     });
+    remote_trust::rows(m, &mut sh)?;
     Ok(())
 }
 
