@@ -239,7 +239,12 @@ fn tls_failure(e: &RedisError) -> bool {
         }
         source = err.source();
     }
-    false
+    // The redis crate keeps an I/O error's cause out of `source`: rustls's message is what is left.
+    let text = e.to_string();
+    e.is_io_error()
+        && ["certificate", "corrupt message", "peer sent", "peer is incompatible", "handshake"]
+            .iter()
+            .any(|m| text.contains(m))
 }
 
 /// Whether `e` says the server cannot be reached (down, black-holed, dropped the connection,
