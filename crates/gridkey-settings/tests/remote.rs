@@ -111,7 +111,7 @@ fn the_trust_and_the_ca_file_are_read_and_checked() {
     let s = check(&[url, ("GRIDKEY_REMOTE_TRUST", "ACL"), ("GRIDKEY_REMOTE_CA_FILE", "/etc/gridkey/ca.pem")])
         .unwrap()
         .unwrap();
-    assert_eq!((s.trust, s.ca_file), (RemoteTrust::Acl, Some(PathBuf::from("/etc/gridkey/ca.pem"))));
+    assert_eq!((s.trust, s.ca_file.clone()), (RemoteTrust::Acl, Some(PathBuf::from("/etc/gridkey/ca.pem"))));
     assert_eq!(s.shown_url(), "rediss://alice:***@cache.site:6380/");
     assert_eq!(check(&[url, ("GRIDKEY_REMOTE_TRUST", "signed")]).unwrap().unwrap().trust, RemoteTrust::Signed);
     for (vars, var) in [
