@@ -227,6 +227,24 @@ impl Shared {
     }
 }
 
+/// The client for the settings' URL: over TLS with the CA file's roots when one is given.
+fn open_client(settings: &RemoteSettings, shown_url: &str) -> Result<redis::Client, RemoteError> {
+    let url_error = |e: RedisError| RemoteError::Url { url: shown_url.to_owned(), reason: e.to_string() };
+    let Some(ca) = settings.ca_file.as_deref().filter(|_| settings.url.starts_with("rediss://")) else {
+        return redis::Client::open(settings.url.as_str()).map_err(url_error);
+    };
+    crate::trust::check_anchor(ca, "CA")?;
+    let pem = std::fs::read(ca).map_err(|e| RemoteError::CaFile { path: ca.to_path_buf(), reason: e.to_string() })?;
+    if !pem.windows(27).any(|w| w == b"-----BEGIN CERTIFICATE-----") {
+        return Err(RemoteError::CaFile { path: ca.to_path_buf(), reason: "it holds no PEM certificate".to_owned() });
+    }
+    let certificates = redis::TlsCertificates { client_tls: None, root_cert: Some(pem) };
+    redis::Client::build_with_tls(settings.url.as_str(), certificates).map_err(|e| match e.kind() {
+        redis::ErrorKind::InvalidClientConfig if e.to_string().contains("URL") => url_error(e),
+        _ => RemoteError::CaFile { path: ca.to_path_buf(), reason: e.to_string() },
+    })
+}
+
 /// A client of the shared tier for one run (ADR 0019, ADR 0018).
 ///
 /// Every request goes through one connection and has one deadline, the reply timeout of the
@@ -252,20 +270,23 @@ impl std::fmt::Debug for Remote {
 }
 
 impl Remote {
-    /// Checks the settings, reads the key files and connects.
+    /// Checks the settings, reads the key files and connects: `redis://` in plain TCP or
+    /// `redis+unix://`; a user name in the URL logs in as that Redis 6 ACL user (ADR 0031).
     ///
     /// A server that cannot be reached (refused, timed out, black-holed, stalled) or that is
     /// not Redis (its first line is in the warning) is not an error: the client is returned
     /// off, with its warning, after at most the connect timeout. Errors, all at start:
     /// [`RemoteError::Url`] for a URL the client cannot use, [`RemoteError::Refused`] when the
     /// server rejects the credentials or the database (a wrong password, a password missing),
-    /// and the key-file errors of [`Trust::load`].
+    /// and the key-file errors of [`Trust::load`]. A `rediss://` URL is [`RemoteError::Url`]: this client's connections are plain TCP or Unix
+    /// sockets, which it owns to keep one deadline per request (ADR 0029). A CA file that cannot
+    /// be used or trusted is [`RemoteError::CaFile`] or [`RemoteError::UnsafeAnchor`]. No message
+    /// holds the URL's password.
     pub fn connect(settings: &RemoteSettings) -> Result<Remote, RemoteError> {
         let shown_url = settings.shown_url();
 
-        let client = redis::Client::open(settings.url.as_str())
-            .map_err(|e| RemoteError::Url { url: shown_url.clone(), reason: e.to_string() })?;
-        let trust = Trust::load(settings.signing_key.as_deref(), settings.trusted_keys.as_deref())?;
+        let trust = Trust::load(settings)?;
+        let client = open_client(settings, &shown_url)?;
         let shared = Arc::new(Shared {
             settings: settings.clone(),
             shown_url,
@@ -304,6 +325,12 @@ impl Remote {
     /// The trust material (signing key, trusted keys).
     pub fn trust(&self) -> &Trust {
         &self.trust
+    }
+
+    /// The line a run prints at start about what this client takes from the shared tier
+    /// ([`Trust::statement`]).
+    pub fn trust_statement(&self) -> String {
+        self.trust.statement(&self.shared.settings)
     }
 
     /// Whether the tier is still on for this run.
@@ -410,6 +437,11 @@ impl Remote {
     pub fn get_many(&self, kind: Kind, keys: &[ObjectKey]) -> Vec<Fetched> {
         if keys.is_empty() {
             return Vec::new();
+        }
+        // A client that accepts nothing downloads nothing: every key is a miss (ADR 0031).
+        if !self.trust.accepts_any() {
+            add(&self.shared.counters.misses, keys.len() as u64);
+            return vec![Fetched::Rejected(Reject::NotTrusted); keys.len()];
         }
         let what = "looking up objects";
         let off = || vec![Fetched::Off; keys.len()];

@@ -27,10 +27,10 @@
 //!
 //! // An object checks only under its own key and kind.
 //! let key = [7u8; 16];
-//! let bytes = object::encode(Kind::TranslationEntry, &key, b"int kernel;", &Trust::none());
-//! let payload = object::decode(Kind::TranslationEntry, &key, &bytes, 1 << 20, &Trust::none()).unwrap();
+//! let bytes = object::encode(Kind::TranslationEntry, &key, b"int kernel;", &Trust::acl());
+//! let payload = object::decode(Kind::TranslationEntry, &key, &bytes, 1 << 20, &Trust::acl()).unwrap();
 //! assert_eq!(payload, b"int kernel;");
-//! assert!(object::decode(Kind::KernelLibrary, &key, &bytes, 1 << 20, &Trust::none()).is_err());
+//! assert!(object::decode(Kind::KernelLibrary, &key, &bytes, 1 << 20, &Trust::acl()).is_err());
 //!
 //! // A server that cannot be reached is not an error: the tier is off, with one warning.
 //! let mut settings = RemoteSettings::new("redis://127.0.0.1:1/");
@@ -57,7 +57,7 @@ pub use client::{
 };
 /// The Ed25519 implementation of signatures and keys ([`Trust::new`] takes its types).
 pub use ed25519_dalek;
-pub use gridkey_settings::{RemoteSettings, Role};
+pub use gridkey_settings::{RemoteSettings, RemoteTrust, Role};
 pub use object::{Kind, Reject};
 pub use tier::{library_key, RemoteTier};
 pub use trust::Trust;
@@ -66,7 +66,7 @@ pub use trust::Trust;
 #[derive(Debug, thiserror::Error)]
 pub enum RemoteError {
     /// The URL cannot be used.
-    #[error("shared cache URL {url} cannot be used: {reason}; give GRIDKEY_REMOTE_URL (or --remote) as redis://[:PASSWORD@]HOST:PORT[/DB]")]
+    #[error("shared cache URL {url} cannot be used: {reason}; give GRIDKEY_REMOTE_URL (or --remote) as redis://[USER][:PASSWORD@]HOST:PORT[/DB] or rediss://... for TLS")]
     Url {
         /// The URL, password hidden.
         url: String,
@@ -99,6 +99,38 @@ pub enum RemoteError {
         /// The line (1-based; 0 for the file as a whole).
         line: usize,
         /// What is wrong.
+        reason: String,
+    },
+    /// A trust anchor (trusted keys, signing key, CA file) could be changed by someone else
+    /// (ADR 0031, [`trust::check_anchor`]).
+    #[error("{what} file {path} (resolved to {resolved}) cannot be trusted: {problem}")]
+    UnsafeAnchor {
+        /// Which file it is (`trusted keys`, `signing key`, `CA`).
+        what: &'static str,
+        /// The file as given.
+        path: PathBuf,
+        /// The file with every symlink resolved.
+        resolved: PathBuf,
+        /// The component at fault, what is wrong with it and the fix.
+        problem: String,
+    },
+    /// The CA file of a `rediss://` URL cannot be read or holds no certificate.
+    #[error("CA file {path} cannot be used: {reason}; give GRIDKEY_REMOTE_CA_FILE as a PEM file of the server's certificate authority")]
+    CaFile {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The TLS handshake with a `rediss://` server failed: its certificate does not verify
+    /// against the CA (or the system's roots), or it does not speak TLS.
+    #[error("shared cache {url}: TLS handshake failed ({reason}); {}", match ca { Some(ca) => format!("check that the CA file {} (GRIDKEY_REMOTE_CA_FILE) is the one that signed the server's certificate", ca.display()), None => "give the server's certificate authority as GRIDKEY_REMOTE_CA_FILE, or check that the server speaks TLS on that port".to_owned() })]
+    Tls {
+        /// The URL, password hidden.
+        url: String,
+        /// The CA file, if one was given.
+        ca: Option<PathBuf>,
+        /// The TLS error.
         reason: String,
     },
     /// The signing key file may be read by others.

@@ -169,6 +169,10 @@ pub enum Reject {
         /// The server's reply.
         reason: String,
     },
+    /// Not looked at: this client trusts no key and not the Redis ACL (ADR 0031), so nothing
+    /// is taken from the shared tier.
+    #[error("not taken: this client trusts no key (set GRIDKEY_REMOTE_TRUSTED_KEYS, or GRIDKEY_REMOTE_TRUST=acl)")]
+    NotTrusted,
     /// The signature does not verify.
     #[error("object signature by {signer} does not verify (forged or corrupted)")]
     Signature {
@@ -201,11 +205,14 @@ pub fn encode(kind: Kind, key: &[u8; 16], payload: &[u8], trust: &Trust) -> Vec<
 }
 
 /// The payload of `bytes`, an object that must answer `key` of `kind`, be at most `max_bytes`
-/// long and satisfy `trust` (signed by a trusted key when `trust` has trusted keys).
+/// long and satisfy `trust`: signed by a trusted key when `trust` has trusted keys; never
+/// accepted when `trust` accepts nothing ([`Trust::nothing`], ADR 0031). The signature covers
+/// the header (format version, kind, key, length), the payload and the signer's key, so a
+/// signed object replayed under another key or kind, or relabelled, does not check.
 ///
 /// Errors: a [`Reject`] naming the first check that failed; the checks run in this order:
 /// size limit, length, magic, version, announced length, checksum, flags, kind, key,
-/// signature.
+/// signature, trust ([`Reject::NotTrusted`]).
 pub fn decode<'a>(
     kind: Kind,
     key: &[u8; 16],
@@ -267,6 +274,9 @@ pub fn decode<'a>(
         }
     } else if trust.requires_signature() {
         return Err(Reject::Unsigned);
+    }
+    if !trust.accepts_any() {
+        return Err(Reject::NotTrusted);
     }
     Ok(&bytes[HEADER_BYTES..payload_end])
 }

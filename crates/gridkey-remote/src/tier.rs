@@ -6,7 +6,7 @@ use std::sync::Arc;
 use gridkey_fingerprint::{FingerprintError, KeyInputs, Miss, Tier, TranslationKey};
 use xxhash_rust::xxh3::Xxh3;
 
-use crate::{Fetched, Kind, ObjectKey, Remote, Stored};
+use crate::{Fetched, Kind, ObjectKey, Reject, Remote, Stored};
 
 /// The shared tier of the translation cache, for [`gridkey_fingerprint::Tiers`] after the local
 /// tier: [`Tier::get`] downloads and checks the translation entry, [`Tier::put`] uploads it
@@ -46,7 +46,8 @@ impl Tier for RemoteTier {
     fn get(&self, key: &TranslationKey) -> Result<Vec<u8>, Miss> {
         match self.remote.get(Kind::TranslationEntry, key.as_bytes()) {
             Fetched::Hit(payload) => Ok(payload),
-            Fetched::Absent | Fetched::Off => Err(Miss::Absent),
+            // Nothing is taken from a tier this client does not trust: not a bad object.
+            Fetched::Absent | Fetched::Off | Fetched::Rejected(Reject::NotTrusted) => Err(Miss::Absent),
             Fetched::Rejected(reject) => Err(Miss::Invalid(format!(
                 "{} object {}: {reject}",
                 self.remote.shown_url(),

@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 
 use gridkey_remote::ed25519_dalek::SigningKey;
 use gridkey_remote::object::{decode, encode, CHECKSUM_BYTES, HEADER_BYTES, SIGNATURE_BYTES};
-use gridkey_remote::{Kind, Reject, Trust};
+use gridkey_remote::{Kind, Reject, RemoteTrust, Trust};
 use proptest::prelude::*;
 
 const MAX: u64 = 1 << 20;
@@ -27,7 +27,11 @@ fn seed_key() -> SigningKey {
 }
 
 fn trusting(keys: &[&SigningKey]) -> Trust {
-    Trust::new(None, Some(keys.iter().map(|k| k.verifying_key().to_bytes()).collect::<BTreeSet<_>>()))
+    Trust::new(
+        None,
+        Some(keys.iter().map(|k| k.verifying_key().to_bytes()).collect::<BTreeSet<_>>()),
+        RemoteTrust::Signed,
+    )
 }
 
 #[test]
@@ -36,16 +40,16 @@ fn the_format_is_pinned_by_an_independent_witness() {
     let key: [u8; 16] = std::array::from_fn(|i| i as u8);
     let mut reversed = key;
     reversed.reverse();
-    let signer = Trust::new(Some(seed_key()), None);
+    let signer = Trust::new(Some(seed_key()), None, RemoteTrust::Acl);
     let want = golden();
     assert_eq!(want[0].0, "unsigned-translation-entry");
-    assert_eq!(encode(Kind::TranslationEntry, &key, b"void kernel(void) {}\n", &Trust::none()), want[0].1);
+    assert_eq!(encode(Kind::TranslationEntry, &key, b"void kernel(void) {}\n", &Trust::acl()), want[0].1);
     assert_eq!(want[1].0, "signed-kernel-library");
     assert_eq!(encode(Kind::KernelLibrary, &reversed, b"\x7fELF library bytes", &signer), want[1].1);
     assert_eq!(want[1].1.len(), HEADER_BYTES + 18 + SIGNATURE_BYTES + CHECKSUM_BYTES);
     // And the witness's objects decode, the signed one for a reader that trusts its key.
     assert_eq!(
-        decode(Kind::TranslationEntry, &key, &want[0].1, MAX, &Trust::none()).unwrap(),
+        decode(Kind::TranslationEntry, &key, &want[0].1, MAX, &Trust::acl()).unwrap(),
         b"void kernel(void) {}\n"
     );
     assert_eq!(
@@ -57,9 +61,9 @@ fn the_format_is_pinned_by_an_independent_witness() {
 #[test]
 fn each_check_names_what_is_wrong() {
     let key = [3u8; 16];
-    let good = encode(Kind::TranslationEntry, &key, b"payload", &Trust::none());
+    let good = encode(Kind::TranslationEntry, &key, b"payload", &Trust::acl());
     let check = |bytes: &[u8], kind: Kind, max: u64, trust: &Trust| decode(kind, &key, bytes, max, trust).unwrap_err();
-    let none = Trust::none();
+    let none = Trust::acl();
     assert_eq!(check(&good, Kind::TranslationEntry, 10, &none), Reject::TooLarge { len: good.len() as u64, max: 10 });
     let mut future = good.clone();
     future[4] = 2;
@@ -75,7 +79,8 @@ fn each_check_names_what_is_wrong() {
     assert_eq!(text, "object holds a translation entry, not a kernel library");
     assert_eq!(check(&good, Kind::TranslationEntry, MAX, &trusting(&[&seed_key()])), Reject::Unsigned);
     let other = SigningKey::from_bytes(&[9u8; 32]);
-    let signed = encode(Kind::TranslationEntry, &key, b"payload", &Trust::new(Some(other.clone()), None));
+    let signed =
+        encode(Kind::TranslationEntry, &key, b"payload", &Trust::new(Some(other.clone()), None, RemoteTrust::Acl));
     assert!(matches!(check(&signed, Kind::TranslationEntry, MAX, &trusting(&[&seed_key()])), Reject::Untrusted { .. }));
     assert_eq!(
         decode(Kind::TranslationEntry, &key, &signed, MAX, &trusting(&[&seed_key(), &other])).unwrap(),
@@ -94,9 +99,9 @@ proptest! {
     fn every_object_decodes_under_its_key_and_kind(
         k in kind(), key in any::<[u8; 16]>(), payload in prop::collection::vec(any::<u8>(), 0..600), signed in any::<bool>()
     ) {
-        let trust = if signed { Trust::new(Some(seed_key()), None) } else { Trust::none() };
+        let trust = if signed { Trust::new(Some(seed_key()), None, RemoteTrust::Acl) } else { Trust::acl() };
         let bytes = encode(k, &key, &payload, &trust);
-        prop_assert_eq!(decode(k, &key, &bytes, MAX, &Trust::none()).unwrap(), &payload[..]);
+        prop_assert_eq!(decode(k, &key, &bytes, MAX, &Trust::acl()).unwrap(), &payload[..]);
         let required = trusting(&[&seed_key()]);
         prop_assert_eq!(decode(k, &key, &bytes, MAX, &required).is_ok(), signed);
     }
@@ -106,11 +111,11 @@ proptest! {
         k in kind(), key in any::<[u8; 16]>(), payload in prop::collection::vec(any::<u8>(), 0..300),
         signed in any::<bool>(), at in any::<prop::sample::Index>(), bit in 0u8..8
     ) {
-        let trust = if signed { Trust::new(Some(seed_key()), None) } else { Trust::none() };
+        let trust = if signed { Trust::new(Some(seed_key()), None, RemoteTrust::Acl) } else { Trust::acl() };
         let mut bytes = encode(k, &key, &payload, &trust);
         let i = at.index(bytes.len());
         bytes[i] ^= 1 << bit;
-        prop_assert!(decode(k, &key, &bytes, MAX, &Trust::none()).is_err());
+        prop_assert!(decode(k, &key, &bytes, MAX, &Trust::acl()).is_err());
     }
 
     #[test]
@@ -118,12 +123,12 @@ proptest! {
         k in kind(), key in any::<[u8; 16]>(), payload in prop::collection::vec(any::<u8>(), 0..300),
         cut in any::<prop::sample::Index>(), extra in prop::collection::vec(any::<u8>(), 1..40)
     ) {
-        let bytes = encode(k, &key, &payload, &Trust::none());
+        let bytes = encode(k, &key, &payload, &Trust::acl());
         let short = &bytes[..cut.index(bytes.len())];
-        prop_assert!(decode(k, &key, short, MAX, &Trust::none()).is_err());
+        prop_assert!(decode(k, &key, short, MAX, &Trust::acl()).is_err());
         let mut long = bytes.clone();
         long.extend_from_slice(&extra);
-        prop_assert!(decode(k, &key, &long, MAX, &Trust::none()).is_err());
+        prop_assert!(decode(k, &key, &long, MAX, &Trust::acl()).is_err());
     }
 
     #[test]
@@ -131,8 +136,8 @@ proptest! {
         k in kind(), key in any::<[u8; 16]>(), other in any::<[u8; 16]>(), payload in prop::collection::vec(any::<u8>(), 0..100)
     ) {
         prop_assume!(key != other);
-        let bytes = encode(k, &key, &payload, &Trust::none());
-        let swapped = matches!(decode(k, &other, &bytes, MAX, &Trust::none()), Err(Reject::Key { .. }));
+        let bytes = encode(k, &key, &payload, &Trust::acl());
+        let swapped = matches!(decode(k, &other, &bytes, MAX, &Trust::acl()), Err(Reject::Key { .. }));
         prop_assert!(swapped);
     }
 }
@@ -146,4 +151,54 @@ fn the_library_key_depends_on_the_build_key_and_the_compiler_identity() {
     assert_ne!(base, library_key("0123456789abcdef0123456789abcdef", "identity-b"));
     // Lengths are part of the key: moving a character between the two parts changes it.
     assert_ne!(library_key("ab", "c"), library_key("a", "bc"));
+}
+
+/// `bytes` with the header byte range `at` overwritten by `with` and the checksum recomputed:
+/// what a forger who can write to Redis makes of a signed object to replay it elsewhere.
+fn relabelled(bytes: &[u8], at: usize, with: &[u8]) -> Vec<u8> {
+    let mut out = bytes[..bytes.len() - CHECKSUM_BYTES].to_vec();
+    out[at..at + with.len()].copy_from_slice(with);
+    let check = xxhash_rust::xxh3::xxh3_128(&out).to_le_bytes();
+    out.extend_from_slice(&check);
+    out
+}
+
+#[test]
+fn a_signed_object_replayed_under_another_key_or_kind_is_rejected() {
+    // The signature covers the header (version, kind, key, length): an object signed for one
+    // key and kind checks for nothing else, copied as it is or relabelled (ADR 0031).
+    let (key, other) = ([9u8; 16], [10u8; 16]);
+    let writer = Trust::new(Some(seed_key()), None, RemoteTrust::Signed);
+    let reader = trusting(&[&seed_key()]);
+    let signed = encode(Kind::KernelLibrary, &key, b"\x7fELF library", &writer);
+    assert_eq!(decode(Kind::KernelLibrary, &key, &signed, MAX, &reader).unwrap(), b"\x7fELF library");
+    // Copied under another key, or asked for as another kind.
+    assert!(matches!(decode(Kind::KernelLibrary, &other, &signed, MAX, &reader), Err(Reject::Key { .. })));
+    assert!(matches!(decode(Kind::TranslationEntry, &key, &signed, MAX, &reader), Err(Reject::Kind { .. })));
+    // Relabelled to answer another key or kind, checksum recomputed: the signature fails.
+    let moved = relabelled(&signed, 8, &other);
+    assert!(matches!(decode(Kind::KernelLibrary, &other, &moved, MAX, &reader), Err(Reject::Signature { .. })));
+    let rekinded = relabelled(&signed, 6, &[Kind::TranslationEntry.code()]);
+    assert!(matches!(decode(Kind::TranslationEntry, &key, &rekinded, MAX, &reader), Err(Reject::Signature { .. })));
+    // Even a reader that trusts the ACL verifies what is signed.
+    assert!(matches!(decode(Kind::KernelLibrary, &other, &moved, MAX, &Trust::acl()), Err(Reject::Signature { .. })));
+}
+
+#[test]
+fn a_reader_without_trusted_keys_takes_nothing_unless_it_trusts_the_acl() {
+    let key = [11u8; 16];
+    let unsigned = encode(Kind::TranslationEntry, &key, b"int planted;", &Trust::acl());
+    let signed =
+        encode(Kind::TranslationEntry, &key, b"int signed;", &Trust::new(Some(seed_key()), None, RemoteTrust::Signed));
+    for bytes in [&unsigned, &signed] {
+        assert_eq!(decode(Kind::TranslationEntry, &key, bytes, MAX, &Trust::nothing()), Err(Reject::NotTrusted));
+        assert_eq!(
+            decode(Kind::TranslationEntry, &key, bytes, MAX, &Trust::new(None, None, RemoteTrust::Signed)),
+            Err(Reject::NotTrusted)
+        );
+        assert!(decode(Kind::TranslationEntry, &key, bytes, MAX, &Trust::acl()).is_ok());
+    }
+    // The default trust is the one that takes nothing.
+    assert!(!Trust::default().accepts_any());
+    assert_eq!(decode(Kind::TranslationEntry, &key, &unsigned, MAX, &Trust::default()), Err(Reject::NotTrusted));
 }

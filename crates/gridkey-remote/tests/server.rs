@@ -9,7 +9,9 @@ use std::os::unix::fs::PermissionsExt;
 use std::time::{Duration, Instant};
 
 use common::{connect, port_of, raw, settings, PrivateRedis};
-use gridkey_remote::{object, trust, Claim, Fetched, Kind, Reject, Remote, RemoteError, Role, Stored, Trust, Waited};
+use gridkey_remote::{
+    object, trust, Claim, Fetched, Kind, Reject, Remote, RemoteError, RemoteTrust, Role, Stored, Trust, Waited,
+};
 
 const TE: Kind = Kind::TranslationEntry;
 const KL: Kind = Kind::KernelLibrary;
@@ -67,7 +69,7 @@ fn every_bad_object_is_a_reported_miss() {
     let Some(url) = common::shared_url("every_bad_object_is_a_reported_miss") else { return };
     let s = settings(&url, "bad", Role::Writer);
     let remote = connect(&s);
-    let good = object::encode(TE, &key(5), b"source text", &Trust::none());
+    let good = object::encode(TE, &key(5), b"source text", &Trust::acl());
     type Expect = fn(&Reject) -> bool;
     let cases: Vec<(&str, Vec<u8>, Expect)> = vec![
         ("truncated", good[..good.len() - 3].to_vec(), |r| matches!(r, Reject::Length { .. })),
@@ -81,8 +83,8 @@ fn every_bad_object_is_a_reported_miss() {
             },
             |r| *r == Reject::Checksum,
         ),
-        ("swapped", object::encode(TE, &key(6), b"source text", &Trust::none()), |r| matches!(r, Reject::Key { .. })),
-        ("other kind", object::encode(KL, &key(5), b"source text", &Trust::none()), |r| {
+        ("swapped", object::encode(TE, &key(6), b"source text", &Trust::acl()), |r| matches!(r, Reject::Key { .. })),
+        ("other kind", object::encode(KL, &key(5), b"source text", &Trust::acl()), |r| {
             matches!(r, Reject::Kind { .. })
         }),
         ("foreign", b"this is some other program's value, not a gridkey object at all".to_vec(), |r| {
@@ -244,7 +246,12 @@ fn readers_with_trusted_keys_take_only_objects_signed_by_them() {
     assert_eq!(reader.get(TE, &key(22)), Fetched::Rejected(Reject::Unsigned));
     // A signed object whose payload was changed and whose checksum was recomputed: the
     // signature no longer verifies.
-    let good = object::encode(TE, &key(23), b"by the writer", &Trust::load(Some(&sk), None).unwrap());
+    let good = object::encode(
+        TE,
+        &key(23),
+        b"by the writer",
+        &Trust::new(Some(trust::load_signing_key(&sk).unwrap()), None, RemoteTrust::Signed),
+    );
     let mut forged = good[..good.len() - object::CHECKSUM_BYTES].to_vec();
     forged[object::HEADER_BYTES] ^= 0x20;
     let check = xxhash_rust::xxh3::xxh3_128(&forged).to_le_bytes();
@@ -271,7 +278,7 @@ fn misconfigurations_are_errors_at_start() {
             other => panic!("{url}: {other:?}"),
         }
     }
-    for url in ["not a url", "http://127.0.0.1:6379/", "redis://127.0.0.1:6379/notadb", "rediss://127.0.0.1:6379/"] {
+    for url in ["not a url", "http://127.0.0.1:6379/", "redis://127.0.0.1:6379/notadb"] {
         assert!(matches!(Remote::connect(&at(url.to_owned())), Err(RemoteError::Url { .. })), "{url}");
     }
     let dir = tempfile::tempdir().unwrap();
@@ -449,4 +456,175 @@ fn a_server_stopped_mid_run_costs_one_timeout_with_the_heartbeat_in_flight() {
     assert!(elapsed <= s.timeout * 3 / 2 + s.lease_ttl / 2, "the run took {elapsed:?} after the stop");
     assert_eq!(errors, 1);
     assert!(warning.contains("no complete reply within 0.5 s"), "{warning}");
+#[test]
+fn a_reader_without_trusted_keys_takes_nothing_by_default() {
+    // The README's first quick start: every reader holds a password that can write, so a plain
+    // Redis client can plant objects; without trusted keys a default reader downloads none.
+    let Some(url) = common::shared_url("a_reader_without_trusted_keys_takes_nothing_by_default") else { return };
+    let acl = settings(&url, "default-trust", Role::Writer);
+    let writer = connect(&acl);
+    let planted = object::encode(TE, &key(30), b"int planted(void) { return 1; }", &Trust::acl());
+    plant(&url, &writer, TE, &key(30), &planted);
+    plant(&url, &writer, KL, &key(31), &object::encode(KL, &key(31), b"\x7fELF", &Trust::acl()));
+    let default = gridkey_remote::RemoteSettings { role: Role::ReadOnly, trust: RemoteTrust::Signed, ..acl.clone() };
+    let reader = connect(&default);
+    assert!(!reader.trust().accepts_any());
+    assert_eq!(reader.get(TE, &key(30)), Fetched::Rejected(Reject::NotTrusted));
+    assert_eq!(reader.get(KL, &key(31)), Fetched::Rejected(Reject::NotTrusted));
+    let s = reader.stats();
+    assert_eq!((s.hits, s.fetches, s.bytes_in, s.misses), (0, 0, 0, 2), "nothing downloaded");
+    let line = reader.trust_statement();
+    assert!(line.contains("no trusted keys: nothing is taken from the shared tier"), "{line}");
+    assert!(line.contains("GRIDKEY_REMOTE_TRUST=acl"), "{line}");
+    // The opt-in takes it, and says so.
+    let opted = connect(&gridkey_remote::RemoteSettings { role: Role::ReadOnly, ..acl.clone() });
+    assert!(matches!(opted.get(TE, &key(30)), Fetched::Hit(_)));
+    assert!(opted.trust_statement().contains("trusting every object the Redis ACL lets in"));
+    // A writer without trusted keys still uploads (signed when it has a key), and takes nothing.
+    let default_writer = connect(&gridkey_remote::RemoteSettings { role: Role::Writer, ..default.clone() });
+    assert!(matches!(default_writer.put(TE, &key(32), b"int mine;"), Stored::Uploaded(_)));
+    assert_eq!(default_writer.get(TE, &key(32)), Fetched::Rejected(Reject::NotTrusted));
+    assert!(matches!(opted.get(TE, &key(32)), Fetched::Hit(_)));
+}
+
+/// Runs Debian's `openssl` in `dir`; panics with its output when it fails.
+fn openssl(dir: &std::path::Path, args: &[&str]) {
+    let out = std::process::Command::new("openssl").args(args).current_dir(dir).output().expect("openssl runs");
+    assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// A CA `<name>-ca.pem` in `dir`, and, when `server` is set, a certificate for 127.0.0.1 and
+/// localhost signed by it (`<name>.crt`, `<name>.key`).
+fn certificates(dir: &std::path::Path, name: &str, server: bool) -> std::path::PathBuf {
+    let (ca, ca_key) = (format!("{name}-ca.pem"), format!("{name}-ca.key"));
+    openssl(
+        dir,
+        &["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", &ca_key, "-out", &ca, "-days", "2"]
+            .into_iter()
+            .chain(["-subj", &format!("/CN=gridkey test CA {name}")])
+            .collect::<Vec<_>>(),
+    );
+    if server {
+        let (crt, key, csr) = (format!("{name}.crt"), format!("{name}.key"), format!("{name}.csr"));
+        openssl(
+            dir,
+            &["req", "-newkey", "rsa:2048", "-nodes", "-keyout", &key, "-out", &csr, "-subj", "/CN=localhost"],
+        );
+        std::fs::write(dir.join("ext"), "subjectAltName=DNS:localhost,IP:127.0.0.1\n").unwrap();
+        openssl(
+            dir,
+            &[
+                "x509",
+                "-req",
+                "-in",
+                &csr,
+                "-CA",
+                &ca,
+                "-CAkey",
+                &ca_key,
+                "-CAcreateserial",
+                "-out",
+                &crt,
+                "-days",
+                "2",
+                "-extfile",
+                "ext",
+            ],
+        );
+    }
+    dir.join(ca)
+}
+
+/// A private `redis-server` that speaks only TLS, with the certificate `name` in `dir`.
+fn tls_server(test: &str, dir: &std::path::Path, name: &str, extra: &[&str]) -> Option<PrivateRedis> {
+    let (crt, key) = (dir.join(format!("{name}.crt")), dir.join(format!("{name}.key")));
+    let extra: Vec<String> = extra.iter().map(|s| (*s).to_owned()).collect();
+    PrivateRedis::start_with(test, |port| {
+        let mut args = vec!["--port", "0", "--tls-port"].into_iter().map(str::to_owned).collect::<Vec<_>>();
+        args.push(port.to_string());
+        args.extend(["--tls-cert-file".to_owned(), crt.display().to_string()]);
+        args.extend(["--tls-key-file".to_owned(), key.display().to_string()]);
+        args.extend(["--tls-auth-clients".to_owned(), "no".to_owned()]);
+        args.extend(extra.iter().cloned());
+        args
+    })
+}
+
+#[test]
+fn rediss_round_trips_with_the_right_ca_and_refuses_a_wrong_one() {
+    let test = "rediss_round_trips_with_the_right_ca_and_refuses_a_wrong_one";
+    let Some(_) = common::shared_url(test) else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let ca = certificates(dir.path(), "site", true);
+    let wrong_ca = certificates(dir.path(), "other", false);
+    let Some(server) = tls_server(test, dir.path(), "site", &[]) else { return };
+    let url = format!("rediss://127.0.0.1:{}/", server.port);
+    let base = gridkey_remote::RemoteSettings { ca_file: Some(ca.clone()), ..settings(&url, "tls", Role::Writer) };
+    let writer = connect(&base);
+    assert!(matches!(writer.put(TE, &key(40), b"over TLS"), Stored::Uploaded(_)));
+    let reader = connect(&gridkey_remote::RemoteSettings { role: Role::ReadOnly, ..base.clone() });
+    assert_eq!(reader.get(TE, &key(40)), Fetched::Hit(b"over TLS".to_vec()));
+    // The server's certificate does not chain to another CA: an error at start naming the CA
+    // file, not a tier quietly off.
+    for (ca_file, names) in [(Some(wrong_ca.clone()), Some(wrong_ca.display().to_string())), (None, None)] {
+        match Remote::connect(&gridkey_remote::RemoteSettings { ca_file, ..base.clone() }) {
+            Err(e @ RemoteError::Tls { .. }) => {
+                let text = e.to_string();
+                assert!(text.contains(&format!("127.0.0.1:{}", server.port)), "{text}");
+                if let Some(ca) = names {
+                    assert!(text.contains(&ca), "names the CA file: {text}");
+                } else {
+                    assert!(text.contains("GRIDKEY_REMOTE_CA_FILE"), "{text}");
+                }
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    // A plain Redis on a rediss:// URL does not answer the handshake: the tier is off, with one
+    // warning, and nothing is taken from it.
+    let Some(plain) = PrivateRedis::start(test, None) else { return };
+    let at_plain = format!("rediss://127.0.0.1:{}/", plain.port);
+    let remote = Remote::connect(&gridkey_remote::RemoteSettings { url: at_plain, ..base.clone() });
+    match remote {
+        Ok(r) => assert!(!r.is_on() && r.warning().is_some(), "{r:?}"),
+        Err(e) => assert!(matches!(e, RemoteError::Tls { .. }), "{e:?}"),
+    }
+    // A CA file that holds no certificate.
+    let empty = dir.path().join("empty.pem");
+    std::fs::write(&empty, "not a certificate\n").unwrap();
+    let err = Remote::connect(&gridkey_remote::RemoteSettings { ca_file: Some(empty), ..base });
+    assert!(matches!(err, Err(RemoteError::CaFile { .. })), "{err:?}");
+}
+
+#[test]
+fn an_acl_user_logs_in_and_no_message_shows_its_password() {
+    let test = "an_acl_user_logs_in_and_no_message_shows_its_password";
+    let Some(_) = common::shared_url(test) else { return };
+    let dir = tempfile::tempdir().unwrap();
+    certificates(dir.path(), "site", true);
+    let password = "pw-Xq7-secret";
+    let acl = ["--user", "gkwriter", "on", &format!(">{password}"), "~*", "&*", "+@all", "--user", "default", "off"];
+    let Some(server) = tls_server(test, dir.path(), "site", &acl) else { return };
+    let ca = dir.path().join("site-ca.pem");
+    let at = |userinfo: &str| gridkey_remote::RemoteSettings {
+        ca_file: Some(ca.clone()),
+        ..settings(&format!("rediss://{userinfo}127.0.0.1:{}/", server.port), "acl-user", Role::Writer)
+    };
+    let writer = connect(&at(&format!("gkwriter:{password}@")));
+    assert!(matches!(writer.put(TE, &key(50), b"as an ACL user"), Stored::Uploaded(_)));
+    assert_eq!(writer.get(TE, &key(50)), Fetched::Hit(b"as an ACL user".to_vec()));
+    assert_eq!(writer.shown_url(), format!("rediss://gkwriter:***@127.0.0.1:{}/", server.port));
+    assert!(!format!("{writer:?} {}", writer.trust_statement()).contains(password));
+    // A wrong password, the default user (switched off), a user that does not exist: refused at
+    // start, the user name shown, never a password.
+    let wrong = "pw-Xq7-wrong";
+    for userinfo in [format!("gkwriter:{wrong}@"), String::new(), format!("nobody:{password}@")] {
+        match Remote::connect(&at(&userinfo)) {
+            Err(e @ RemoteError::Refused { .. }) => {
+                let text = format!("{e} {e:?}");
+                assert!(!text.contains(password) && !text.contains(wrong), "{text}");
+            }
+            other => panic!("{userinfo}: {other:?}"),
+        }
+    }
 }

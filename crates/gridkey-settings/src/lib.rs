@@ -57,6 +57,7 @@ pub use remote::{
     ENV_REMOTE_URL, ENV_REMOTE_WRITER,
 };
 pub use task::{IdentifiedCompiler, TaskSettings};
+pub use remote::{RemoteTrust, ENV_REMOTE_CA_FILE, ENV_REMOTE_TRUST};
 
 /// Variable choosing the build-jobs mode: `serial`, `thread` or `process`.
 pub const ENV_MODE: &str = "GRIDKEY_BUILD_JOBS_MODE";
@@ -179,6 +180,8 @@ pub const VARIABLES: &[Variable] = &[
     remote::REMOTE_VARIABLES[7],
     remote::REMOTE_VARIABLES[8],
     remote::REMOTE_VARIABLES[9],
+    remote::REMOTE_VARIABLES[10],
+    remote::REMOTE_VARIABLES[11],
 ];
 
 /// Errors of parsing settings (ADR 0005); each names the variable, the value and what is

@@ -27,12 +27,17 @@ pub const ENV_REMOTE_LEASE_WAIT: &str = "GRIDKEY_REMOTE_LEASE_WAIT";
 pub const ENV_REMOTE_MAX_OBJECT: &str = "GRIDKEY_REMOTE_MAX_OBJECT";
 /// Prefix of every Redis key name.
 pub const ENV_REMOTE_NAMESPACE: &str = "GRIDKEY_REMOTE_NAMESPACE";
+/// What a reader takes from the shared tier: `signed` (objects signed by a trusted key) or `acl`
+/// (every object the Redis ACL lets in).
+pub const ENV_REMOTE_TRUST: &str = "GRIDKEY_REMOTE_TRUST";
+/// PEM file of the certificate authorities a `rediss://` server's certificate must chain to.
+pub const ENV_REMOTE_CA_FILE: &str = "GRIDKEY_REMOTE_CA_FILE";
 
 /// The variables of the shared tier, in the order of [`crate::VARIABLES`].
-pub(crate) const REMOTE_VARIABLES: [Variable; 10] = [
+pub(crate) const REMOTE_VARIABLES: [Variable; 12] = [
     Variable {
         name: ENV_REMOTE_URL,
-        meaning: "Redis URL of the shared tier, `redis://[:PASSWORD@]HOST:PORT[/DB]` or `redis+unix:///PATH` (what `--remote` sets)",
+        meaning: "Redis URL of the shared tier, `redis://[USER][:PASSWORD@]HOST:PORT[/DB]` or `redis+unix:///PATH` (`rediss://` is refused: no TLS in this build) (what `--remote` sets)",
         default: "unset: no shared tier",
     },
     Variable {
@@ -47,8 +52,8 @@ pub(crate) const REMOTE_VARIABLES: [Variable; 10] = [
     },
     Variable {
         name: ENV_REMOTE_TRUSTED_KEYS,
-        meaning: "file of trusted public keys, one per line; only objects signed by one of them are used",
-        default: "unset: any object that checks",
+        meaning: "file of trusted public keys, one per line, owned by you or root and writable by no one else; only objects signed by one of them are used",
+        default: "unset: nothing is taken from the shared tier (unless `GRIDKEY_REMOTE_TRUST=acl`)",
     },
     Variable { name: ENV_REMOTE_CONNECT_TIMEOUT, meaning: "seconds to wait for a connection to the shared tier", default: "1" },
     Variable { name: ENV_REMOTE_TIMEOUT, meaning: "seconds a request of the shared tier may take, all its replies together (the heartbeat's too); the first request past it turns the tier off for the run", default: "2" },
@@ -60,7 +65,37 @@ pub(crate) const REMOTE_VARIABLES: [Variable; 10] = [
         default: "67108864 (64 MiB)",
     },
     Variable { name: ENV_REMOTE_NAMESPACE, meaning: "prefix of every Redis key name of the shared tier", default: "`gridkey`" },
+    Variable {
+        name: ENV_REMOTE_TRUST,
+        meaning: "`signed`: take only objects signed by a key of `GRIDKEY_REMOTE_TRUSTED_KEYS`; `acl`: take every object the Redis ACL lets in (whoever can write to Redis can run code here)",
+        default: "`signed`",
+    },
+    Variable {
+        name: ENV_REMOTE_CA_FILE,
+        meaning: "PEM file of the certificate authorities for a TLS server, checked as a trust anchor (owned by you or root, writable by no one else); kept for TLS, which this build refuses",
+        default: "unset",
+    },
 ];
+
+/// What a reader takes from the shared tier (ADR 0031).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RemoteTrust {
+    /// Only objects signed by a trusted key; without trusted keys, nothing (the default).
+    #[default]
+    Signed,
+    /// Every object that checks, whoever wrote it: the Redis ACL is the trust boundary.
+    Acl,
+}
+
+impl RemoteTrust {
+    /// The value of [`ENV_REMOTE_TRUST`]: `signed` or `acl`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RemoteTrust::Signed => "signed",
+            RemoteTrust::Acl => "acl",
+        }
+    }
+}
 
 /// Whether this client writes to the shared tier.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -82,6 +117,10 @@ pub struct RemoteSettings {
     pub signing_key: Option<PathBuf>,
     /// File of the trusted public keys.
     pub trusted_keys: Option<PathBuf>,
+    /// What a reader takes: with [`RemoteTrust::Signed`] and no trusted keys, nothing.
+    pub trust: RemoteTrust,
+    /// PEM file of the certificate authorities of a `rediss://` server; `None`: the system's roots.
+    pub ca_file: Option<PathBuf>,
     /// Time to wait for a connection.
     pub connect_timeout: Duration,
     /// Deadline of one request of the shared tier, from its start, for all its round trips and
@@ -98,13 +137,16 @@ pub struct RemoteSettings {
 }
 
 impl RemoteSettings {
-    /// Settings for `url` with every default: read-only, unsigned, no trusted keys.
+    /// Settings for `url` with every default: read-only, unsigned, no trusted keys, so that
+    /// nothing is taken from the shared tier ([`RemoteTrust::Signed`]).
     pub fn new(url: impl Into<String>) -> RemoteSettings {
         RemoteSettings {
             url: url.into(),
             role: Role::ReadOnly,
             signing_key: None,
             trusted_keys: None,
+            trust: RemoteTrust::Signed,
+            ca_file: None,
             connect_timeout: Duration::from_secs(1),
             timeout: Duration::from_secs(2),
             lease_ttl: Duration::from_secs(10),
@@ -117,7 +159,9 @@ impl RemoteSettings {
     /// The settings given by the variables that `lookup` returns, or `None` when
     /// [`ENV_REMOTE_URL`] is unset or blank. Pure: `lookup` is the only source.
     ///
-    /// Errors: [`SettingsError::BadSetting`] naming the variable and what it accepts.
+    /// Errors: [`SettingsError::BadSetting`] naming the variable and what it accepts; also for
+    /// `GRIDKEY_REMOTE_TRUST=acl` together with trusted keys (which of the two is meant cannot be
+    /// told) and for a CA file with a URL that is not `rediss://` (the connection would not use it).
     pub fn from_vars(lookup: impl Fn(&str) -> Option<String>) -> Result<Option<RemoteSettings>, SettingsError> {
         let Some(url) = lookup(ENV_REMOTE_URL).map(|u| u.trim().to_owned()).filter(|u| !u.is_empty()) else {
             return Ok(None);
@@ -129,6 +173,30 @@ impl RemoteSettings {
         let path = |var| lookup(var).filter(|p| !p.trim().is_empty()).map(PathBuf::from);
         s.signing_key = path(ENV_REMOTE_SIGNING_KEY);
         s.trusted_keys = path(ENV_REMOTE_TRUSTED_KEYS);
+        s.ca_file = path(ENV_REMOTE_CA_FILE);
+        if let Some(value) = lookup(ENV_REMOTE_TRUST) {
+            s.trust = match value.trim().to_ascii_lowercase().as_str() {
+                "" | "signed" => RemoteTrust::Signed,
+                "acl" => RemoteTrust::Acl,
+                _ => return Err(bad(ENV_REMOTE_TRUST, &value, "signed or acl")),
+            };
+            if s.trust == RemoteTrust::Acl && s.trusted_keys.is_some() {
+                return Err(bad(
+                    ENV_REMOTE_TRUST,
+                    &value,
+                    "signed while GRIDKEY_REMOTE_TRUSTED_KEYS is set (acl takes every object, trusted keys only signed ones: unset one of them)",
+                ));
+            }
+        }
+        if let Some(ca) = &s.ca_file {
+            if !s.url.starts_with("rediss://") {
+                return Err(bad(
+                    ENV_REMOTE_CA_FILE,
+                    &ca.display().to_string(),
+                    "a CA file for a rediss:// URL only (GRIDKEY_REMOTE_URL is not rediss://, so the file would not be used)",
+                ));
+            }
+        }
         for (var, field) in [
             (ENV_REMOTE_CONNECT_TIMEOUT, &mut s.connect_timeout),
             (ENV_REMOTE_TIMEOUT, &mut s.timeout),

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use gridkey_settings::{RemoteSettings, Role, Settings, SettingsError, VARIABLES};
+use gridkey_settings::{RemoteSettings, RemoteTrust, Role, Settings, SettingsError, VARIABLES};
 
 fn check(vars: &[(&str, &str)]) -> Result<Option<RemoteSettings>, SettingsError> {
     let map: HashMap<String, String> = vars.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
@@ -34,7 +34,10 @@ fn defaults_are_read_only_unsigned_and_short_timeouts() {
     // The documented defaults are these.
     let documented: Vec<&str> =
         VARIABLES.iter().filter(|v| v.name.starts_with("GRIDKEY_REMOTE_")).map(|v| v.default).collect();
-    assert_eq!(documented[4..], ["1", "2", "10", "60", "67108864 (64 MiB)", "`gridkey`"]);
+    assert_eq!(documented[4..10], ["1", "2", "10", "60", "67108864 (64 MiB)", "`gridkey`"]);
+    // Nothing is taken from the shared tier without trusted keys or the ACL opt-in (ADR 0031).
+    assert_eq!((s.trust, s.ca_file.as_ref()), (RemoteTrust::Signed, None));
+    assert_eq!(documented[10..], ["`signed`", "unset"]);
 }
 
 #[test]
@@ -64,7 +67,7 @@ fn every_variable_is_read() {
     assert_eq!(s.shown_url(), "redis://:***@cache.site:6380/2");
     // VARIABLES lists exactly the variables read here.
     let names: Vec<&str> = VARIABLES.iter().map(|v| v.name).filter(|n| n.starts_with("GRIDKEY_REMOTE_")).collect();
-    assert_eq!(names.len(), 10);
+    assert_eq!(names.len(), 12);
 }
 
 #[test]
@@ -100,4 +103,27 @@ fn passwords_are_hidden_in_every_url_form() {
     assert_eq!(shown("redis://user:secret@host/"), "redis://user:***@host/");
     assert_eq!(shown("redis://secret@host/"), "redis://***@host/");
     assert_eq!(shown("redis+unix:///run/redis.sock"), "redis+unix:///run/redis.sock");
+}
+
+#[test]
+fn the_trust_and_the_ca_file_are_read_and_checked() {
+    let url = ("GRIDKEY_REMOTE_URL", "rediss://alice:pw@cache.site:6380/");
+    let s = check(&[url, ("GRIDKEY_REMOTE_TRUST", "ACL"), ("GRIDKEY_REMOTE_CA_FILE", "/etc/gridkey/ca.pem")])
+        .unwrap()
+        .unwrap();
+    assert_eq!((s.trust, s.ca_file.clone()), (RemoteTrust::Acl, Some(PathBuf::from("/etc/gridkey/ca.pem"))));
+    assert_eq!(s.shown_url(), "rediss://alice:***@cache.site:6380/");
+    assert_eq!(check(&[url, ("GRIDKEY_REMOTE_TRUST", "signed")]).unwrap().unwrap().trust, RemoteTrust::Signed);
+    for (vars, var) in [
+        (vec![url, ("GRIDKEY_REMOTE_TRUST", "everyone")], "GRIDKEY_REMOTE_TRUST"),
+        // Both would say what is trusted: which one is meant cannot be told.
+        (vec![url, ("GRIDKEY_REMOTE_TRUST", "acl"), ("GRIDKEY_REMOTE_TRUSTED_KEYS", "/k")], "GRIDKEY_REMOTE_TRUST"),
+        // A CA file a plain connection would not use.
+        (vec![("GRIDKEY_REMOTE_URL", "redis://h:1/"), ("GRIDKEY_REMOTE_CA_FILE", "/ca.pem")], "GRIDKEY_REMOTE_CA_FILE"),
+    ] {
+        match check(&vars) {
+            Err(SettingsError::BadSetting { var: found, .. }) => assert_eq!(found, var),
+            other => panic!("{vars:?}: {other:?}"),
+        }
+    }
 }

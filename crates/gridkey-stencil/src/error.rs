@@ -239,6 +239,15 @@ pub enum StencilError {
         /// Offset of the first byte that differs.
         first_difference: usize,
     },
+    /// A library of the build cache fails the check made before every load (ADR 0023): its
+    /// checksum trailer does not match its bytes or its name, or it is not a complete ELF file.
+    #[error("kernel library {artifact} fails its check: {reason}; remove it (the next run builds it again)")]
+    BadLibrary {
+        /// The library file.
+        artifact: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
     /// The shared library could not be loaded or is not a kernel of this program.
     #[error("cannot load the kernel of program {program} from {artifact}: {reason}; the next run builds it again")]
     Load {

@@ -186,6 +186,19 @@ impl Kernel {
         Ok(Kernel { program: program.clone(), artifact: artifact.to_path_buf(), run, _library: library, _lock: lock })
     }
 
+    /// Checks `bytes`, the contents of the build-cache library `artifact` (`<build key>.so`),
+    /// as [`Kernel::load`] does before every load, without loading it: its checksum trailer
+    /// matches its bytes and its name (ADR 0023), and it is a complete ELF file. What
+    /// `gridkey cache push` uploads passes this check on the very bytes it uploads.
+    ///
+    /// Errors: [`StencilError::BadLibrary`] naming the file and what is wrong.
+    pub fn check_library(artifact: &Path, bytes: &[u8]) -> Result<(), StencilError> {
+        let err = |reason: String| StencilError::BadLibrary { artifact: artifact.to_path_buf(), reason };
+        let key = artifact.file_stem().and_then(|s| s.to_str()).unwrap_or_default();
+        let elf = crate::library::checked_elf(key, bytes).map_err(err)?;
+        check_complete_elf(elf).map_err(err)
+    }
+
     /// The program this kernel computes.
     pub fn program(&self) -> &Program {
         &self.program

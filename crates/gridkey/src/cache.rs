@@ -173,6 +173,32 @@ pub fn check_site_cache(site: &Path) -> Result<Vec<CacheWarning>, AppError> {
         .collect())
 }
 
+/// Who besides this user can write `cache_dir` or one of its stores (ADR 0031): one line per
+/// directory that is owned by another user (root included), or writable by group or others;
+/// empty when only this user can. A missing store is skipped. `gridkey cache push` refuses
+/// such a cache, as `gridkey run` warns about it ([`check_cache_dir`]).
+pub fn others_can_write(cache_dir: &Path) -> Vec<(PathBuf, String)> {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let me = unsafe { libc::geteuid() };
+    let dirs = std::iter::once(cache_dir.to_path_buf()).chain(STORES.iter().map(|(d, _)| cache_dir.join(d)));
+    let mut out = Vec::new();
+    for dir in dirs {
+        // Not followed: a store that is a symlink is someone else's directory as far as push knows.
+        let meta = if dir == cache_dir { fs::metadata(&dir) } else { fs::symlink_metadata(&dir) };
+        let Ok(meta) = meta else {
+            continue;
+        };
+        if meta.file_type().is_symlink() {
+            out.push((dir, "it is a symlink, so its target decides who can write it".to_owned()));
+        } else if meta.uid() != me {
+            out.push((dir, format!("it is owned by user {}, not by you (user {me})", meta.uid())));
+        } else if meta.mode() & 0o022 != 0 {
+            out.push((dir, format!("it has mode {:03o}, writable by group or others", meta.mode() & 0o7777)));
+        }
+    }
+    out
+}
+
 /// Directory of the live-run registrations under the cache directory (ADR 0026).
 pub const RUNS_DIR: &str = "runs";
 

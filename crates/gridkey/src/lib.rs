@@ -88,6 +88,15 @@ pub enum AppError {
     /// The shared tier could not be reached.
     #[error("{0}")]
     RemoteUnreachable(String),
+    /// `gridkey cache push` refuses a cache directory that others can write: what it holds
+    /// may have been planted, and push would sign it (ADR 0031).
+    #[error("cannot push from {path}: {problem}; push only from a cache directory that only you can write (chmod go-w, or a cache of your own)")]
+    UnsafePushCache {
+        /// The cache directory or store at fault.
+        path: PathBuf,
+        /// Who else can write it.
+        problem: String,
+    },
     /// No cached key starts with the given prefix.
     #[error("no translation-cache entry in {dir} has a key starting with {prefix:?}; list keys with `gridkey run` or check --cache-dir")]
     UnknownKey {

@@ -123,8 +123,8 @@ enum Command {
 /// The flags of the shared tier (README "The shared tier").
 #[derive(clap::Args, Clone, Debug, Default)]
 struct RemoteFlags {
-    /// Redis URL of the shared tier, redis://[:PASSWORD@]HOST:PORT[/DB] (default:
-    /// GRIDKEY_REMOTE_URL, else none).
+    /// Redis URL of the shared tier, redis://[USER][:PASSWORD@]HOST:PORT[/DB] or rediss://...
+    /// for TLS (default: GRIDKEY_REMOTE_URL, else none).
     #[arg(long, value_name = "URL")]
     remote: Option<String>,
     /// Upload translations and libraries and take leases: a designated writer (default:
@@ -366,6 +366,10 @@ fn dispatch(command: Command) -> Result<ExitCode> {
             })
             .context("cannot install the Ctrl-C handler")?;
             gridkey::set_lock_notice(progress::lock_wait_line);
+            // What the run takes from the shared tier, said before anything is taken (ADR 0031).
+            if let Some(remote) = &config.settings.remote {
+                eprintln!("gridkey: {}", gridkey_remote::Trust::load(remote)?.statement(remote));
+            }
             let reporter =
                 progress::Reporter::for_stderr(gridkey_stencil::icon_programs().len(), settings::plain_progress());
             let report = gridkey::run_observed(&config, &reporter);
@@ -424,6 +428,10 @@ fn cache_command(command: CacheCommand) -> Result<ExitCode> {
             let json = tiers.json;
             let settings = tiers.settings()?;
             let r = gridkey::push::push(&settings)?;
+            eprintln!("gridkey: {}", r.trust);
+            for s in &r.skipped_objects {
+                eprintln!("gridkey: warning: not pushed: {} {}: {}", s.kind, s.name, s.reason);
+            }
             if json {
                 println!("{}", serde_json::to_string_pretty(&r)?);
             } else {

@@ -1,6 +1,13 @@
-//! `gridkey cache push`: seeds the shared tier from a local cache (ADR 0018): every translation
-//! entry that has its key-input record, and the kernel library built from it with the options
-//! of that record by this compiler (under this compiler's identity).
+//! `gridkey cache push`: seeds the shared tier from a local cache (ADR 0018, ADR 0031): every
+//! translation entry that has its key-input record and checks, and the kernel library built
+//! from it with the options of that record by this compiler (under this compiler's identity),
+//! when that library checks as it does before every load.
+//!
+//! A writer signs what it pushes, so push checks what it signs: it refuses a cache directory
+//! that others can write ([`crate::cache::others_can_write`]), uploads a library only when its
+//! checksum trailer matches the very bytes uploaded ([`gridkey_stencil::Kernel::check_library`])
+//! and an entry only when its own checksum matches and its library (if built) checks; every
+//! object left out is counted and named.
 
 use gridkey_fingerprint::TranslationCache;
 use gridkey_remote::{library_key, Kind, Remote, Stored};
@@ -17,23 +24,43 @@ const BATCH: usize = 64;
 pub struct PushReport {
     /// The shared tier, password hidden.
     pub remote: String,
+    /// What this writer's readers take from the shared tier ([`Remote::trust_statement`]).
+    pub trust: String,
     /// Translation entries uploaded.
     pub entries: u64,
     /// Kernel libraries uploaded.
     pub libraries: u64,
     /// Object bytes uploaded.
     pub bytes: u64,
-    /// Entries not uploaded: unreadable, not checked, without a record, or over the size limit.
+    /// Entries not uploaded: unreadable, not checked, without a record, with a library that
+    /// fails its check, or over the size limit.
     pub skipped: u64,
+    /// Each object left out, and why (libraries that fail their check included).
+    pub skipped_objects: Vec<PushSkip>,
+}
+
+/// One object `gridkey cache push` left out.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PushSkip {
+    /// `translation entry` or `kernel library`.
+    pub kind: String,
+    /// The translation key (32 hex digits) or the library's path.
+    pub name: String,
+    /// Why it was left out.
+    pub reason: String,
 }
 
 /// Uploads the local cache of `settings` to its shared tier.
 ///
 /// Errors: [`AppError::NoRemote`] without a shared tier; [`AppError::Remote`] when it is
-/// misconfigured; [`AppError::RemoteUnreachable`] when it cannot be reached or fails (what was
-/// uploaded before stays), or when this client is not a designated writer.
+/// misconfigured; [`AppError::UnsafePushCache`] when others can write the cache directory or
+/// one of its stores; [`AppError::RemoteUnreachable`] when it cannot be reached or fails (what
+/// was uploaded before stays), or when this client is not a designated writer.
 pub fn push(settings: &Settings) -> Result<PushReport, AppError> {
     let remote_settings = settings.remote.as_ref().ok_or(AppError::NoRemote)?;
+    if let Some((path, problem)) = crate::cache::others_can_write(&settings.cache_dir).into_iter().next() {
+        return Err(AppError::UnsafePushCache { path, problem });
+    }
     let settings = crate::task_settings(settings)?;
     let remote = Remote::connect(remote_settings)?;
     if !remote.is_on() {
@@ -47,19 +74,50 @@ pub fn push(settings: &Settings) -> Result<PushReport, AppError> {
     }
     let compiler = settings.compiler();
     let cache = TranslationCache::open(settings.cache_dir())?;
-    let mut report = PushReport { remote: remote.shown_url().to_owned(), ..Default::default() };
+    let mut report =
+        PushReport { remote: remote.shown_url().to_owned(), trust: remote.trust_statement(), ..Default::default() };
+    let skip = |report: &mut PushReport, kind: Kind, name: String, reason: String| {
+        if kind == Kind::TranslationEntry {
+            report.skipped += 1;
+        }
+        report.skipped_objects.push(PushSkip { kind: kind.as_str().to_owned(), name, reason });
+    };
     let mut entries: Vec<([u8; 16], Vec<u8>)> = Vec::new();
     let mut libraries: Vec<([u8; 16], Vec<u8>)> = Vec::new();
     for key in cache.keys() {
-        let (Ok(payload), Some(record)) = (cache.get(&key), cache.record(&key)) else {
-            report.skipped += 1;
+        // `get` checks the entry's own key and checksum.
+        let payload = match cache.get(&key) {
+            Ok(payload) => payload,
+            Err(miss) => {
+                let reason = match miss {
+                    gridkey_fingerprint::Miss::Invalid(why) => why,
+                    gridkey_fingerprint::Miss::Absent => "it went away while pushing".to_owned(),
+                };
+                skip(&mut report, Kind::TranslationEntry, key.to_string(), reason);
+                continue;
+            }
+        };
+        let Some(record) = cache.record(&key) else {
+            skip(&mut report, Kind::TranslationEntry, key.to_string(), "it has no key-input record".to_owned());
             continue;
         };
         if let Ok(source) = std::str::from_utf8(&payload) {
             let build_key = gridkey_stencil::library_build_key(source, &record.options, compiler);
             if let Ok(build_key) = build_key {
                 let path = settings.cache_dir().join(gridkey_stencil::BUILD_DIR).join(format!("{build_key}.so"));
-                if let Ok(bytes) = std::fs::read(path) {
+                if let Ok(bytes) = std::fs::read(&path) {
+                    // The bytes checked are the bytes uploaded.
+                    if let Err(e) = gridkey_stencil::Kernel::check_library(&path, &bytes) {
+                        let reason = e.to_string();
+                        skip(&mut report, Kind::KernelLibrary, path.display().to_string(), reason.clone());
+                        skip(
+                            &mut report,
+                            Kind::TranslationEntry,
+                            key.to_string(),
+                            format!("its library fails: {reason}"),
+                        );
+                        continue;
+                    }
                     libraries.push((library_key(&build_key, compiler.identity()), bytes));
                 }
             }
@@ -70,7 +128,7 @@ pub fn push(settings: &Settings) -> Result<PushReport, AppError> {
     for (kind, objects) in [(Kind::KernelLibrary, &libraries), (Kind::TranslationEntry, &entries)] {
         for chunk in objects.chunks(BATCH) {
             let items: Vec<([u8; 16], &[u8])> = chunk.iter().map(|(k, b)| (*k, b.as_slice())).collect();
-            for stored in remote.put_many(kind, &items) {
+            for ((key, _), stored) in chunk.iter().zip(remote.put_many(kind, &items)) {
                 match stored {
                     Stored::Uploaded(n) => {
                         report.bytes += n;
@@ -79,7 +137,12 @@ pub fn push(settings: &Settings) -> Result<PushReport, AppError> {
                             Kind::TranslationEntry => report.entries += 1,
                         }
                     }
-                    Stored::TooLarge { .. } => report.skipped += 1,
+                    Stored::TooLarge { len, max } => skip(
+                        &mut report,
+                        kind,
+                        key.iter().map(|b| format!("{b:02x}")).collect(),
+                        format!("the object is {len} bytes, over the limit of {max} (GRIDKEY_REMOTE_MAX_OBJECT)"),
+                    ),
                     Stored::ReadOnly | Stored::Off => {}
                 }
             }

@@ -48,6 +48,11 @@ fn run(cache: &Path, url: &str, ns: &str, extra: &[&str], env: &[(&str, &str)]) 
     args.extend(["--mode", "serial", "--json", "--remote", url]);
     args.extend_from_slice(extra);
     let mut vars = vec![("GRIDKEY_REMOTE_NAMESPACE", ns), ("GRIDKEY_REMOTE_TIMEOUT", "0.5")];
+    // The tests of hits, leases and degradation trust the ACL (ADR 0031); those of trust say
+    // what they trust.
+    if !env.iter().any(|(k, _)| k.starts_with("GRIDKEY_REMOTE_TRUST")) {
+        vars.push(("GRIDKEY_REMOTE_TRUST", "acl"));
+    }
     vars.extend_from_slice(env);
     let out = gridkey_command(&args, &vars).output().unwrap();
     let report = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
@@ -217,7 +222,7 @@ fn cache_push_seeds_the_shared_tier_from_a_local_cache() {
     let push = |extra: &[&str]| {
         let mut args = vec!["cache", "push", "--json", "--remote", &url, "--cache-dir", a.path().to_str().unwrap()];
         args.extend_from_slice(extra);
-        gridkey_command(&args, &[("GRIDKEY_REMOTE_NAMESPACE", &ns)]).output().unwrap()
+        gridkey_command(&args, &[("GRIDKEY_REMOTE_NAMESPACE", &ns), ("GRIDKEY_REMOTE_TRUST", "acl")]).output().unwrap()
     };
     let refused = push(&[]);
     assert_eq!(refused.status.code(), Some(2));
@@ -230,4 +235,99 @@ fn cache_push_seeds_the_shared_tier_from_a_local_cache() {
     assert_eq!((pushed["entries"].as_u64(), pushed["libraries"].as_u64()), (Some(n), Some(n)));
     assert_eq!((count(&fresh, "translated"), count(&fresh, "built")), (0, 0));
     assert_eq!(count(&fresh, "verified") as u64, n);
+}
+
+/// A fresh cache filled by one serial run without a shared tier.
+fn filled_cache() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let grid = grid();
+    let local = gridkey_command(&["run", "--mode", "serial", "--grid", grid.to_str().unwrap(), "--cache-dir"], &[])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(local.status.success(), "{}", stderr(&local));
+    dir
+}
+
+#[test]
+fn a_default_reader_takes_no_remote_code_and_says_so() {
+    let Some(url) = shared_url("a_default_reader_takes_no_remote_code_and_says_so") else { return };
+    let ns = namespace("default-trust");
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    // An unsigned writer fills the tier, as any client with the password could.
+    let (out, _) = run(a.path(), &url, &ns, &["--remote-writer"], &[("GRIDKEY_REMOTE_TRUST", "signed")]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let (out, reader) = run(b.path(), &url, &ns, &[], &[("GRIDKEY_REMOTE_TRUST", "signed")]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let n = reader["programs"].as_array().unwrap().len();
+    let remote = tier(&reader, "remote");
+    assert_eq!((remote["stats"]["hits"].as_u64(), remote["stats"]["bytes_in"].as_u64()), (Some(0), Some(0)));
+    assert_eq!((count(&reader, "translated"), count(&reader, "built"), count(&reader, "verified")), (n, n, n));
+    let first = stderr(&out).lines().next().unwrap_or_default().to_owned();
+    assert!(first.starts_with("gridkey: shared tier redis://"), "{first}");
+    assert!(first.contains("no trusted keys: nothing is taken from the shared tier"), "{first}");
+    // With the opt-in the same objects are hits, and the start line says why.
+    let c = tempfile::tempdir().unwrap();
+    let (out, opted) = run(c.path(), &url, &ns, &[], &[("GRIDKEY_REMOTE_TRUST", "acl")]);
+    assert!(stderr(&out).contains("trusting every object the Redis ACL lets in"), "{}", stderr(&out));
+    assert_eq!(count(&opted, "translated"), 0);
+}
+
+#[test]
+fn cache_push_refuses_tampered_libraries_and_a_cache_others_can_write() {
+    use std::os::unix::fs::PermissionsExt;
+    let Some(url) = shared_url("cache_push_refuses_tampered_libraries_and_a_cache_others_can_write") else { return };
+    let ns = namespace("push-checks");
+    let a = filled_cache();
+    let build = a.path().join("build-v2");
+    let mut libs: Vec<PathBuf> = std::fs::read_dir(&build).unwrap().map(|e| e.unwrap().path()).collect();
+    libs.retain(|p| p.extension().is_some_and(|e| e == "so"));
+    libs.sort();
+    // One library changed in place, same size: its trailer no longer matches.
+    let mut bytes = std::fs::read(&libs[0]).unwrap();
+    let i = bytes.len() / 2;
+    bytes[i] ^= 0x01;
+    std::fs::write(&libs[0], &bytes).unwrap();
+    let push = |dir: &Path| {
+        let args =
+            ["cache", "push", "--json", "--remote", &url, "--remote-writer", "--cache-dir", dir.to_str().unwrap()];
+        gridkey_command(&args, &[("GRIDKEY_REMOTE_NAMESPACE", &ns)]).output().unwrap()
+    };
+    let out = push(a.path());
+    assert!(out.status.success(), "{}", stderr(&out));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["libraries"].as_u64(), Some(libs.len() as u64 - 1), "{report}");
+    assert_eq!(report["entries"].as_u64(), Some(libs.len() as u64 - 1), "{report}");
+    assert_eq!(report["skipped"].as_u64(), Some(1));
+    assert!(stderr(&out).contains(&libs[0].display().to_string()), "names the library: {}", stderr(&out));
+    assert!(stderr(&out).contains("checksum"), "{}", stderr(&out));
+    // A cache others can write: refused before anything is pushed.
+    let open = filled_cache();
+    for (dir, mode) in [(open.path().to_path_buf(), 0o777), (open.path().join("build-v2"), 0o775)] {
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(mode)).unwrap();
+        let out = push(open.path());
+        assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+        assert!(stderr(&out).contains("cannot push from") && stderr(&out).contains(&dir.display().to_string()));
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+}
+
+#[test]
+fn no_output_of_a_run_shows_the_password_of_the_url() {
+    let Some(url) = shared_url("no_output_of_a_run_shows_the_password_of_the_url") else { return };
+    // The test server has no password: a URL with a user and one is refused, and says so
+    // without the password; the one unreachable is reported without it too.
+    let password = "pw-Zr9-never-shown";
+    let with_password = url.replacen("redis://", &format!("redis://gkuser:{password}@"), 1);
+    let cache = tempfile::tempdir().unwrap();
+    let (out, _) = run(cache.path(), &with_password, "x", &[], &[]);
+    let all = format!("{}{}", String::from_utf8_lossy(&out.stdout), stderr(&out));
+    assert_eq!(out.status.code(), Some(2), "{all}");
+    assert!(all.contains("gkuser:***@"), "{all}");
+    assert!(!all.contains(password), "{all}");
+    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let (out, report) = run(cache.path(), &format!("redis://gkuser:{password}@127.0.0.1:{port}/"), "x", &[], &[]);
+    let all = format!("{}{}", String::from_utf8_lossy(&out.stdout), stderr(&out));
+    assert!(out.status.success(), "{all}");
+    assert!(!all.contains(password) && tier(&report, "remote")["location"].as_str().unwrap().contains("***"), "{all}");
 }

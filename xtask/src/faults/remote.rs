@@ -22,6 +22,8 @@ use super::{check_final_files, s, Matrix, Run, Seen};
 
 #[path = "remote_deadline.rs"]
 mod remote_deadline;
+#[path = "remote_trust.rs"]
+mod remote_trust;
 use crate::redis_server::{ensure_installed, RedisServer};
 
 /// Reply timeout of the rows' clients, seconds.
@@ -66,6 +68,11 @@ impl<'a> Client<'a> {
             ("GRIDKEY_REMOTE_CONNECT_TIMEOUT", TIMEOUT),
             ("GRIDKEY_REMOTE_LEASE_TTL", LEASE_TTL),
         ];
+        // The rows about the server, leases and bad objects trust the ACL (ADR 0031); those
+        // about trust say what they trust.
+        if !self.env.iter().any(|(k, _)| k.starts_with("GRIDKEY_REMOTE_TRUST")) {
+            v.push(("GRIDKEY_REMOTE_TRUST", "acl"));
+        }
         v.extend(self.env.iter().map(|(k, val)| (*k, val.as_str())));
         v
     }
@@ -504,6 +511,7 @@ pub(super) fn rows(m: &mut Matrix) -> Result<()> {
         Ok(Seen::new(ok, &[], format!("exit {:?}", n.run.code)))
     });
     super::verified_travel::rows(m, &sh.server.url(), &sh.ns("miscompile"), &sh.reference);
+    remote_trust::rows(m, &mut sh)?;
     remote_deadline::rows(m, &mut sh, baseline)
 }
 

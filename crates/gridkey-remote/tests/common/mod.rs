@@ -16,7 +16,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use gridkey_remote::{Remote, RemoteSettings, Role};
+use gridkey_remote::{Remote, RemoteSettings, RemoteTrust, Role};
 
 pub const URL_VAR: &str = "GRIDKEY_TEST_REDIS_URL";
 pub const SERVER_VAR: &str = "GRIDKEY_TEST_REDIS_SERVER";
@@ -56,9 +56,11 @@ pub fn namespace(test: &str) -> String {
     format!("gktest-{test}-{}-{nanos}", std::process::id())
 }
 
-/// Settings for `url` in a namespace of its own, with short timeouts and leases.
+/// Settings for `url` in a namespace of its own, with short timeouts and leases, trusting the
+/// ACL (the tests of lookups, leases and timeouts are not about trust; those of trust set it).
 pub fn settings(url: &str, test: &str, role: Role) -> RemoteSettings {
     let mut s = RemoteSettings::new(url);
+    s.trust = RemoteTrust::Acl;
     s.namespace = namespace(test);
     s.role = role;
     s.timeout = Duration::from_millis(500);
@@ -117,19 +119,28 @@ pub struct PrivateRedis {
 impl PrivateRedis {
     /// Starts one (with `requirepass` when `password` is given), or says that `test` skipped.
     pub fn start(test: &str, password: Option<&str>) -> Option<PrivateRedis> {
+        let args: Vec<String> = password.map(|p| vec!["--requirepass".to_owned(), p.to_owned()]).unwrap_or_default();
+        PrivateRedis::start_with(test, |port| {
+            let mut all = vec!["--port".to_owned(), port.to_string()];
+            all.extend(args.iter().cloned());
+            all
+        })
+    }
+
+    /// Starts one with the arguments `args` gives for its free port (which must make it listen
+    /// there: `--port P`, or `--port 0 --tls-port P`), or says that `test` skipped.
+    pub fn start_with(test: &str, args: impl Fn(u16) -> Vec<String>) -> Option<PrivateRedis> {
         shared_url(test)?;
         let server = std::env::var_os(SERVER_VAR).map_or_else(|| PathBuf::from("redis-server"), PathBuf::from);
         let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let dir = tempfile::tempdir().unwrap();
         let mut cmd = Command::new(&server);
-        cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+        cmd.args(args(port))
+            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
             .arg("--dir")
             .arg(dir.path())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
-        if let Some(p) = password {
-            cmd.args(["--requirepass", p]);
-        }
         let child = cmd.spawn().unwrap_or_else(|e| panic!("cannot start {}: {e}", server.display()));
         let started = Instant::now();
         while TcpStream::connect(("127.0.0.1", port)).is_err() {

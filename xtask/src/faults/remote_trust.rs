@@ -1,0 +1,242 @@
+//! The shared tier's trust rows of the fault matrix (ADR 0031): forged and replayed objects, a
+//! reader without trusted keys, `cache push` from a tampered or world-writable cache, and a
+//! `rediss://` server whose certificate does not chain to the given CA.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use gridkey_remote::trust::generate_signing_key;
+
+use super::super::{s, Matrix, Seen};
+use super::{lost, names, Client, Shared};
+
+/// Runs the trust rows.
+pub(super) fn rows(m: &mut Matrix, sh: &mut Shared) -> Result<()> {
+    let keys = m.fresh("remote-trust-keys");
+    std::fs::create_dir_all(&keys)?;
+    std::fs::set_permissions(&keys, std::fs::Permissions::from_mode(0o700))?;
+    let writer_key = keys.join("writer.key");
+    let public = generate_signing_key(&writer_key)?;
+    let trusted = keys.join("trusted");
+    std::fs::write(&trusted, format!("{public} ci\n"))?;
+    let all = sh.reference.len();
+
+    m.row(
+        "shared tier: forged objects, reader without trusted keys (no opt-in)",
+        "nothing downloaded, translated and built here",
+        |m| {
+            let url = sh.server.url();
+            let ns = sh.ns("forged");
+            // Unsigned objects, as any client with the password can write them.
+            m.seed(&Client::writer(&url, &ns))?;
+            let cache = m.fresh("remote-forged");
+            let n = m.node(&cache, &Client::reader(&url, &ns).with("GRIDKEY_REMOTE_TRUST", "signed"))?;
+            let st = n.remote();
+            let said = n.run.stderr.contains("no trusted keys: nothing is taken from the shared tier");
+            let ok = n.run.ok()
+                && said
+                && n.remote_hits() == 0
+                && st.bytes_in == 0
+                && n.run.translations() == all
+                && n.builds() == all;
+            Ok(Seen::new(
+                ok,
+                &lost(&sh.reference, &[(cache, &n)]),
+                format!("{} bytes in, {} built, start line {said}, {}", st.bytes_in, n.builds(), n.run.summary()),
+            ))
+        },
+    );
+
+    m.row("shared tier: signed objects replayed under another key and kind", "rejected, same results", |m| {
+        let url = sh.server.url();
+        let ns = sh.ns("replay");
+        m.seed(&Client::writer(&url, &ns).with("GRIDKEY_REMOTE_SIGNING_KEY", s(&writer_key).to_owned()))?;
+        let entries = names(&sh.server, &ns, "obj-v1:te:*")?;
+        let libraries = names(&sh.server, &ns, "obj-v1:kl:*")?;
+        let (Some(first), Some(second), Some(library)) = (entries.first(), entries.get(1), libraries.first()) else {
+            bail!("the seed left fewer than two entries or no library");
+        };
+        let signed = sh.server.get_raw(second)?.context("object missing")?;
+        // A validly signed translation entry under another key, and as a kernel library.
+        sh.server.set_raw(first, &signed)?;
+        sh.server.set_raw(library, &signed)?;
+        let cache = m.fresh("remote-replay");
+        let n =
+            m.node(&cache, &Client::reader(&url, &ns).with("GRIDKEY_REMOTE_TRUSTED_KEYS", s(&trusted).to_owned()))?;
+        let st = n.remote();
+        let ok = n.run.ok() && st.rejected >= 1 && n.remote_hits() == all - 1 && n.run.translations() == 1;
+        Ok(Seen::new(
+            ok,
+            &lost(&sh.reference, &[(cache, &n)]),
+            format!("{} rejected, {} remote hits, {}", st.rejected, n.remote_hits(), n.run.summary()),
+        ))
+    });
+
+    m.row(
+        "shared tier: cache push from a cache with a tampered library",
+        "that library and its entry not pushed",
+        |m| {
+            let url = sh.server.url();
+            let ns = sh.ns("push-tampered");
+            let cache = m.fresh("remote-push-tampered");
+            let first = m.run(&cache, &[], &[])?;
+            if !first.ok() {
+                bail!("filling the cache failed: {}", first.why());
+            }
+            let build = cache.join(gridkey_stencil::BUILD_DIR);
+            let mut libs: Vec<_> = std::fs::read_dir(&build)?.filter_map(|e| e.ok().map(|e| e.path())).collect();
+            libs.retain(|p| p.extension().is_some_and(|e| e == "so"));
+            libs.sort();
+            let victim = libs.first().context("no library in the cache")?;
+            let mut bytes = std::fs::read(victim)?;
+            let i = bytes.len() / 2;
+            bytes[i] ^= 0x01;
+            std::fs::write(victim, &bytes)?;
+            let writer = Client::writer(&url, &ns).with("GRIDKEY_REMOTE_SIGNING_KEY", s(&writer_key).to_owned());
+            let mut args = vec!["cache", "push", "--json", "--cache-dir", s(&cache)];
+            args.extend(writer.args());
+            let out = m.gridkey(&args, &writer.vars())?;
+            let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+            let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+            let pushed = names(&sh.server, &ns, "obj-v1:kl:*")?.len();
+            let named = stderr.contains(&victim.display().to_string());
+            // A reader that trusts the writer still runs everything, building the left-out one.
+            let fresh = m.fresh("remote-push-reader");
+            let n =
+                m.node(&fresh, &Client::reader(&url, &ns).with("GRIDKEY_REMOTE_TRUSTED_KEYS", s(&trusted).to_owned()))?;
+            let ok = out.status.success()
+                && named
+                && report["skipped"].as_u64() == Some(1)
+                && pushed == libs.len() - 1
+                && n.run.ok()
+                && n.builds() >= 1;
+            Ok(Seen::new(
+                ok,
+                &lost(&sh.reference, &[(fresh, &n)]),
+                format!("{pushed}/{} libraries pushed, victim named {named}, reader {}", libs.len(), n.run.summary()),
+            ))
+        },
+    );
+
+    m.row("shared tier: cache push from a world-writable cache", "refused, nothing pushed", |m| {
+        let url = sh.server.url();
+        let ns = sh.ns("push-open");
+        let cache = m.filled("remote-push-open")?;
+        std::fs::set_permissions(&cache, std::fs::Permissions::from_mode(0o777))?;
+        let writer = Client::writer(&url, &ns);
+        let mut args = vec!["cache", "push", "--json", "--cache-dir", s(&cache)];
+        args.extend(writer.args());
+        let out = m.gridkey(&args, &writer.vars())?;
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        let written = names(&sh.server, &ns, "*")?;
+        let ok = out.status.code() == Some(2) && stderr.contains("cannot push from") && written.is_empty();
+        let first = stderr.lines().next().unwrap_or("").chars().take(90).collect::<String>();
+        Ok(Seen::new(ok, &[], format!("exit {:?}, {} keys written: {first}", out.status.code(), written.len())))
+    });
+
+    m.row("shared tier: rediss:// with a wrong CA", "error at start naming the CA file", |m| {
+        let dir = m.fresh("remote-tls");
+        std::fs::create_dir_all(&dir)?;
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))?;
+        let _ca = certificate_authority(&dir, "site", true)?;
+        let wrong = certificate_authority(&dir, "other", false)?;
+        let server = TlsServer::start(&sh.binary, &dir, "site")?;
+        let url = format!("rediss://127.0.0.1:{}/", server.port);
+        let cache = m.fresh("remote-tls-cache");
+        let client = Client::writer(&url, "x").with("GRIDKEY_REMOTE_CA_FILE", s(&wrong).to_owned());
+        let n = m.node(&cache, &client)?;
+        let ok = n.run.code == Some(2)
+            && n.run.stderr.contains("TLS handshake failed")
+            && n.run.stderr.contains(s(&wrong))
+            && !cache.join(gridkey_fingerprint::TRANSLATION_DIR).exists();
+        let first = n.run.stderr.lines().last().unwrap_or("").chars().take(90).collect::<String>();
+        Ok(Seen::new(ok, &[], format!("exit {:?}: {first}", n.run.code)))
+    });
+    Ok(())
+}
+
+/// Makes, with Debian's `openssl`, a CA `<name>-ca.pem` in `dir` and, when `server` is set, a
+/// certificate for 127.0.0.1 signed by it (`<name>.crt`, `<name>.key`); returns the CA file.
+fn certificate_authority(dir: &Path, name: &str, server: bool) -> Result<std::path::PathBuf> {
+    let openssl = |args: &[&str]| -> Result<()> {
+        let out = Command::new("openssl").args(args).current_dir(dir).output().context("cannot run openssl")?;
+        if !out.status.success() {
+            bail!("openssl {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        Ok(())
+    };
+    let (ca, ca_key, subject) =
+        (format!("{name}-ca.pem"), format!("{name}-ca.key"), format!("/CN=gridkey faults {name}"));
+    openssl(&[
+        "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", &ca_key, "-out", &ca, "-days", "2", "-subj",
+        &subject,
+    ])?;
+    if server {
+        let (crt, key, csr) = (format!("{name}.crt"), format!("{name}.key"), format!("{name}.csr"));
+        openssl(&["req", "-newkey", "rsa:2048", "-nodes", "-keyout", &key, "-out", &csr, "-subj", "/CN=localhost"])?;
+        std::fs::write(dir.join("ext"), "subjectAltName=DNS:localhost,IP:127.0.0.1\n")?;
+        openssl(&[
+            "x509",
+            "-req",
+            "-in",
+            &csr,
+            "-CA",
+            &ca,
+            "-CAkey",
+            &ca_key,
+            "-CAcreateserial",
+            "-out",
+            &crt,
+            "-days",
+            "2",
+            "-extfile",
+            "ext",
+        ])?;
+    }
+    Ok(dir.join(ca))
+}
+
+/// A `redis-server` that speaks only TLS on a free loopback port; killed when dropped.
+struct TlsServer {
+    child: std::process::Child,
+    port: u16,
+}
+
+impl TlsServer {
+    fn start(binary: &Path, dir: &Path, name: &str) -> Result<TlsServer> {
+        let port = crate::redis_server::free_port()?;
+        let child = Command::new(binary)
+            .args(["--port", "0", "--tls-port", &port.to_string(), "--bind", "127.0.0.1", "--save", ""])
+            .arg("--tls-cert-file")
+            .arg(dir.join(format!("{name}.crt")))
+            .arg("--tls-key-file")
+            .arg(dir.join(format!("{name}.key")))
+            .args(["--tls-auth-clients", "no", "--loglevel", "warning"])
+            .arg("--dir")
+            .arg(dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .with_context(|| format!("cannot start {}", binary.display()))?;
+        let server = TlsServer { child, port };
+        let started = Instant::now();
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            if started.elapsed() > Duration::from_secs(10) {
+                bail!("redis-server with TLS did not listen on {port} within 10 s");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(server)
+    }
+}
+
+impl Drop for TlsServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
