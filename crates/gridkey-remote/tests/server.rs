@@ -456,6 +456,8 @@ fn a_server_stopped_mid_run_costs_one_timeout_with_the_heartbeat_in_flight() {
     assert!(elapsed <= s.timeout * 3 / 2 + s.lease_ttl / 2, "the run took {elapsed:?} after the stop");
     assert_eq!(errors, 1);
     assert!(warning.contains("no complete reply within 0.5 s"), "{warning}");
+}
+
 #[test]
 fn a_reader_without_trusted_keys_takes_nothing_by_default() {
     // The README's first quick start: every reader holds a password that can write, so a plain

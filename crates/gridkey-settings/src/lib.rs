@@ -56,8 +56,8 @@ pub use remote::{
     ENV_REMOTE_MAX_OBJECT, ENV_REMOTE_NAMESPACE, ENV_REMOTE_SIGNING_KEY, ENV_REMOTE_TIMEOUT, ENV_REMOTE_TRUSTED_KEYS,
     ENV_REMOTE_URL, ENV_REMOTE_WRITER,
 };
-pub use task::{IdentifiedCompiler, TaskSettings};
 pub use remote::{RemoteTrust, ENV_REMOTE_CA_FILE, ENV_REMOTE_TRUST};
+pub use task::{IdentifiedCompiler, TaskSettings};
 
 /// Variable choosing the build-jobs mode: `serial`, `thread` or `process`.
 pub const ENV_MODE: &str = "GRIDKEY_BUILD_JOBS_MODE";

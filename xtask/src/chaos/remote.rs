@@ -59,7 +59,7 @@ impl SharedTier {
         std::fs::write(&trusted_keys, format!("# the site's writer\n{public} chaos\n"))?;
         let forger_key = dir.join("forger.key");
         generate_signing_key(&forger_key)?;
-        let forger = Trust::new(Some(load_signing_key(&forger_key)?), None);
+        let forger = Trust::new(Some(load_signing_key(&forger_key)?), None, gridkey_settings::RemoteTrust::Acl);
         Ok(SharedTier { server, signing_key, trusted_keys, forger, stopped_until: None })
     }
 
@@ -163,7 +163,7 @@ impl SharedTier {
                 // The payload altered (a translation whose first accumulation subtracts, or a
                 // library byte flipped) and signed again by a key nobody trusts: a forgery that
                 // passes every check but the signer's.
-                let payload = object::decode(kind, &key, &bytes, u64::MAX, &Trust::none()).ok()?.to_vec();
+                let payload = object::decode(kind, &key, &bytes, u64::MAX, &Trust::acl()).ok()?.to_vec();
                 let forged = match kind {
                     Kind::TranslationEntry => {
                         String::from_utf8(payload).ok()?.replacen("acc += ", "acc -= ", 1).into_bytes()
