@@ -1035,7 +1035,7 @@ impl MappedTable {
         if meta.len() != expected_len as u64 {
             return Err(format(format!("it holds {} bytes, its header announces {expected_len}", meta.len())));
         }
-        if data_start % spec.dtype.itemsize() != 0 {
+        if !data_start.is_multiple_of(spec.dtype.itemsize()) {
             return Err(format(format!("its data starts at byte {data_start}, not aligned for {}", spec.dtype)));
         }
         if header.layout.is_fortran() {
