@@ -93,7 +93,7 @@ pub fn test(root: &Path, target: &Path) -> Result<bool> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
     let rust = timings.step("cargo test --workspace", || {
         Ok(Command::new(&cargo)
-            .args(["test", "--workspace"])
+            .args(["test", "--workspace", "--no-fail-fast"])
             .current_dir(root)
             .env("GRIDKEY_TEST_PYTHON", &python)
             .env(crate::redis_server::TEST_URL_VAR, redis.url())

@@ -35,6 +35,8 @@
 //! // A server that cannot be reached is not an error: the tier is off, with one warning.
 //! let mut settings = RemoteSettings::new("redis://127.0.0.1:1/");
 //! settings.role = Role::Writer;
+//! // Trusting the ACL: without it, and with no trusted keys, nothing would be asked for at all.
+//! settings.trust = gridkey_remote::RemoteTrust::Acl;
 //! let remote = Remote::connect(&settings).unwrap();
 //! assert!(!remote.is_on());
 //! assert_eq!(remote.get(Kind::TranslationEntry, &key), Fetched::Off);

@@ -247,7 +247,7 @@ impl Link {
             other => {
                 return Err(Failure::Reply(RedisError::from((
                     redis::ErrorKind::InvalidClientConfig,
-                    "this build connects over TCP or a Unix socket only",
+                    "this build connects over plain TCP or a Unix socket only, not TLS (rediss://): reach the server through a TLS tunnel you trust and give its redis:// URL",
                     format!("{other}"),
                 ))))
             }

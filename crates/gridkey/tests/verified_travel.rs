@@ -55,6 +55,11 @@ impl Node {
             ("CC".to_owned(), cc.display().to_string()),
         ];
         env.extend(trust.iter().map(|(k, v)| (k.to_string(), v.display().to_string())));
+        // A node given no trusted keys takes the planted, unsigned objects only when it trusts
+        // the Redis ACL (ADR 0031), as these tests' readers must.
+        if !trust.iter().any(|(k, _)| *k == "GRIDKEY_REMOTE_TRUSTED_KEYS") {
+            env.push(("GRIDKEY_REMOTE_TRUST".to_owned(), "acl".to_owned()));
+        }
         Node { cache: tempfile::tempdir().unwrap(), env, writer }
     }
 

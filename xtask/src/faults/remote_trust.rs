@@ -1,11 +1,8 @@
 //! The shared tier's trust rows of the fault matrix (ADR 0031): forged and replayed objects, a
 //! reader without trusted keys, `cache push` from a tampered or world-writable cache, and a
-//! `rediss://` server whose certificate does not chain to the given CA.
+//! `rediss://` URL, which this build refuses at start (it speaks no TLS).
 
 use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use gridkey_remote::trust::generate_signing_key;
@@ -137,106 +134,18 @@ pub(super) fn rows(m: &mut Matrix, sh: &mut Shared) -> Result<()> {
         Ok(Seen::new(ok, &[], format!("exit {:?}, {} keys written: {first}", out.status.code(), written.len())))
     });
 
-    m.row("shared tier: rediss:// with a wrong CA", "error at start naming the CA file", |m| {
-        let dir = m.fresh("remote-tls");
-        std::fs::create_dir_all(&dir)?;
-        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))?;
-        let _ca = certificate_authority(&dir, "site", true)?;
-        let wrong = certificate_authority(&dir, "other", false)?;
-        let server = TlsServer::start(&sh.binary, &dir, "site")?;
-        let url = format!("rediss://127.0.0.1:{}/", server.port);
+    m.row("shared tier: rediss:// URL (no TLS in this build)", "error at start naming the URL, no password", |m| {
+        let url = format!("rediss://writer:s3cret-pw@127.0.0.1:{}/", sh.server.port());
         let cache = m.fresh("remote-tls-cache");
-        let client = Client::writer(&url, "x").with("GRIDKEY_REMOTE_CA_FILE", s(&wrong).to_owned());
+        let client = Client::writer(&url, "x");
         let n = m.node(&cache, &client)?;
         let ok = n.run.code == Some(2)
-            && n.run.stderr.contains("TLS handshake failed")
-            && n.run.stderr.contains(s(&wrong))
+            && n.run.stderr.contains("not TLS")
+            && n.run.stderr.contains("rediss://writer:***@127.0.0.1")
+            && !n.run.stderr.contains("s3cret-pw")
             && !cache.join(gridkey_fingerprint::TRANSLATION_DIR).exists();
         let first = n.run.stderr.lines().last().unwrap_or("").chars().take(90).collect::<String>();
         Ok(Seen::new(ok, &[], format!("exit {:?}: {first}", n.run.code)))
     });
     Ok(())
-}
-
-/// Makes, with Debian's `openssl`, a CA `<name>-ca.pem` in `dir` and, when `server` is set, a
-/// certificate for 127.0.0.1 signed by it (`<name>.crt`, `<name>.key`); returns the CA file.
-fn certificate_authority(dir: &Path, name: &str, server: bool) -> Result<std::path::PathBuf> {
-    let openssl = |args: &[&str]| -> Result<()> {
-        let out = Command::new("openssl").args(args).current_dir(dir).output().context("cannot run openssl")?;
-        if !out.status.success() {
-            bail!("openssl {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
-        }
-        Ok(())
-    };
-    let (ca, ca_key, subject) =
-        (format!("{name}-ca.pem"), format!("{name}-ca.key"), format!("/CN=gridkey faults {name}"));
-    openssl(&[
-        "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", &ca_key, "-out", &ca, "-days", "2", "-subj",
-        &subject,
-    ])?;
-    if server {
-        let (crt, key, csr) = (format!("{name}.crt"), format!("{name}.key"), format!("{name}.csr"));
-        openssl(&["req", "-newkey", "rsa:2048", "-nodes", "-keyout", &key, "-out", &csr, "-subj", "/CN=localhost"])?;
-        std::fs::write(dir.join("ext"), "subjectAltName=DNS:localhost,IP:127.0.0.1\n")?;
-        openssl(&[
-            "x509",
-            "-req",
-            "-in",
-            &csr,
-            "-CA",
-            &ca,
-            "-CAkey",
-            &ca_key,
-            "-CAcreateserial",
-            "-out",
-            &crt,
-            "-days",
-            "2",
-            "-extfile",
-            "ext",
-        ])?;
-    }
-    Ok(dir.join(ca))
-}
-
-/// A `redis-server` that speaks only TLS on a free loopback port; killed when dropped.
-struct TlsServer {
-    child: std::process::Child,
-    port: u16,
-}
-
-impl TlsServer {
-    fn start(binary: &Path, dir: &Path, name: &str) -> Result<TlsServer> {
-        let port = crate::redis_server::free_port()?;
-        let child = Command::new(binary)
-            .args(["--port", "0", "--tls-port", &port.to_string(), "--bind", "127.0.0.1", "--save", ""])
-            .arg("--tls-cert-file")
-            .arg(dir.join(format!("{name}.crt")))
-            .arg("--tls-key-file")
-            .arg(dir.join(format!("{name}.key")))
-            .args(["--tls-auth-clients", "no", "--loglevel", "warning"])
-            .arg("--dir")
-            .arg(dir)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .with_context(|| format!("cannot start {}", binary.display()))?;
-        let server = TlsServer { child, port };
-        let started = Instant::now();
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            if started.elapsed() > Duration::from_secs(10) {
-                bail!("redis-server with TLS did not listen on {port} within 10 s");
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Ok(server)
-    }
-}
-
-impl Drop for TlsServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }

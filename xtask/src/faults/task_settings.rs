@@ -12,7 +12,7 @@ use gridkey_jobs::{BuildJobs, BuildJobsMode, ProcessPool, Runner, WorkerCommand}
 use super::{check_final_files, s, Matrix, Seen};
 
 /// The handshake deadline of the row's pool.
-const DEADLINE: Duration = Duration::from_secs(1);
+const DEADLINE: Duration = Duration::from_secs(5);
 
 /// The rows of this file, called from the matrix.
 pub(super) fn rows(m: &mut Matrix) -> Result<()> {
@@ -26,12 +26,14 @@ pub(super) fn rows(m: &mut Matrix) -> Result<()> {
 
 /// A worker command that, on its first start, leaves a sleeping child and waits without a
 /// handshake (writing both pids to `dir/silent.pids`), and is the real `gridkey worker` after.
+/// "First" is decided by an atomic `mkdir`, so that two workers started at once are never
+/// both silent.
 fn silent_once(dir: &Path, bin: &Path) -> Result<WorkerCommand> {
     let pids = dir.join("silent.pids");
     let script = dir.join("silent-once-worker");
     let body = format!(
-        "#!/bin/sh\nif [ ! -e '{}' ]; then\n  sleep 600 &\n  echo \"$$ $!\" > '{}'\n  wait\nfi\nexec '{}' worker \"$@\"\n",
-        s(&pids),
+        "#!/bin/sh\nif mkdir '{}' 2>/dev/null; then\n  sleep 600 &\n  echo \"$$ $!\" > '{}'\n  wait\nfi\nexec '{}' worker \"$@\"\n",
+        s(&dir.join("silent.once")),
         s(&pids),
         s(bin)
     );
