@@ -88,6 +88,7 @@
 
 #![warn(missing_docs)]
 
+pub mod gt4py;
 mod protocol;
 
 pub use protocol::{translate_cached, CacheProtocolError, Cached, Request, SiteCache, Tier, Tiers};

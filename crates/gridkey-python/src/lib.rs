@@ -37,6 +37,7 @@
 mod array;
 mod device;
 mod errors;
+mod gt4py_tiers;
 mod interrupt;
 mod keys;
 mod offsets;
@@ -90,5 +91,10 @@ fn _gridkey(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<keys::KeyInputs>()?;
     m.add_function(wrap_pyfunction!(keys::translation_key, m)?)?;
     m.add_function(wrap_pyfunction!(keys::explain, m)?)?;
+    m.add("GT4PY_DIR", gridkey_fingerprint::gt4py::GT4PY_DIR)?;
+    m.add_class::<gt4py_tiers::Gt4pyStore>()?;
+    m.add_function(wrap_pyfunction!(gt4py_tiers::cxx_compiler_identity, m)?)?;
+    m.add_function(wrap_pyfunction!(gt4py_tiers::gt4py_extension_key, m)?)?;
+    m.add_function(wrap_pyfunction!(gt4py_tiers::gt4py_translation_key, m)?)?;
     Ok(())
 }

@@ -1,10 +1,12 @@
 //! The cache directory as a whole: checks before use, `gridkey cache stats` and
 //! `gridkey cache gc` (ADR 0009, ADR 0012). No printing: the binary reports.
 //!
-//! A cache directory holds three stores, each named with its format version:
+//! A cache directory holds four stores, each named with its format version:
 //! `tables-v1/` (`<hex[0..2]>/<hex>.npy`, gridkey-store), `translation-v2/`
-//! (`<hex[0..2]>/<hex>.bin` with its record `<hex>.json`, gridkey-fingerprint) and `build-v2/`
-//! (`<hex>.so`, gridkey-stencil). Files named `.tmp-*` are unfinished writes.
+//! (`<hex[0..2]>/<hex>.bin` with its record `<hex>.json`, gridkey-fingerprint), `build-v2/`
+//! (`<hex>.so`, gridkey-stencil) and `gt4py-v1/` (GT4Py's translation entries and built
+//! extensions, `{translation,extension}/<hex[0..2]>/<hex>.bin`, written by the Python package,
+//! ADR 0040). Files named `.tmp-*` are unfinished writes.
 
 use std::fs;
 use std::io;
@@ -18,10 +20,11 @@ use serde::{Deserialize, Serialize};
 use crate::AppError;
 
 /// The stores of a cache directory with the extension of their entries, in report order.
-pub const STORES: [(&str, &str); 3] = [
+pub const STORES: [(&str, &str); 4] = [
     (gridkey_store::TABLES_DIR, "npy"),
     (gridkey_fingerprint::TRANSLATION_DIR, "bin"),
     (gridkey_stencil::BUILD_DIR, "so"),
+    (gridkey_fingerprint::gt4py::GT4PY_DIR, "bin"),
 ];
 
 /// How old (modification time, seconds) an unlocked temp file must be before `gridkey run`
@@ -448,7 +451,7 @@ fn read_registration(path: &Path) -> Option<Registration> {
 /// Entries and bytes of one store.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StoreStats {
-    /// Store directory name (`tables-v1`, `translation-v2`, `build-v2`).
+    /// Store directory name (`tables-v1`, `translation-v2`, `build-v2`, `gt4py-v1`).
     pub store: String,
     /// Number of entries (tables, translation entries, libraries).
     pub entries: u64,

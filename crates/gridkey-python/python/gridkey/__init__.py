@@ -12,6 +12,7 @@ from . import errors
 from ._gridkey import (
     DEFAULT_MAX_TABLE_BYTES,
     DIGEST_FORMAT_VERSION,
+    GT4PY_DIR,
     KEY_FORMAT_VERSION,
     TABLES_DIR,
     CompileTimeConnectivity,
@@ -45,6 +46,7 @@ from .errors import (
 __all__ = [
     "DEFAULT_MAX_TABLE_BYTES",
     "DIGEST_FORMAT_VERSION",
+    "GT4PY_DIR",
     "KEY_FORMAT_VERSION",
     "TABLES_DIR",
     "CompileTimeConnectivity",

@@ -49,6 +49,7 @@ from gt4py.next.embedded import nd_array_field as _nd_array_field
 from gt4py.next.otf import compilation_tasks as _compilation_tasks
 
 import gridkey
+from gridkey import _gt4py_tiers
 from gridkey.errors import GridkeyError
 
 __all__ = [
@@ -297,6 +298,7 @@ def install(*, cache_dir: Optional[os.PathLike | str] = None, verify: Optional[b
     converter = _Converter(cache_dir, verify)
     if _state.converter is None or (_state.converter.cache_dir, _state.converter.verify) != (converter.cache_dir, converter.verify):
         _state.converter = converter
+    _gt4py_tiers.install(cache_dir=_state.converter.cache_dir)
     current = _compilation_tasks.make_compilation_task
     if _state.wrapper is not None and current is _state.wrapper:
         return True

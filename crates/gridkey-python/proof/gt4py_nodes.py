@@ -1,0 +1,167 @@
+"""GT4Py builds shared across nodes through gridkey's tiers: each node a fresh interpreter with its own GT4Py cache
+and its own gridkey cache directory (ADR 0040).
+
+``--node`` runs one node: it compiles the given programs (serially, so that every count is this process's) with
+``gridkey.gt4py`` installed, runs each on the runtime provider, checks it against the NumPy reference and prints one
+JSON object on its last line: the translations GT4Py ran and the C++ builds it ran (counted on GT4Py's translation
+cache writes and ``CompiledbProject.build``), what gridkey's store materialized, stored and rejected, the seconds of
+the compile phase and whether every result verified.
+
+Without ``--node`` it is the proof: ``--nodes N`` nodes fill their caches one after the other from a common store
+(``--shared DIR``, the gridkey cache directory they share; the Redis tier is not wired to GT4Py yet), then a fresh
+node (empty GT4Py cache) is timed warm from that store against the same node warm from its own GT4Py cache. Exit
+status 0 when translations and builds equal the programs cluster-wide, the fresh node translated and built nothing,
+and its compile phase took at most 1.2x the local warm one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+
+HERE = pathlib.Path(__file__).resolve().parent
+ROOT = HERE.parents[2]
+GRID = ROOT / "data" / "grids" / "icon_grid_0013_R02B04_R.nc"
+
+
+def node(args) -> dict:
+    warnings.filterwarnings("ignore", message="Python is not running in optimized mode")
+    import numpy as np
+
+    sys.path.insert(0, str(HERE))
+    from gt4py._core import filecache
+    from gt4py.next.otf import compiled_program
+    from gt4py.next.otf.compilation.build_systems import compiledb
+
+    import icon_programs as ip
+
+    counts = {"translations": 0, "builds": 0}
+    original_set = filecache.FileCache.__setitem__
+    original_build = compiledb.CompiledbProject.build
+
+    def counted_set(self, key, value):
+        if pathlib.Path(self.path).parent.name == "translation_cache":
+            counts["translations"] += 1
+        return original_set(self, key, value)
+
+    def counted_build(self):
+        counts["builds"] += 1
+        return original_build(self)
+
+    filecache.FileCache.__setitem__ = counted_set
+    compiledb.CompiledbProject.build = counted_build
+
+    import gridkey.gt4py
+    from gridkey import _gt4py_tiers
+
+    tables = ip.read_icon_tables(args.grid)
+    provider = ip.offset_provider(tables)
+    started = time.perf_counter()
+    gridkey.gt4py.install()
+    programs = [ip.PROGRAMS[name] for name in args.programs]
+    for program in programs:
+        program.compile(offset_provider=provider)
+    compiled_program.wait_for_compilation()
+    compile_seconds = time.perf_counter() - started
+    errors = {}
+    cases = ip.cases(tables)
+    for name in args.programs:
+        inputs, out, reference = cases[name]
+        fields = ip.as_fields({**inputs, out: np.zeros_like(reference)})
+        ip.PROGRAMS[name](**fields, offset_provider=provider)
+        got = fields[out].asnumpy()
+        errors[name] = float(np.max(np.abs(got - reference)) / max(float(np.max(np.abs(reference))), 1e-300))
+    c = _gt4py_tiers.counters()
+    return {
+        **counts,
+        "translations_materialized": c.translations_materialized,
+        "extensions_materialized": c.extensions_materialized,
+        "translations_stored": c.translations_stored,
+        "extensions_stored": c.extensions_stored,
+        "foreign_rebuilt": c.foreign_rebuilt,
+        "rejected": c.rejected,
+        "compile_seconds": compile_seconds,
+        "max_rel_error": errors,
+        "verified": all(e <= 1e-12 for e in errors.values()),
+    }
+
+
+def node_env(gt4py_cache: pathlib.Path, gridkey_cache: pathlib.Path, extra: dict | None = None) -> dict[str, str]:
+    """The environment of a node: its GT4Py cache, its gridkey cache directory, serial builds, the venv's cmake."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GT4PY_", "GRIDKEY_"))}
+    env.update(
+        GT4PY_BUILD_CACHE_LIFETIME="persistent",
+        GT4PY_BUILD_CACHE_DIR=str(gt4py_cache),
+        GT4PY_BUILD_JOBS_MODE="serial",
+        GRIDKEY_CACHE_DIR=str(gridkey_cache),
+        PATH=f"{pathlib.Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+    )
+    env.update(extra or {})
+    return env
+
+
+def run_node(gt4py_cache, gridkey_cache, programs, *, grid=GRID, extra_env=None) -> dict:
+    """Runs one node in a fresh interpreter and returns its JSON object (raises with its output when it fails)."""
+    command = [sys.executable, str(pathlib.Path(__file__).resolve()), "--node", "--grid", str(grid), *programs]
+    done = subprocess.run(command, env=node_env(gt4py_cache, gridkey_cache, extra_env), capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"node {gt4py_cache} failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def proof(args) -> int:
+    work = pathlib.Path(tempfile.mkdtemp(prefix="gt4py-nodes-")) if args.work is None else args.work
+    shared = work / "gridkey"
+    rows = []
+    for n in range(args.nodes):
+        rows.append(run_node(work / f"node{n}" / ".gt4py_cache", shared, args.programs, grid=args.grid))
+        print(f"node {n}: {json.dumps(rows[-1])}", flush=True)
+    translations = sum(r["translations"] for r in rows)
+    builds = sum(r["builds"] for r in rows)
+    fresh = run_node(work / "fresh" / ".gt4py_cache", shared, args.programs, grid=args.grid)
+    local = run_node(work / "fresh" / ".gt4py_cache", shared, args.programs, grid=args.grid)
+    print(f"fresh node warm from the store: {json.dumps(fresh)}")
+    print(f"same node warm from its own cache: {json.dumps(local)}")
+    ratio = fresh["compile_seconds"] / max(local["compile_seconds"], 1e-9)
+    ok = (
+        translations == len(args.programs)
+        and builds == len(args.programs)
+        and fresh["translations"] == 0
+        and fresh["builds"] == 0
+        and ratio <= 1.2
+        and all(r["verified"] for r in [*rows, fresh, local])
+    )
+    print(
+        f"{args.nodes} nodes, {len(args.programs)} programs: {translations} translations, {builds} builds cluster-wide;"
+        f" fresh node {fresh['translations']} translations, {fresh['builds']} builds,"
+        f" {fresh['compile_seconds']:.2f} s vs {local['compile_seconds']:.2f} s local ({ratio:.2f}x): {'ok' if ok else 'FAILED'}"
+    )
+    if args.work is None and ok:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0 if ok else 1
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--node", action="store_true", help="run one node and print its JSON object")
+    parser.add_argument("--nodes", type=int, default=4)
+    parser.add_argument("--grid", type=pathlib.Path, default=GRID)
+    parser.add_argument("--work", type=pathlib.Path, default=None)
+    parser.add_argument("programs", nargs="*", default=["div", "rot", "grad_n"])
+    args = parser.parse_args()
+    if args.node:
+        print(json.dumps(node(args)), flush=True)
+        return 0
+    return proof(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

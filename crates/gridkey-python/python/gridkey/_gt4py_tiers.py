@@ -1,0 +1,309 @@
+"""GT4Py's translation entries and built extensions in gridkey's cache directory (ADR 0040).
+
+GT4Py 1.2 keeps translations in a ``FileCache`` (``<build cache>/translation_cache/gtfn/<hash>.pkl``) and builds each
+extension in a folder named by the fingerprint of its source, GT4Py's version and its build system; the name does not
+encode the C++ compiler, the Python ABI or the nanobind and gridtools-cpp headers compiled in. ``install`` adds
+gridkey's store ``<cache_dir>/gt4py-v1/`` behind both:
+
+- a translation entry GT4Py writes is stored as ``gt4py-v1/translation/<key>.bin``, keyed by GT4Py's own entry name
+  and version; when GT4Py looks up an entry it lacks (``FileCache.__contains__``/``__getitem__`` of a translation
+  cache), the stored one is written into its ``FileCache`` first;
+- an extension GT4Py built (``CPPCompiler.__call__``) is stored as ``gt4py-v1/extension/<key>.bin`` with only the
+  files loading needs (the module ``build/bin/<name>.cpython-3XX-<platform>.so`` and ``gt4py.json``), keyed by the
+  extension key (``gridkey_fingerprint::gt4py``: build folder name, C++ compiler identity, extension suffix, platform,
+  nanobind, gridtools-cpp and GT4Py versions); before GT4Py checks a build folder that is not usable, the stored
+  extension of this key is written into it, ``gt4py.json`` last;
+- every folder gridkey stored or materialized holds ``.gridkey-extension`` with its key: a folder whose key is not
+  the key here (another compiler, another interpreter ABI) is rebuilt, never loaded;
+- entries are checked on every read (magic, key, length, checksum, paths inside the folder); a truncated or corrupted
+  one is removed and counted, and GT4Py builds again.
+
+Spawned build workers get the same hooks: ``install`` sets ``gt4py.next.config.GRIDKEY_GT4PY_TIERS``, which GT4Py's
+process runner ships to every worker with its configuration, and whose unpickling installs them there.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.metadata
+import os
+import pathlib
+import sysconfig
+import threading
+from typing import Any, Optional
+
+import gt4py
+from gt4py._core import file_utils as _file_utils
+from gt4py._core import filecache as _filecache
+from gt4py._core import locking as _locking
+from gt4py.next import config as _config
+from gt4py.next import fingerprinting as _fingerprinting
+from gt4py.next.otf.compilation import build_data as _build_data
+from gt4py.next.otf.compilation import cache as _cache
+from gt4py.next.otf.compilation import compiler as _compiler
+
+from . import _gridkey
+
+__all__ = ["Counters", "extension_key_inputs", "install", "installed", "uninstall", "counters", "MARKER"]
+
+#: The file in a build folder that names the extension key it was built or materialized for.
+MARKER = ".gridkey-extension"
+
+_CONFIG_NAME = "GRIDKEY_GT4PY_TIERS"
+
+
+@dataclasses.dataclass
+class Counters:
+    """What the hooks did in this process: translation entries and extensions stored into and materialized from
+    gridkey's store, folders rebuilt because their key was another, and entries rejected (and removed)."""
+
+    translations_stored: int = 0
+    translations_materialized: int = 0
+    extensions_stored: int = 0
+    extensions_materialized: int = 0
+    foreign_rebuilt: int = 0
+    rejected: int = 0
+
+
+@dataclasses.dataclass
+class _State:
+    cache_dir: Optional[str] = None
+    store: Any = None
+    original_call: Any = None
+    original_contains: Any = None
+    original_getitem: Any = None
+    original_setitem: Any = None
+    key_inputs: Optional[dict] = None
+    counters: Counters = dataclasses.field(default_factory=Counters)
+
+
+_state = _State()
+_lock = threading.Lock()
+
+
+class _WorkerHook:
+    """Shipped to spawned workers inside GT4Py's configuration; unpickling it installs the hooks there."""
+
+    def __init__(self, cache_dir: str):
+        self.cache_dir = cache_dir
+
+    def __reduce__(self):
+        return (_install_in_worker, (self.cache_dir,))
+
+
+def _install_in_worker(cache_dir: str) -> _WorkerHook:
+    install(cache_dir=cache_dir)
+    return _WorkerHook(cache_dir)
+
+
+def _version(distribution: str) -> str:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return "absent"
+
+
+def extension_key_inputs() -> dict:
+    """The inputs of every extension key of this process but the build folder's name, computed once: the C++
+    compiler GT4Py's CMake runs (``CXX``, else ``c++``/``g++``/``clang++`` on ``PATH``) and its identity (ADR 0022),
+    the extension suffix and platform of this interpreter, the installed nanobind, gridtools-cpp and GT4Py versions.
+    """
+    with _lock:
+        if _state.key_inputs is None:
+            command, identity = _gridkey.cxx_compiler_identity(os.environ, pathlib.Path.cwd())
+            _state.key_inputs = {
+                "compiler": command,
+                "compiler_identity": identity,
+                "ext_suffix": sysconfig.get_config_var("EXT_SUFFIX") or "",
+                "platform": sysconfig.get_platform(),
+                "nanobind_version": _version("nanobind"),
+                "gridtools_cpp_version": _version("gridtools-cpp"),
+                "gt4py_version": str(gt4py.__version__),
+            }
+        return _state.key_inputs
+
+
+def extension_key(build_folder: str) -> str:
+    """The extension key (32 hex digits) of the build folder named ``build_folder`` in this process."""
+    i = extension_key_inputs()
+    return _gridkey.gt4py_extension_key(
+        build_folder,
+        i["compiler_identity"],
+        i["ext_suffix"],
+        i["platform"],
+        i["nanobind_version"],
+        i["gridtools_cpp_version"],
+        i["gt4py_version"],
+    )
+
+
+def _read_marker(folder: pathlib.Path) -> Optional[str]:
+    try:
+        return (folder / MARKER).read_text().strip()
+    except OSError:
+        return None
+
+
+def _write_marker(folder: pathlib.Path, key: str) -> None:
+    _file_utils.atomic_write_bytes(folder / MARKER, key.encode())
+
+
+def _sync_rejections(store) -> None:
+    _state.counters.rejected = store.rejected
+
+
+def _prepare_folder(folder: pathlib.Path, key: str) -> None:
+    """Under the folder's lock: a usable folder of another key is made unusable; an unusable one is filled from the
+    store when it has this key."""
+    store = _state.store
+    data = _build_data.read_data(folder)
+    marker = _read_marker(folder)
+    if _compiler.is_usable(data, folder):
+        if marker is None or marker == key:
+            return
+        # Built or materialized for another compiler, interpreter ABI or header set: never load it.
+        (folder / "gt4py.json").unlink(missing_ok=True)
+        (folder / MARKER).unlink(missing_ok=True)
+        _state.counters.foreign_rebuilt += 1
+    names = store.materialize(key, folder)
+    _sync_rejections(store)
+    if names is None:
+        return
+    if _compiler.is_usable(_build_data.read_data(folder), folder):
+        _write_marker(folder, key)
+        _state.counters.extensions_materialized += 1
+
+
+def _store_folder(folder: pathlib.Path, key: str) -> None:
+    store = _state.store
+    data = _build_data.read_data(folder)
+    if not _compiler.is_usable(data, folder) or _read_marker(folder) == key:
+        return
+    if pathlib.Path(store.entry_path("extension", key)).is_file():
+        _write_marker(folder, key)
+        return
+    module = pathlib.PurePosixPath(data.module)
+    if module.is_absolute():
+        return  # a folder that points outside itself does not travel
+    store.put_extension(key, folder, [str(module), "gt4py.json"])
+    _write_marker(folder, key)
+    _state.counters.extensions_stored += 1
+
+
+def _compiler_call(self, inp):
+    if self.force_recompile:
+        return _state.original_call(self, inp)
+    build_context_id = _fingerprinting.strict_fingerprinter(self.builder_factory) if self.fingerprint_builder_factory else ""
+    folder = _cache.get_cache_folder(inp, self.cache_lifetime, build_context_id)
+    key = extension_key(folder.name)
+    with _locking.lock(folder):
+        _prepare_folder(folder, key)
+    artifact = _state.original_call(self, inp)
+    with _locking.lock(folder):
+        _store_folder(folder, key)
+    return artifact
+
+
+def _translation_cache(cache) -> Optional[str]:
+    """The name of the translation cache (``gtfn``) a ``FileCache`` is, or None for another cache."""
+    path = pathlib.Path(cache.path)
+    return path.name if path.parent.name == _cache.TRANSLATION_CACHE_DIR_NAME else None
+
+
+def _translation_key(cache, name: str, key) -> tuple[pathlib.Path, str]:
+    path = cache._get_path(key)
+    return path, _gridkey.gt4py_translation_key(str(gt4py.__version__), name, path.stem)
+
+
+def _materialize_translation(cache, key) -> None:
+    name = _translation_cache(cache)
+    if name is None or _state.store is None:
+        return
+    path, gk = _translation_key(cache, name, key)
+    if path.exists():
+        return
+    data = _state.store.get_translation(gk)
+    _sync_rejections(_state.store)
+    if data is None:
+        return
+    cache.path.mkdir(parents=True, exist_ok=True)
+    with _locking.lock(path):
+        if not path.exists():
+            _file_utils.atomic_write_bytes(path, data)
+            _state.counters.translations_materialized += 1
+
+
+def _contains(self, key) -> bool:
+    _materialize_translation(self, key)
+    return _state.original_contains(self, key)
+
+
+def _getitem(self, key):
+    _materialize_translation(self, key)
+    return _state.original_getitem(self, key)
+
+
+def _setitem(self, key, value) -> None:
+    _state.original_setitem(self, key, value)
+    name = _translation_cache(self)
+    if name is None or _state.store is None:
+        return
+    path, gk = _translation_key(self, name, key)
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return
+    _state.store.put_translation(gk, data)
+    _state.counters.translations_stored += 1
+
+
+def install(*, cache_dir: Optional[os.PathLike | str] = None) -> None:
+    """Puts gridkey's store ``<cache_dir>/gt4py-v1`` behind GT4Py's translation cache and build folders (see the
+    module documentation), here and in the build workers GT4Py spawns. ``cache_dir``: default
+    ``gridkey.Settings().cache_dir``, made absolute now. Idempotent; a second call with another directory switches.
+
+    Raises ``GridkeyOSError`` when the store cannot be created.
+    """
+    if cache_dir is None:
+        cache_dir = _gridkey.Settings().cache_dir
+    cache_dir = str(pathlib.Path(cache_dir).absolute())
+    with _lock:
+        if _state.cache_dir != cache_dir:
+            _state.store = _gridkey.Gt4pyStore(cache_dir)
+            _state.cache_dir = cache_dir
+        if _state.original_call is None:
+            _state.original_call = _compiler.CPPCompiler.__call__
+            _state.original_contains = _filecache.FileCache.__contains__
+            _state.original_getitem = _filecache.FileCache.__getitem__
+            _state.original_setitem = _filecache.FileCache.__setitem__
+            _compiler.CPPCompiler.__call__ = _compiler_call
+            _filecache.FileCache.__contains__ = _contains
+            _filecache.FileCache.__getitem__ = _getitem
+            _filecache.FileCache.__setitem__ = _setitem
+    setattr(_config, _CONFIG_NAME, _WorkerHook(cache_dir))
+
+
+def uninstall() -> bool:
+    """Restores GT4Py's own methods. Returns whether the hooks were installed."""
+    with _lock:
+        if _state.original_call is None:
+            return False
+        _compiler.CPPCompiler.__call__ = _state.original_call
+        _filecache.FileCache.__contains__ = _state.original_contains
+        _filecache.FileCache.__getitem__ = _state.original_getitem
+        _filecache.FileCache.__setitem__ = _state.original_setitem
+        _state.original_call = _state.original_contains = _state.original_getitem = _state.original_setitem = None
+        _state.cache_dir = _state.store = None
+    if hasattr(_config, _CONFIG_NAME):
+        delattr(_config, _CONFIG_NAME)
+    return True
+
+
+def installed() -> bool:
+    """Whether the hooks are installed."""
+    return _state.original_call is not None
+
+
+def counters() -> Counters:
+    """What the hooks did in this process so far (workers count their own)."""
+    return dataclasses.replace(_state.counters)

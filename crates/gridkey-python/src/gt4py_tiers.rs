@@ -1,0 +1,244 @@
+//! The Rust core of `gridkey._gt4py_tiers`: the key of a shared GT4Py extension (ADR 0040), the
+//! identity of the C++ compiler GT4Py's CMake runs (ADR 0022), and GT4Py's store `gt4py-v1/` in
+//! gridkey's cache directory (`gridkey_fingerprint::gt4py`).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use gridkey_fingerprint::gt4py::{self as core, ExtensionKeyInputs, Gt4pyKind};
+use gridkey_fingerprint::{FingerprintError, Miss, TranslationKey};
+use gridkey_settings::CompilerSettings;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyMapping};
+
+use crate::errors::{error, guard, Kind};
+
+/// The compilers CMake looks for, in its order, when `CXX` is not set (`CMakeDetermineCXXCompiler`).
+const CMAKE_CXX_NAMES: [&str; 3] = ["c++", "g++", "clang++"];
+
+fn vars_of(mapping: &Bound<'_, PyAny>) -> PyResult<BTreeMap<String, String>> {
+    let mapping = mapping
+        .cast::<PyMapping>()
+        .map_err(|_| error(Kind::Type, "the compiler's environment is a mapping of variable names to values"))?;
+    let mut vars = BTreeMap::new();
+    for item in mapping.items()?.iter() {
+        let (name, value): (String, String) = item.extract()?;
+        vars.insert(name, value);
+    }
+    Ok(vars)
+}
+
+/// The C++ compiler GT4Py's CMake runs in the environment `environ` (a mapping, `os.environ`):
+/// the words of `CXX` when set, else the first of `c++`, `g++`, `clang++` on its `PATH`
+/// (`c++` when none is found), and its identity as ADR 0022 defines it
+/// (`gridkey_stencil::compiler_identity`: executable bytes, `--version`, `-dumpmachine`; never
+/// its path). Returns `(command, identity)`, the identity 32 hex digits. `cwd` anchors a
+/// relative `CXX`.
+///
+/// Errors: `SettingsError` for a blank `CXX`.
+#[pyfunction]
+pub fn cxx_compiler_identity(py: Python<'_>, environ: &Bound<'_, PyAny>, cwd: PathBuf) -> PyResult<(String, String)> {
+    let vars = vars_of(environ)?;
+    guard(|| {
+        let lookup = |name: &str| vars.get(name).cloned();
+        let words = match vars.get("CXX") {
+            Some(cxx) => cxx.clone(),
+            None => {
+                let path = vars.get("PATH").cloned().unwrap_or_default();
+                let found = CMAKE_CXX_NAMES.into_iter().find(|n| which::which_in(n, Some(&path), &cwd).is_ok());
+                found.unwrap_or(CMAKE_CXX_NAMES[0]).to_owned()
+            }
+        };
+        let compiler = CompilerSettings::from_command(&words, lookup)
+            .map_err(|e| error(Kind::Settings, e.to_string().replace("GRIDKEY_CC", "CXX")))?;
+        let identity = py.detach(|| gridkey_stencil::compiler_identity(&compiler, &cwd));
+        Ok((compiler.command.join(" "), identity))
+    })
+}
+
+/// The extension key (ADR 0040), 32 hex digits, of a build folder named `build_folder` (its
+/// last path component) built by the C++ compiler of `compiler_identity`, for an interpreter of
+/// extension suffix `ext_suffix` on `platform`, against nanobind `nanobind_version` and
+/// gridtools-cpp `gridtools_cpp_version`, by GT4Py `gt4py_version`. No path, time or host enters
+/// it (`gridkey_fingerprint::gt4py` lists every input and why).
+#[pyfunction]
+pub fn gt4py_extension_key(
+    build_folder: String,
+    compiler_identity: String,
+    ext_suffix: String,
+    platform: String,
+    nanobind_version: String,
+    gridtools_cpp_version: String,
+    gt4py_version: String,
+) -> String {
+    ExtensionKeyInputs {
+        build_folder,
+        compiler_identity,
+        ext_suffix,
+        platform,
+        nanobind_version,
+        gridtools_cpp_version,
+        gt4py_version,
+    }
+    .key()
+    .to_hex()
+}
+
+/// The key of a GT4Py translation entry, 32 hex digits: GT4Py's own key (`gt4py_key`, the name
+/// of its `FileCache` entry without `.pkl`) in the translation cache `cache_name` (`gtfn`) of
+/// GT4Py `gt4py_version` (`gridkey_fingerprint::gt4py::translation_entry_key`).
+#[pyfunction]
+pub fn gt4py_translation_key(gt4py_version: &str, cache_name: &str, gt4py_key: &str) -> String {
+    core::translation_entry_key(gt4py_version, cache_name, gt4py_key).to_hex()
+}
+
+fn parse_key(key: &str) -> PyResult<TranslationKey> {
+    key.parse().map_err(|e: FingerprintError| error(Kind::Value, e.to_string()))
+}
+
+fn write_error(e: FingerprintError) -> PyErr {
+    error(Kind::Os, e.to_string())
+}
+
+/// GT4Py's store in gridkey's cache directory: `<cache_dir>/gt4py-v1/{translation,extension}/`,
+/// entries in the translation cache's checked format (magic, version, key, length, checksum),
+/// written atomically. A truncated, corrupted or misplaced entry is a miss, removed and counted
+/// (`rejected`), so that GT4Py builds again and the store gets a good one.
+#[pyclass(module = "gridkey", frozen)]
+pub struct Gt4pyStore {
+    inner: core::Gt4pyStore,
+    rejected: AtomicU64,
+    last_rejection: std::sync::Mutex<Option<String>>,
+}
+
+impl Gt4pyStore {
+    fn get(&self, kind: Gt4pyKind, key: &str) -> PyResult<Option<Vec<u8>>> {
+        match self.inner.get(kind, &parse_key(key)?) {
+            Ok(payload) => Ok(Some(payload)),
+            Err(Miss::Absent) => Ok(None),
+            Err(Miss::Invalid(why)) => {
+                self.rejected.fetch_add(1, Ordering::Relaxed);
+                if let Ok(mut last) = self.last_rejection.lock() {
+                    *last = Some(why);
+                }
+                Ok(None)
+            }
+        }
+    }
+}
+
+#[pymethods]
+impl Gt4pyStore {
+    /// Opens (creating if needed) `<cache_dir>/gt4py-v1`.
+    ///
+    /// Errors: `GridkeyOSError` naming the directory.
+    #[new]
+    fn new(cache_dir: PathBuf) -> PyResult<Self> {
+        let inner = core::Gt4pyStore::open(&cache_dir).map_err(write_error)?;
+        Ok(Self { inner, rejected: AtomicU64::new(0), last_rejection: std::sync::Mutex::new(None) })
+    }
+
+    /// The store directory, `<cache_dir>/gt4py-v1`.
+    #[getter]
+    fn dir(&self) -> PathBuf {
+        self.inner.dir().to_path_buf()
+    }
+
+    /// Entries found invalid (and removed) by this object's lookups.
+    #[getter]
+    fn rejected(&self) -> u64 {
+        self.rejected.load(Ordering::Relaxed)
+    }
+
+    /// Why the last invalid entry was refused (its path and the check that failed), or None.
+    #[getter]
+    fn last_rejection(&self) -> Option<String> {
+        self.last_rejection.lock().ok().and_then(|l| l.clone())
+    }
+
+    /// The path of the entry of `kind` (`"translation"` or `"extension"`) under `key`.
+    ///
+    /// Errors: `TableValueError` for another kind or a key that is not 32 hex digits.
+    fn entry_path(&self, kind: &str, key: &str) -> PyResult<PathBuf> {
+        Ok(self.inner.entry_path(kind_of(kind)?, &parse_key(key)?))
+    }
+
+    /// The checked bytes of the translation entry `key` (a pickle GT4Py wrote), or None.
+    ///
+    /// Errors: `TableValueError` for a key that is not 32 hex digits.
+    fn get_translation<'py>(&self, py: Python<'py>, key: &str) -> PyResult<Option<Bound<'py, PyBytes>>> {
+        Ok(guard(|| self.get(Gt4pyKind::Translation, key))?.map(|b| PyBytes::new(py, &b)))
+    }
+
+    /// Stores `data` as the translation entry `key`; returns the entry's path.
+    ///
+    /// Errors: `GridkeyOSError` naming the entry when it cannot be written (nothing is left).
+    fn put_translation(&self, key: &str, data: &[u8]) -> PyResult<PathBuf> {
+        let key = parse_key(key)?;
+        guard(|| self.inner.put(Gt4pyKind::Translation, &key, data).map_err(write_error))
+    }
+
+    /// Stores the built extension `key`: the files `names` (paths relative to `folder`) read
+    /// from the build folder `folder`; returns the entry's path and its size in bytes.
+    ///
+    /// Errors: `GridkeyOSError` naming the file that cannot be read or the entry that cannot be
+    /// written; `TableValueError` for a name that is not relative to the folder.
+    fn put_extension(
+        &self,
+        py: Python<'_>,
+        key: &str,
+        folder: PathBuf,
+        names: Vec<String>,
+    ) -> PyResult<(PathBuf, u64)> {
+        let key = parse_key(key)?;
+        guard(|| {
+            let mut files = Vec::new();
+            for name in names {
+                let path = folder.join(&name);
+                let bytes = std::fs::read(&path).map_err(|e| {
+                    error(Kind::Os, format!("cannot read {}: {e}; rebuild the program", path.display()))
+                })?;
+                files.push((name, bytes));
+            }
+            let bundle = core::encode_bundle(&files);
+            core::decode_bundle(&bundle).map_err(|why| error(Kind::Value, why))?;
+            let path = py.detach(|| self.inner.put(Gt4pyKind::Extension, &key, &bundle)).map_err(write_error)?;
+            Ok((path, bundle.len() as u64))
+        })
+    }
+
+    /// Writes the files of the stored extension `key` into the build folder `folder`, each
+    /// atomically, in the order they were stored (the build record `gt4py.json` last, so that
+    /// GT4Py never sees a record without its module). Returns the names written, or None when
+    /// the store has no valid entry (a bad one is removed and counted).
+    ///
+    /// Errors: `GridkeyOSError` naming a file that cannot be written.
+    fn materialize(&self, py: Python<'_>, key: &str, folder: PathBuf) -> PyResult<Option<Vec<String>>> {
+        guard(|| {
+            let Some(bundle) = self.get(Gt4pyKind::Extension, key)? else { return Ok(None) };
+            let files = core::decode_bundle(&bundle).map_err(|why| error(Kind::Value, why))?;
+            py.detach(|| write_files(&folder, &files))?;
+            Ok(Some(files.into_iter().map(|(name, _)| name).collect()))
+        })
+    }
+}
+
+fn write_files(folder: &Path, files: &[(String, Vec<u8>)]) -> PyResult<()> {
+    for (name, bytes) in files {
+        let path = folder.join(name);
+        gridkey_fs::write_atomic(&path, None, |out| out.write_all(bytes)).map_err(|e| {
+            error(
+                Kind::Os,
+                format!("cannot write {}: {e}; free space or fix permissions of the build folder", path.display()),
+            )
+        })?;
+    }
+    Ok(())
+}
+
+fn kind_of(kind: &str) -> PyResult<Gt4pyKind> {
+    Gt4pyKind::ALL.into_iter().find(|k| k.dir() == kind).ok_or_else(|| {
+        error(Kind::Value, format!("{kind:?} is not a GT4Py entry kind: expected translation or extension"))
+    })
+}

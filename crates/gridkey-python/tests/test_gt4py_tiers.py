@@ -1,0 +1,132 @@
+"""GT4Py's translation entries and built extensions in gridkey's store (``gridkey._gt4py_tiers``, ADR 0040).
+
+The key and the store are checked without GT4Py; the nodes test runs real GT4Py builds (cmake, the C++ compiler) in
+fresh interpreters with separate GT4Py caches, as ``crates/gridkey-python/proof/gt4py_nodes.py`` does.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import shutil
+import stat
+import sys
+
+import pytest
+
+import gridkey
+from gridkey import _gridkey
+
+ROOT = pathlib.Path(__file__).resolve().parents[3]
+KEY_ARGS = ("div_pyext_abc_1.2.3_def", "0" * 32, ".cpython-312-x86_64-linux-gnu.so", "linux-x86_64", "3.1.0", "2.3.9", "1.2.3")
+OTHER = ("rot_pyext_abc_1.2.3_def", "1" * 32, ".cpython-313-x86_64-linux-gnu.so", "linux-aarch64", "2.0.0", "2.3.8", "1.2.1")
+
+
+def test_every_extension_key_input_changes_the_key():
+    base = _gridkey.gt4py_extension_key(*KEY_ARGS)
+    assert len(base) == 32 and base == _gridkey.gt4py_extension_key(*KEY_ARGS)
+    for i, other in enumerate(OTHER):
+        args = list(KEY_ARGS)
+        args[i] = other
+        assert _gridkey.gt4py_extension_key(*args) != base, f"input {i} does not enter the extension key"
+
+
+def test_the_compiler_identity_follows_the_compiler_not_its_path(tmp_path):
+    cxx = shutil.which("c++") or shutil.which("g++")
+    if cxx is None:
+        pytest.skip("no C++ compiler on PATH")
+    env = {"PATH": os.environ.get("PATH", "")}
+    command, identity = _gridkey.cxx_compiler_identity(env, tmp_path)
+    # The same compiler reached through another directory: the same identity.
+    elsewhere = tmp_path / "bin"
+    elsewhere.mkdir()
+    (elsewhere / pathlib.Path(command).name).symlink_to(os.path.realpath(shutil.which(command, path=env["PATH"])))
+    assert _gridkey.cxx_compiler_identity({"PATH": f"{elsewhere}{os.pathsep}{env['PATH']}"}, tmp_path)[1] == identity
+    # Another compiler behind CXX (a wrapper with other bytes): another identity.
+    wrapper = tmp_path / "cxx-wrapper"
+    wrapper.write_text(f'#!/bin/sh\nexec {cxx} "$@"\n')
+    wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
+    other = _gridkey.cxx_compiler_identity({**env, "CXX": str(wrapper)}, tmp_path)
+    assert other[0] == str(wrapper) and other[1] != identity
+
+
+def _folder(tmp_path) -> pathlib.Path:
+    folder = tmp_path / "div_pyext_x"
+    (folder / "build" / "bin").mkdir(parents=True)
+    (folder / "build" / "bin" / "div.so").write_bytes(os.urandom(4096))
+    (folder / "gt4py.json").write_text('{"status": "COMPILED", "module": "build/bin/div.so", "entry_point_name": "div"}')
+    return folder
+
+
+@pytest.mark.parametrize("damage", ["truncated", "corrupted", "emptied"])
+def test_a_damaged_extension_entry_is_rejected_removed_and_never_materialized(tmp_path, damage):
+    store = _gridkey.Gt4pyStore(tmp_path / "gridkey")
+    key = _gridkey.gt4py_extension_key(*KEY_ARGS)
+    path, size = store.put_extension(key, _folder(tmp_path), ["build/bin/div.so", "gt4py.json"])
+    assert pathlib.Path(path).stat().st_size == size + 40
+    good = pathlib.Path(path).read_bytes()
+    bad = {"truncated": good[:-100], "corrupted": good[:2000] + bytes([good[2000] ^ 1]) + good[2001:], "emptied": b""}[damage]
+    os.chmod(path, 0o644)
+    pathlib.Path(path).write_bytes(bad)
+    target = tmp_path / "fresh"
+    assert store.materialize(key, target) is None
+    assert store.rejected == 1 and str(path) in store.last_rejection
+    assert not pathlib.Path(path).exists(), "a damaged entry was left to be read again"
+    assert not (target / "gt4py.json").exists()
+
+
+def test_a_materialized_folder_holds_exactly_the_stored_files(tmp_path):
+    store = _gridkey.Gt4pyStore(tmp_path / "gridkey")
+    folder = _folder(tmp_path)
+    key = _gridkey.gt4py_extension_key(*KEY_ARGS)
+    store.put_extension(key, folder, ["build/bin/div.so", "gt4py.json"])
+    assert store.materialize(_gridkey.gt4py_extension_key(*OTHER), tmp_path / "other") is None
+    target = tmp_path / "elsewhere" / "div_pyext_x"
+    assert store.materialize(key, target) == ["build/bin/div.so", "gt4py.json"]
+    for name in ("build/bin/div.so", "gt4py.json"):
+        assert (target / name).read_bytes() == (folder / name).read_bytes()
+    assert store.rejected == 0
+
+
+# Real GT4Py builds across nodes (each node: a fresh interpreter, its own GT4Py cache)
+
+
+@pytest.fixture(scope="module")
+def nodes():
+    pytest.importorskip("gt4py", reason="GT4Py needs CPython 3.12 or later; cargo xtask gt4py installs it")
+    if shutil.which("cmake", path=f"{pathlib.Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}") is None:
+        pytest.skip("GT4Py's builds need cmake")
+    sys.path.insert(0, str(ROOT / "crates" / "gridkey-python" / "proof"))
+    import gt4py_nodes
+
+    return gt4py_nodes
+
+
+def test_nodes_share_builds_and_refuse_damaged_and_foreign_extensions(nodes, tmp_path):
+    store = tmp_path / "gridkey"
+    first = nodes.run_node(tmp_path / "a" / ".gt4py_cache", store, ["div"])
+    assert (first["translations"], first["builds"], first["extensions_stored"], first["verified"]) == (1, 1, 1, True)
+
+    # A node with an empty GT4Py cache: everything from gridkey's store, nothing translated or built.
+    fresh = nodes.run_node(tmp_path / "b" / ".gt4py_cache", store, ["div"])
+    assert (fresh["translations"], fresh["builds"]) == (0, 0)
+    assert (fresh["translations_materialized"], fresh["extensions_materialized"], fresh["verified"]) == (1, 1, True)
+
+    # A corrupted extension object is rejected and the program built again (and stored again, good).
+    (entry,) = (store / gridkey.GT4PY_DIR / "extension").rglob("*.bin")
+    data = bytearray(entry.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    os.chmod(entry, 0o644)
+    entry.write_bytes(bytes(data))
+    damaged = nodes.run_node(tmp_path / "c" / ".gt4py_cache", store, ["div"])
+    assert (damaged["rejected"], damaged["builds"], damaged["extensions_stored"], damaged["verified"]) == (1, 1, 1, True)
+
+    # Another compiler on node a: its folder, built by c++, is not loaded but built here.
+    cxx = shutil.which("c++") or shutil.which("g++")
+    wrapper = tmp_path / "other-cxx"
+    wrapper.write_text(f'#!/bin/sh\nexec {cxx} "$@"\n')
+    wrapper.chmod(0o755)
+    foreign = nodes.run_node(tmp_path / "a" / ".gt4py_cache", store, ["div"], extra_env={"CXX": str(wrapper)})
+    assert (foreign["foreign_rebuilt"], foreign["builds"], foreign["extensions_materialized"]) == (1, 1, 0)
+    assert foreign["verified"]
+    assert len(list((store / gridkey.GT4PY_DIR / "extension").rglob("*.bin"))) == 2
