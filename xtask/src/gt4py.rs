@@ -1,4 +1,5 @@
-//! `cargo xtask gt4py [--reduced | --warm-only REPEATS] [--python PYTHON]`: the proof on GT4Py itself (README "gridkey for GT4Py").
+//! `cargo xtask gt4py [--reduced | --warm-only REPEATS | --nodes N] [--python PYTHON]`: the proof on GT4Py itself (README "gridkey for GT4Py");
+//! `--nodes N` runs `gt4py_nodes.py` instead (N nodes sharing GT4Py's builds through gridkey's store, in `target/gt4py-nodes`).
 //!
 //! 1. Creates the virtual environment `target/gt4py-venv` (kept between runs) with a CPython 3.12 or later (GT4Py
 //!    1.2.3 requires it): `--python`, else `python3.13`, `python3.12`, `python3` on `PATH`, else the newest under
@@ -28,14 +29,16 @@ pub fn gt4py(args: &[String]) -> Result<bool> {
     let mut reduced = false;
     let mut warm_only: Option<String> = None;
     let mut python: Option<PathBuf> = None;
+    let mut nodes: Option<String> = None;
     let mut it = args.iter();
     while let Some(arg) = it.next() {
         match arg.as_str() {
             "--reduced" => reduced = true,
             "--warm-only" => warm_only = Some(it.next().context("--warm-only needs a number of repeats")?.clone()),
             "--python" => python = Some(PathBuf::from(it.next().context("--python needs an interpreter path")?)),
+            "--nodes" => nodes = Some(it.next().context("--nodes needs a number of nodes")?.clone()),
             other => {
-                bail!("unexpected argument {other:?}: expected [--reduced | --warm-only REPEATS] [--python PYTHON]")
+                bail!("unexpected argument {other:?}: expected [--reduced | --warm-only REPEATS | --nodes N] [--python PYTHON]")
             }
         }
     }
@@ -70,8 +73,13 @@ pub fn gt4py(args: &[String]) -> Result<bool> {
     let grid = root.join(gridkey::SHIPPED_GRID);
     let work = target.join("gt4py-proof");
     let mut command = Command::new(&venv_python);
+    // --nodes N: GT4Py's builds shared by N nodes through gridkey's store (gt4py_nodes.py), not the mode matrix.
+    let (script, work) = match &nodes {
+        Some(_) => ("crates/gridkey-python/proof/gt4py_nodes.py", target.join("gt4py-nodes")),
+        None => ("crates/gridkey-python/proof/gt4py_proof.py", work),
+    };
     command
-        .arg(root.join("crates/gridkey-python/proof/gt4py_proof.py"))
+        .arg(root.join(script))
         .arg("--grid")
         .arg(&grid)
         .arg("--work")
@@ -81,7 +89,10 @@ pub fn gt4py(args: &[String]) -> Result<bool> {
     for var in gridkey::environment() {
         command.env_remove(var);
     }
-    if reduced {
+    if let Some(n) = &nodes {
+        let _ = std::fs::remove_dir_all(&work);
+        command.args(["--nodes", n]);
+    } else if reduced {
         command.arg("--reduced");
     }
     if let Some(repeats) = &warm_only {
