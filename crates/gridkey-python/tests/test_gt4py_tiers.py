@@ -130,3 +130,35 @@ def test_nodes_share_builds_and_refuse_damaged_and_foreign_extensions(nodes, tmp
     assert (foreign["foreign_rebuilt"], foreign["builds"], foreign["extensions_materialized"]) == (1, 1, 0)
     assert foreign["verified"]
     assert len(list((store / gridkey.GT4PY_DIR / "extension").rglob("*.bin"))) == 2
+
+
+def test_an_extension_for_another_python_abi_is_never_materialized_or_loaded(tmp_path):
+    pytest.importorskip("gt4py", reason="GT4Py needs CPython 3.12 or later; cargo xtask gt4py installs it")
+    from gridkey import _gt4py_tiers as tiers
+
+    here = tiers.extension_key_inputs()
+    other_abi = ".cpython-399-x86_64-linux-gnu.so"
+    assert here["ext_suffix"] != other_abi
+    folder = _folder(tmp_path)
+    key_here = tiers.extension_key(folder.name)
+    key_other = _gridkey.gt4py_extension_key(
+        folder.name, here["compiler_identity"], other_abi, here["platform"], here["nanobind_version"],
+        here["gridtools_cpp_version"], here["gt4py_version"],
+    )
+    tiers.install(cache_dir=tmp_path / "gridkey")
+    try:
+        store = tiers._state.store
+        # Another interpreter's node stored its build: a fresh folder here is not filled from it.
+        store.put_extension(key_other, folder, ["build/bin/div.so", "gt4py.json"])
+        fresh = tmp_path / "fresh" / folder.name
+        fresh.mkdir(parents=True)
+        tiers._prepare_folder(fresh, key_here)
+        assert not (fresh / "gt4py.json").exists()
+        # A usable folder that was filled for the other interpreter is made unusable, so GT4Py builds it here.
+        (folder / tiers.MARKER).write_text(key_other)
+        before = tiers.counters().foreign_rebuilt
+        tiers._prepare_folder(folder, key_here)
+        assert tiers.counters().foreign_rebuilt == before + 1
+        assert not (folder / "gt4py.json").exists()
+    finally:
+        tiers.uninstall()
