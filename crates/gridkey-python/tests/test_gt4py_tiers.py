@@ -112,6 +112,14 @@ def test_nodes_share_builds_and_refuse_damaged_and_foreign_extensions(nodes, tmp
     assert (fresh["translations"], fresh["builds"]) == (0, 0)
     assert (fresh["translations_materialized"], fresh["extensions_materialized"], fresh["verified"]) == (1, 1, True)
 
+    # Process mode: the spawned build workers get the hooks too (their counts stay in the workers, so the folder
+    # says it: gridkey's marker and the two stored files, none of the build system's).
+    spawned = nodes.run_node(tmp_path / "p" / ".gt4py_cache", store, ["div"], extra_env={"GT4PY_BUILD_JOBS_MODE": "process"})
+    assert spawned["verified"]
+    (folder,) = [p for p in (tmp_path / "p").rglob("div_pyext_*") if p.is_dir()]
+    assert (folder / ".gridkey-extension").is_file() and (folder / "gt4py.json").is_file()
+    assert not (folder / "build.sh").exists() and not list(folder.rglob("*.cpp")), "the worker built the program"
+
     # A corrupted extension object is rejected and the program built again (and stored again, good).
     (entry,) = (store / gridkey.GT4PY_DIR / "extension").rglob("*.bin")
     data = bytearray(entry.read_bytes())
