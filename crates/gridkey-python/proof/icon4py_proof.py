@@ -296,7 +296,7 @@ def cell(args, seed: pathlib.Path, layout: str, adapter: bool, a: str, bs: list[
         }
         cells.append(c)
         print(
-            f"  {warm['backend']:<12} {layout:<8} {'with' if adapter else 'without':<8} {a:>7} -> {b:<7}"
+            f"  {warm['backend']:<16} {layout:<8} {'with' if adapter else 'without':<8} {a:>7} -> {b:<7}"
             f" re-translated {c['retranslations']}/{len(PROGRAMS)} (fill {c['fill_translations']}/{len(PROGRAMS)},"
             f" new builds {c['new_builds']}, {'verified' if c['verified'] else 'NOT VERIFIED'})",
             flush=True,
@@ -349,7 +349,7 @@ def main_proof(args) -> int:
 
     print(f"\nre-translations in mode B of a cache filled in mode A (of {len(PROGRAMS)} programs:"
           f" {', '.join(p[1] for p in PROGRAMS)})")
-    header = f"  {'backend':<12} {'layout':<8} {'adapter':<8} " + "".join(f"{f'{a}->{b}':>17}" for a, b in PAIRS)
+    header = f"  {'backend':<16} {'layout':<8} {'adapter':<8} " + "".join(f"{f'{a}->{b}':>17}" for a, b in PAIRS)
     print(header)
     for backend in dict.fromkeys(c["backend"] for c in every):
         for layout in LAYOUTS:
@@ -359,7 +359,7 @@ def main_proof(args) -> int:
                     hit = [c for c in every if (c["backend"], c["layout"], c["adapter"], c["fill_mode"], c["run_mode"]) == (backend, layout, adapter, a, b)]
                     row.append(f"{hit[0]['retranslations']:>17}" if hit else f"{'-':>17}")
                 if any(r.strip() != "-" for r in row):
-                    print(f"  {backend:<12} {layout:<8} {'with' if adapter else 'without':<8} " + "".join(row))
+                    print(f"  {backend:<16} {layout:<8} {'with' if adapter else 'without':<8} " + "".join(row))
     print("\nwarm start (icon4py layout; compile + wait of every program, all hits)")
     for mode in MODES:
         w0, w1 = warm[(mode, False)], warm[(mode, True)]
