@@ -1,4 +1,4 @@
-//! `cargo xtask gt4py [--reduced | --warm-only REPEATS | --nodes N] [--python PYTHON]`: the proof on GT4Py itself (README "gridkey for GT4Py");
+//! `cargo xtask gt4py [--reduced | --warm-only REPEATS | --icon4py | --nodes N] [--python PYTHON]`: the proof on GT4Py itself (README "gridkey for GT4Py");
 //! `--nodes N` runs `gt4py_nodes.py` instead (N nodes sharing GT4Py's builds through gridkey's store, in `target/gt4py-nodes`).
 //!
 //! 1. Creates the virtual environment `target/gt4py-venv` (kept between runs) with a CPython 3.12 or later (GT4Py
@@ -12,6 +12,8 @@
 //!    `gridkey.gt4py` (full: C and Fortran order, both allocators, the nine ordered pairs of modes; `--reduced`:
 //!    allocator `np`, the four pairs involving process mode and the control serial -> thread), the C++ identity, one
 //!    key's cost at R02B04 and tiled 100x, and the warm starts.
+//!
+//! `--icon4py`: icon4py 0.4.1's own programs on GT4Py 1.2.1 in their own environment instead (`icon4py.rs`).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -23,24 +25,31 @@ const GT4PY: &str = "gt4py==1.2.3";
 /// What GT4Py's gtfn_cpu backend builds with, and the netCDF reader of the proof.
 const BACKEND_DEPS: [&str; 5] = ["cmake", "ninja", "nanobind", "gridtools-cpp", "scipy"];
 /// The oldest CPython GT4Py 1.2.3 runs on.
-const MIN_PYTHON: (u32, u32) = (3, 12);
+pub(crate) const MIN_PYTHON: (u32, u32) = (3, 12);
 
 pub fn gt4py(args: &[String]) -> Result<bool> {
     let mut reduced = false;
     let mut warm_only: Option<String> = None;
     let mut python: Option<PathBuf> = None;
     let mut nodes: Option<String> = None;
+    let mut icon4py = false;
     let mut it = args.iter();
     while let Some(arg) = it.next() {
         match arg.as_str() {
             "--reduced" => reduced = true,
+            "--icon4py" => icon4py = true,
             "--warm-only" => warm_only = Some(it.next().context("--warm-only needs a number of repeats")?.clone()),
             "--python" => python = Some(PathBuf::from(it.next().context("--python needs an interpreter path")?)),
             "--nodes" => nodes = Some(it.next().context("--nodes needs a number of nodes")?.clone()),
             other => {
-                bail!("unexpected argument {other:?}: expected [--reduced | --warm-only REPEATS | --nodes N] [--python PYTHON]")
+                bail!(
+                    "unexpected argument {other:?}: expected [--reduced | --warm-only REPEATS | --icon4py | --nodes N] [--python PYTHON]"
+                )
             }
         }
+    }
+    if icon4py {
+        return crate::icon4py::icon4py(python);
     }
     let root = crate::root();
     let target = crate::target_dir();
@@ -103,7 +112,7 @@ pub fn gt4py(args: &[String]) -> Result<bool> {
 }
 
 /// The first CPython >= 3.12 among the candidates, with its version.
-fn find_python(given: Option<PathBuf>) -> Result<(PathBuf, (u32, u32))> {
+pub(crate) fn find_python(given: Option<PathBuf>) -> Result<(PathBuf, (u32, u32))> {
     let candidates: Vec<PathBuf> = match given {
         Some(p) => vec![p],
         None => {
@@ -146,7 +155,7 @@ fn pyenv_pythons() -> Vec<PathBuf> {
 }
 
 /// `(major, minor)` of a Python interpreter, or None when it does not run.
-fn python_version(python: &Path) -> Option<(u32, u32)> {
+pub(crate) fn python_version(python: &Path) -> Option<(u32, u32)> {
     let out = Command::new(python)
         .args(["-c", "import sys; print(sys.version_info[0], sys.version_info[1], sys.implementation.name)"])
         .output()
@@ -160,7 +169,7 @@ fn python_version(python: &Path) -> Option<(u32, u32)> {
     (words.next()? == "cpython").then_some(version)
 }
 
-fn prepend_path(dir: &Path) -> std::ffi::OsString {
+pub(crate) fn prepend_path(dir: &Path) -> std::ffi::OsString {
     let mut paths = vec![dir.to_path_buf()];
     if let Some(path) = std::env::var_os("PATH") {
         paths.extend(std::env::split_paths(&path));
@@ -168,7 +177,7 @@ fn prepend_path(dir: &Path) -> std::ffi::OsString {
     std::env::join_paths(paths).expect("PATH entries hold no separator")
 }
 
-fn run(command: &mut Command, what: &str) -> Result<()> {
+pub(crate) fn run(command: &mut Command, what: &str) -> Result<()> {
     let status = command.status().with_context(|| format!("{what}: cannot start {:?}", command.get_program()))?;
     if !status.success() {
         bail!("{what} failed ({status}): see the output above");

@@ -29,13 +29,15 @@
 //! parts of a warm run, concurrent runs) against their limits and writes
 //! `target/gridkey-bench.json` (see `bench.rs`).
 //! `cargo xtask gt4py [--reduced | --warm-only REPEATS]` is the proof on GT4Py 1.2.3 with
-//! `gridkey.gt4py` (see `gt4py.rs`).
+//! `gridkey.gt4py` (see `gt4py.rs`); `cargo xtask gt4py --icon4py` runs icon4py 0.4.1's own
+//! programs on GT4Py 1.2.1 as its client (see `icon4py.rs`).
 
 mod bench;
 mod chaos;
 mod cluster;
 mod faults;
 mod gt4py;
+mod icon4py;
 mod kill_demo;
 mod memory;
 mod py;
@@ -93,7 +95,7 @@ fn main() -> ExitCode {
         },
         _ => {
             eprintln!(
-                "usage: cargo xtask test\n       cargo xtask modes [--grid FILE]\n       cargo xtask bench [--quick]\n       cargo xtask faults [--bin GRIDKEY] [--only TEXT]\n       cargo xtask chaos [--seconds N] [--seed S] [--runs K] [--keep]\n       cargo xtask memory [--scale N] [--workers W] [--starts S]\n       cargo xtask kill-demo [--grid FILE]\n       cargo xtask py-test [--python PYTHON] [--fresh]\n       cargo xtask py-bench [--python PYTHON] [--quick]\n       cargo xtask gt4py [--reduced | --warm-only REPEATS | --nodes N] [--python PYTHON]\n       cargo xtask cluster --nodes N [--grid FILE] [--mode M] [--jobs J] [--rounds R] [--loopback]\n       cargo xtask with-redis -- CMD ARGS..."
+                "usage: cargo xtask test\n       cargo xtask modes [--grid FILE]\n       cargo xtask bench [--quick]\n       cargo xtask faults [--bin GRIDKEY] [--only TEXT]\n       cargo xtask chaos [--seconds N] [--seed S] [--runs K] [--keep]\n       cargo xtask memory [--scale N] [--workers W] [--starts S]\n       cargo xtask kill-demo [--grid FILE]\n       cargo xtask py-test [--python PYTHON] [--fresh]\n       cargo xtask py-bench [--python PYTHON] [--quick]\n       cargo xtask gt4py [--reduced | --warm-only REPEATS | --icon4py | --nodes N] [--python PYTHON]\n       cargo xtask cluster --nodes N [--grid FILE] [--mode M] [--jobs J] [--rounds R] [--loopback]\n       cargo xtask with-redis -- CMD ARGS..."
             );
             return ExitCode::from(2);
         }

@@ -1,4 +1,5 @@
-"""gridkey.gt4py against the real GT4Py 1.2.3 (skipped where GT4Py is not installed: it needs CPython 3.12+).
+"""gridkey.gt4py against the real GT4Py (skipped where GT4Py is not installed: it needs CPython 3.12+): 1.2.3 in
+``cargo xtask py-test``, 1.2.1 in ``cargo xtask gt4py --icon4py``.
 
 The mode matrix with real C++ builds is ``cargo xtask gt4py``; these tests check the adapter's parts without a C++
 build: install/uninstall, the compile-time connectivity (dtype, layout, memo, fingerprint, pickling into a fresh

@@ -63,7 +63,9 @@ __all__ = [
     "SUPPORTED_VERSIONS",
 ]
 
-#: The GT4Py releases whose internals this adapter was checked against (major, minor).
+#: The GT4Py releases whose internals this adapter was checked against (major, minor): 1.2.1 (the release icon4py
+#: 0.4.1 pins) and 1.2.3, whose ``make_compilation_task``, ``construct_compilable``, ``Backend.compile``,
+#: fingerprinting and NumPy connectivity are the same for what the adapter touches (ADR 0044).
 SUPPORTED_VERSIONS = ((1, 2),)
 
 #: Tag of the fingerprint of a `CompileTimeConnectivity`; a change of what it contains bumps the version.
@@ -276,7 +278,8 @@ def _check_supported() -> None:
     ]
     if missing:
         raise UnsupportedGT4PyError(
-            f"GT4Py {version} lacks {', '.join(missing)}, which gridkey.gt4py wraps: install gt4py==1.2.3"
+            f"GT4Py {version} lacks {', '.join(missing)}, which gridkey.gt4py wraps: "
+            "install gt4py==1.2.3 or gt4py==1.2.1"
         )
 
 
