@@ -67,6 +67,7 @@ from gridkey.errors import GridkeyError
 
 __all__ = [
     "CompileTimeConnectivity",
+    "LockedTranslation",
     "TableRef",
     "UnsupportedGT4PyError",
     "compile_time_offset_provider",
