@@ -259,7 +259,7 @@ _INTERNALS = {
     "gt4py.next.otf.runners": ("get_default_runner",),
     "gt4py.next.otf.workflow": ("CachedStep.cache_key",),
     "gt4py.next.otf.recipes": ("OTFCompileWorkflow",),
-    "gt4py.next.otf.compilation.compiler": ("CPPCompiler", "is_usable"),
+    "gt4py.next.otf.compilation.compiler": ("CPPCompiler", "CPPCompiler._make_artifact", "is_usable"),
     "gt4py.next.otf.compilation.build_data": ("read_data",),
     "gt4py.next.otf.compilation.cache": ("get_cache_folder",),
     "gt4py._core.filecache": ("FileCache",),
@@ -417,8 +417,9 @@ def _resolve_in_parent(task):
 
     The lookups are GT4Py's own: the translation step's key and cache, then the bindings step, the build folder
     (``cache.get_cache_folder`` with the compiler's build context) and ``compiler.is_usable``. On a double hit the
-    compilation step itself runs here (it takes GT4Py's build-folder lock, checks the build again and makes the
-    artifact without building).
+    artifact is the one GT4Py's compilation step makes of a usable build folder (``CPPCompiler._make_artifact`` of
+    the folder and its build data): the step would only compute the folder again, check the build again and make
+    it, which costs a serial warm start a second fingerprint of every extension source.
     """
     if task.no_offload_reason is not None:
         return _MISS
@@ -446,14 +447,14 @@ def _resolve_in_parent(task):
     data = _gt("gt4py.next.otf.compilation.build_data").read_data(folder)
     if not compiler_module.is_usable(data, folder):
         return _MISS
-    return compilation(extension)
+    return compilation._make_artifact(folder, data.module, data.entry_point_name)
 
 
 class _ParentHitsRunner:
     """The runner `install` makes ``runners.get_default_runner`` return (ADR 0038).
 
-    ``submit`` resolves a hit here (`_resolve_in_parent`) and returns a done future holding GT4Py's artifact, or the
-    error GT4Py's compilation step raised; anything else goes to GT4Py's default runner, which only then is created,
+    ``submit`` resolves a hit here (`_resolve_in_parent`) and returns a done future holding GT4Py's artifact; anything
+    else goes to GT4Py's default runner, which only then is created,
     so a run without a miss starts no worker pool. A failure of the lookup itself (a table that cannot be read, an
     entry GT4Py cannot unpickle) is a miss: GT4Py's runner then raises GT4Py's own error.
     """
