@@ -1,12 +1,15 @@
 //! `cargo xtask gt4py [--reduced | --warm-only REPEATS | --icon4py | --nodes N] [--python PYTHON]`: the proof on GT4Py itself (README "gridkey for GT4Py");
 //! `--nodes N` runs `gt4py_nodes.py` instead (N nodes sharing GT4Py's builds through gridkey's store, in `target/gt4py-nodes`).
 //!
-//! 1. Creates the virtual environment `target/gt4py-venv` (kept between runs) with a CPython 3.12 or later (GT4Py
-//!    1.2.3 requires it): `--python`, else `python3.13`, `python3.12`, `python3` on `PATH`, else the newest under
-//!    `~/.pyenv/versions`; fails naming every candidate tried. An existing environment is kept whatever `--python` says.
+//! 1. Uses the test command's environment `target/test-venv` when it runs a CPython 3.12 or later and no `--python`
+//!    is given (`cargo xtask test` installs GT4Py there); else creates `target/gt4py-venv` (kept between runs) with a
+//!    CPython 3.12 or later (GT4Py 1.2.3 requires it): `--python`, else `python3.13`, `python3.12`, `python3` on
+//!    `PATH`, else the newest under `~/.pyenv/versions`; fails naming every candidate tried. An existing environment
+//!    is kept whatever `--python` says.
 //! 2. Installs `gt4py==1.2.3` and what its `gtfn_cpu` backend needs (cmake, ninja, nanobind, gridtools-cpp) and
-//!    SciPy (the netCDF reader) from PyPI.
-//! 3. Builds and installs the `gridkey` wheel: `pip install ./crates/gridkey-python`.
+//!    SciPy (the netCDF reader) from PyPI (nothing when they are there).
+//! 3. Builds and installs the `gridkey` wheel (`pip install ./crates/gridkey-python`) unless the environment holds
+//!    the wheel of these sources already (`crate::py::install_wheel_once`: the test command's, in CI).
 //! 4. Runs `crates/gridkey-python/proof/gt4py_proof.py` on the shipped ICON R02B04 grid, scratch caches under
 //!    `target/gt4py-proof` (results in `target/gt4py-proof/gt4py-proof.json`): the mode matrix without and with
 //!    `gridkey.gt4py` (full: C and Fortran order, both allocators, the nine ordered pairs of modes; `--reduced`:
@@ -21,11 +24,11 @@ use std::process::Command;
 use anyhow::{bail, Context, Result};
 
 /// The GT4Py release the adapter and the proof are written for.
-const GT4PY: &str = "gt4py==1.2.3";
+pub const GT4PY: &str = "gt4py==1.2.3";
 /// What GT4Py's gtfn_cpu backend builds with, and the netCDF reader of the proof.
-const BACKEND_DEPS: [&str; 5] = ["cmake", "ninja", "nanobind", "gridtools-cpp", "scipy"];
+pub const BACKEND_DEPS: [&str; 5] = ["cmake", "ninja", "nanobind", "gridtools-cpp", "scipy"];
 /// The oldest CPython GT4Py 1.2.3 runs on.
-pub(crate) const MIN_PYTHON: (u32, u32) = (3, 12);
+pub const MIN_PYTHON: (u32, u32) = (3, 12);
 
 pub fn gt4py(args: &[String]) -> Result<bool> {
     let mut reduced = false;
@@ -53,7 +56,12 @@ pub fn gt4py(args: &[String]) -> Result<bool> {
     }
     let root = crate::root();
     let target = crate::target_dir();
-    let venv = target.join("gt4py-venv");
+    // The test command's environment, when it runs a CPython 3.12 or later, holds GT4Py and the wheel of this
+    // checkout already (its stamp says which sources it was built from): reused, one wheel build less in CI.
+    let test_venv = target.join("test-venv");
+    let reuse =
+        python.is_none() && python_version(&test_venv.join("bin").join("python")).is_some_and(|v| v >= MIN_PYTHON);
+    let venv = if reuse { test_venv } else { target.join("gt4py-venv") };
     let venv_python = venv.join("bin").join("python");
     if !venv_python.is_file() {
         let (interpreter, (major, minor)) = find_python(python)?;
@@ -70,14 +78,8 @@ pub fn gt4py(args: &[String]) -> Result<bool> {
             found.map_or("no Python".to_owned(), |(a, b)| format!("Python {a}.{b}"))
         ),
     }
-    let pip = |what: &str, args: &[&str]| -> Result<()> {
-        let mut command = Command::new(&venv_python);
-        command.args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check"]).args(args);
-        run(command.current_dir(&root), what)
-    };
-    pip("installing GT4Py and its gtfn_cpu build dependencies", &[&[GT4PY][..], &BACKEND_DEPS[..]].concat())?;
-    // --force-reinstall: the wheel of this checkout, not one pip cached under the same version.
-    pip("building and installing the gridkey wheel", &["--force-reinstall", "--no-deps", "./crates/gridkey-python"])?;
+    install_gt4py(&venv_python, &root)?;
+    crate::py::install_wheel_once(&venv, &root)?;
 
     let grid = root.join(gridkey::SHIPPED_GRID);
     let work = target.join("gt4py-proof");
@@ -111,13 +113,23 @@ pub fn gt4py(args: &[String]) -> Result<bool> {
     Ok(status.success())
 }
 
+/// Installs GT4Py and what its gtfn_cpu backend builds with into the environment of `venv_python` (pip does nothing
+/// for what is there already).
+///
+/// Errors: a failed `pip install`.
+pub fn install_gt4py(venv_python: &Path, root: &Path) -> Result<()> {
+    let mut command = Command::new(venv_python);
+    command.args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", GT4PY]).args(BACKEND_DEPS);
+    run(command.current_dir(root), "installing GT4Py and its gtfn_cpu build dependencies")
+}
+
 /// The first CPython >= 3.12 among the candidates, with its version.
-pub(crate) fn find_python(given: Option<PathBuf>) -> Result<(PathBuf, (u32, u32))> {
+pub fn find_python(given: Option<PathBuf>) -> Result<(PathBuf, (u32, u32))> {
     let candidates: Vec<PathBuf> = match given {
         Some(p) => vec![p],
         None => {
             let mut c: Vec<PathBuf> = ["python3.13", "python3.12", "python3"].iter().map(PathBuf::from).collect();
-            c.extend(pyenv_pythons());
+            c.extend(pyenv_pythons().into_iter().filter(|p| p.is_file()));
             c
         }
     };
@@ -155,7 +167,7 @@ fn pyenv_pythons() -> Vec<PathBuf> {
 }
 
 /// `(major, minor)` of a Python interpreter, or None when it does not run.
-pub(crate) fn python_version(python: &Path) -> Option<(u32, u32)> {
+pub fn python_version(python: &Path) -> Option<(u32, u32)> {
     let out = Command::new(python)
         .args(["-c", "import sys; print(sys.version_info[0], sys.version_info[1], sys.implementation.name)"])
         .output()
@@ -169,7 +181,7 @@ pub(crate) fn python_version(python: &Path) -> Option<(u32, u32)> {
     (words.next()? == "cpython").then_some(version)
 }
 
-pub(crate) fn prepend_path(dir: &Path) -> std::ffi::OsString {
+pub fn prepend_path(dir: &Path) -> std::ffi::OsString {
     let mut paths = vec![dir.to_path_buf()];
     if let Some(path) = std::env::var_os("PATH") {
         paths.extend(std::env::split_paths(&path));

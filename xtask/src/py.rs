@@ -136,6 +136,80 @@ fn install(python: &Path, fresh: bool) -> Result<PathBuf> {
     Ok(venv)
 }
 
+/// Name of the file in a virtual environment that says from which sources its `gridkey` wheel was built.
+const WHEEL_STAMP: &str = "gridkey-wheel.stamp";
+
+/// Builds and installs the `gridkey` wheel of this checkout into `venv` (`pip install ./crates/gridkey-python`)
+/// unless the wheel installed there was built from the same sources ([`wheel_sources_digest`]), which
+/// `venv/gridkey-wheel.stamp` records: the test command and `cargo xtask gt4py` then share one build.
+///
+/// Errors: a failed `pip install`, a source or stamp file that cannot be read or written.
+pub fn install_wheel_once(venv: &Path, root: &Path) -> Result<()> {
+    let digest = wheel_sources_digest(root)?;
+    let stamp = venv.join(WHEEL_STAMP);
+    if std::fs::read_to_string(&stamp).is_ok_and(|s| s.trim() == digest) {
+        eprintln!("py: the gridkey wheel of these sources is installed in {} already", venv.display());
+        return Ok(());
+    }
+    let _ = std::fs::remove_file(&stamp);
+    eprintln!("py: pip install ./crates/gridkey-python into {} (maturin builds the wheel)", venv.display());
+    run(
+        clean(Command::new(venv.join("bin").join("python")))
+            .args(["-m", "pip", "install", "-q", "--disable-pip-version-check", "--force-reinstall", "--no-deps"])
+            .arg("./crates/gridkey-python")
+            .current_dir(root),
+        "pip install ./crates/gridkey-python",
+    )?;
+    std::fs::write(&stamp, format!("{digest}\n")).with_context(|| format!("cannot write {}", stamp.display()))?;
+    Ok(())
+}
+
+/// A digest (xxh3-128, 32 hex digits) of what the wheel is built from: the workspace `Cargo.toml` and `Cargo.lock`,
+/// every crate's `Cargo.toml`, `build.rs` and `src/`, and the Python package's `python/`, `pyproject.toml` and
+/// `README.md`, each file by its path relative to the root and its bytes, in sorted order.
+///
+/// Errors: a file or directory that cannot be read.
+pub fn wheel_sources_digest(root: &Path) -> Result<String> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
+        for entry in std::fs::read_dir(dir)? {
+            let path = entry?.path();
+            if path.is_dir() {
+                if path.file_name().is_some_and(|n| n != "__pycache__") {
+                    walk(&path, out)?;
+                }
+            } else {
+                out.push(path);
+            }
+        }
+        Ok(())
+    }
+    let mut files = vec![root.join("Cargo.toml"), root.join("Cargo.lock")];
+    for entry in std::fs::read_dir(root.join("crates"))? {
+        let krate = entry?.path();
+        for name in ["Cargo.toml", "build.rs", "pyproject.toml", "README.md"] {
+            if krate.join(name).is_file() {
+                files.push(krate.join(name));
+            }
+        }
+        for dir in ["src", "python"] {
+            if krate.join(dir).is_dir() {
+                walk(&krate.join(dir), &mut files)?;
+            }
+        }
+    }
+    files.sort();
+    let mut hasher = xxhash_rust::xxh3::Xxh3::new();
+    for file in &files {
+        let relative = file.strip_prefix(root).unwrap_or(file).to_string_lossy().into_owned();
+        let bytes = std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))?;
+        hasher.update(&(relative.len() as u64).to_le_bytes());
+        hasher.update(relative.as_bytes());
+        hasher.update(&(bytes.len() as u64).to_le_bytes());
+        hasher.update(&bytes);
+    }
+    Ok(format!("{:032x}", hasher.digest128()))
+}
+
 /// `cargo xtask py-bench [--python PYTHON] [--quick]`.
 pub fn py_bench(args: &[String]) -> Result<bool> {
     let args = parse(args, &["--python", "--quick"])?;

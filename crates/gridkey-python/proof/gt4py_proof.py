@@ -14,6 +14,14 @@
    start of the eight programs in each mode (full matrix only: on the caches of the diagonal cells A = B of C-order
    ``np`` tables, ``--warm-repeats`` runs per mode and setting, with and without alternating), without and with.
 
+5. The warm start with the adapter in every mode against serial (process / serial <= 1.2, thread / serial <= 1.2;
+   serial with the adapter no slower than without; ADR 0038): medians of ``--warm-repeats`` (``--reduced``: 3).
+6. N ranks cold on one empty cache (separate processes started together, serial mode, with the adapter; N = 4 and 8):
+   translations and C++ builds counted in every rank and added up equal the programs, the compile wall time of the N
+   ranks (the first ``compile()`` to the last ``wait_for_compilation()``) is at most 1.3x one rank cold (the wall time
+   of the processes, interpreter starts included, is printed beside it), and every rank's results equal NumPy
+   (ADR 0039). ``--reduced``: the programs ``--ranks-programs`` (default ``div``), full: all eight.
+
 ``--reduced`` (CI): allocator ``np``, C and Fortran order, the four ordered pairs that involve process mode and the
 control pair serial -> thread. Exit status 0 when every cell with the adapter has 0 re-translations, every result
 verifies, the C++ is identical, and GT4Py's own misses show without the adapter.
@@ -152,19 +160,30 @@ def kept_cache(args, mode: str, adapter: bool) -> pathlib.Path:
     return args.work / f"warm-{mode}-{'with' if adapter else 'without'}"
 
 
-def warm_starts(args, repeats: int) -> tuple[dict[tuple[str, bool], list[float]], bool]:
-    """``repeats`` warm starts per mode and setting on the kept caches, with and without the adapter alternating
-    (which goes first swaps every round); the compile seconds of each, and whether every run was verified and
-    translated nothing."""
+def warm_starts(args, repeats: int, seed: pathlib.Path) -> tuple[dict[tuple[str, bool], list[float]], bool]:
+    """``repeats`` warm starts per mode and setting on the kept caches (a missing one is filled from the seed in its
+    mode), with and without the adapter alternating (which goes first swaps every round); the compile seconds of
+    each, and whether every run was verified and translated nothing. With the adapter, a warm start in process mode
+    must start no pool (ADR 0038)."""
     ok = True
     warm_start: dict[tuple[str, bool], list[float]] = {}
     order, allocator = BENCH_VARIANT
+    if repeats:
+        for mode in MODES:
+            for adapter in (False, True):
+                if not kept_cache(args, mode, adapter).is_dir():
+                    kept = copy_cache(seed, kept_cache(args, mode, adapter))
+                    extra = ["--order", order, "--allocator", allocator, "--adapter", str(int(adapter))]
+                    ok &= run_cell(kept, mode, args, extra)["verified"]
     for rep in range(repeats):
         for mode in MODES:
             for adapter in ((False, True) if rep % 2 == 0 else (True, False)):
                 extra = ["--order", order, "--allocator", allocator, "--adapter", str(int(adapter))]
                 result = run_cell(kept_cache(args, mode, adapter), mode, args, extra)
                 ok &= result["verified"] and result["new_translations"] == 0
+                if adapter and result["pool_started"]:
+                    print(f"  a warm start in {mode} mode with the adapter started GT4Py's pool")
+                    ok = False
                 warm_start.setdefault((mode, adapter), []).append(result["compile_seconds"])
     return warm_start, ok
 
@@ -180,6 +199,98 @@ def print_warm_starts(warm_start: dict[tuple[str, bool], list[float]]) -> None:
             )
 
 
+#: Limits of the warm start with the adapter (ADR 0038): a mode against serial with the adapter, and serial with the
+#: adapter against serial without.
+WARM_LIMITS = {"process / serial": 1.2, "thread / serial": 1.2, "serial with / serial without": 1.0}
+
+
+def warm_start_ratios(warm_start: dict[tuple[str, bool], list[float]]) -> tuple[dict[str, float], bool]:
+    """The ratios of median warm starts that `WARM_LIMITS` bounds, and whether each is within its limit."""
+    med = {k: statistics.median(v) for k, v in warm_start.items() if v}
+    if not all((m, a) in med for m in MODES for a in (False, True)):
+        return {}, False
+    ratios = {
+        "process / serial": med[("process", True)] / med[("serial", True)],
+        "thread / serial": med[("thread", True)] / med[("serial", True)],
+        "serial with / serial without": med[("serial", True)] / med[("serial", False)],
+        "process without / serial without": med[("process", False)] / med[("serial", False)],
+    }
+    ok = True
+    for name, limit in WARM_LIMITS.items():
+        within = ratios[name] <= limit
+        ok &= within
+        print(f"warm start with the adapter, {name}: {ratios[name]:.2f} (limit {limit}){'' if within else '  EXCEEDED'}")
+    return ratios, ok
+
+
+def list_programs() -> list[str]:
+    sys.path.insert(0, str(HERE))
+    import icon_programs
+
+    return list(icon_programs.PROGRAMS)
+
+
+def ranks(args, n: int, programs: list[str]) -> dict:
+    """``n`` ranks (separate interpreters, serial mode, with the adapter) started together on one empty cache: the
+    wall time until the last one ended, and the translations and C++ builds each made, added up."""
+    cache = copy_cache_empty(args.work / f"ranks-{n}")
+    extra = ["--order", "C", "--allocator", "np", "--adapter", "1", "--count-work", "--programs", *programs]
+    command = [sys.executable, str(HERE / "gt4py_cell.py"), "--grid", str(args.grid), *extra]
+    env = cell_env(cache, "serial", 1)
+    started = time.perf_counter()
+    children = [subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(n)]
+    outs = [c.communicate() for c in children]
+    wall = time.perf_counter() - started
+    results = []
+    for child, (out, err) in zip(children, outs):
+        if child.returncode != 0:
+            sys.stdout.write(out[-4000:])
+            sys.stdout.write(err[-8000:])
+            raise SystemExit(f"gt4py proof: a rank of {n} in {cache} failed ({child.returncode})")
+        results.append(json.loads(out.strip().splitlines()[-1]))
+    return {
+        "ranks": n,
+        "wall_seconds": wall,
+        # From the first rank's compile() to the last rank's wait_for_compilation(): what the ranks spend on
+        # translations and builds, without starting N interpreters and importing GT4Py N times on a few cores.
+        "compile_wall_seconds": max(r["compile_window"][1] for r in results) - min(r["compile_window"][0] for r in results),
+        "translations": sum(r["work"]["translations"] for r in results),
+        "builds": sum(r["work"]["builds"] for r in results),
+        "translation_entries": len(list((cache / TRANSLATIONS).glob("*.pkl"))),
+        "build_folders": len(build_folders(cache)),
+        "verified": all(r["verified"] for r in results),
+        "rank_compile_seconds": [r["compile_seconds"] for r in results],
+    }
+
+
+#: The compile wall time of N ranks cold on one cache against one rank cold (ADR 0039).
+RANKS_LIMIT = 1.3
+
+
+def check_ranks(one: dict, many: dict[int, dict], programs: list[str]) -> bool:
+    ok = one["verified"] and one["translations"] == len(programs) and one["builds"] == len(programs)
+    for r in many.values():
+        ok &= r["verified"] and r["translations"] == len(programs) and r["builds"] == len(programs)
+        ok &= r["compile_wall_seconds"] <= RANKS_LIMIT * one["compile_wall_seconds"]
+    return ok
+
+
+def print_ranks(one: dict, many: dict[int, dict], programs: list[str]) -> None:
+    p = len(programs)
+    print(
+        f"one rank cold ({p} program{'s' if p > 1 else ''}: {', '.join(programs)}): compile {one['compile_wall_seconds']:.1f} s"
+        f" (process {one['wall_seconds']:.1f} s),"
+        f" {one['translations']} translations, {one['builds']} C++ builds, {'verified' if one['verified'] else 'NOT VERIFIED'}"
+    )
+    for n, r in many.items():
+        print(
+            f"{n} ranks cold on one cache: compile {r['compile_wall_seconds']:.1f} s"
+            f" ({r['compile_wall_seconds'] / one['compile_wall_seconds']:.2f}x one rank, limit {RANKS_LIMIT}x; processes"
+            f" {r['wall_seconds']:.1f} s, {r['wall_seconds'] / one['wall_seconds']:.2f}x), {r['translations']} translations and {r['builds']} C++ builds in all (of {p}),"
+            f" {'verified' if r['verified'] else 'NOT VERIFIED'} in every rank"
+        )
+
+
 def warm_only(args, seed: pathlib.Path, started: float) -> int:
     """``--warm-only``: fills one cache per mode and setting from the seed in that mode, then the warm starts."""
     ok = True
@@ -191,7 +302,7 @@ def warm_only(args, seed: pathlib.Path, started: float) -> int:
             fill = run_cell(kept, mode, args, extra)
             ok &= fill["verified"]
             print(f"  filled {kept.name} in {fill['compile_seconds']:.1f} s", flush=True)
-    warm_start, warm_ok = warm_starts(args, args.warm_repeats)
+    warm_start, warm_ok = warm_starts(args, args.warm_repeats, seed)
     ok &= warm_ok
     print_warm_starts(warm_start)
     results = {
@@ -217,6 +328,12 @@ def main() -> int:
         help="warm starts per mode and setting (full matrix; single starts swing by a factor of 2, so 11 for the median)",
     )
     parser.add_argument(
+        "--ranks-programs",
+        nargs="+",
+        default=["div"],
+        help="the programs of the N-ranks part under --reduced (full: all eight)",
+    )
+    parser.add_argument(
         "--warm-only",
         action="store_true",
         help="only the warm-start benchmark, on caches filled here from the seed (one per mode and setting)",
@@ -238,6 +355,11 @@ def main() -> int:
 
     if args.warm_only:
         return warm_only(args, seed, started)
+    if args.reduced:
+        # The reduced matrix keeps no diagonal cell: the warm-start caches are filled afresh from the seed.
+        for mode in MODES:
+            for adapter in (False, True):
+                shutil.rmtree(kept_cache(args, mode, adapter), ignore_errors=True)
     cells = []
     ok = True
     sources: dict[tuple[str, str, bool], dict[str, str]] = {}
@@ -329,8 +451,19 @@ def main() -> int:
     tiled = f"tiled {args.tile}x"
 
     # Warm start: runs on caches warm for their mode, with and without the adapter alternating, in one run.
-    warm_start, warm_ok = warm_starts(args, 0 if args.reduced else args.warm_repeats)
+    warm_start, warm_ok = warm_starts(args, 3 if args.reduced else args.warm_repeats, seed)
     ok &= warm_ok
+    ratios, ratios_ok = warm_start_ratios(warm_start)
+    ok &= ratios_ok
+
+    # N ranks cold on one cache.
+    rank_programs = args.ranks_programs if args.reduced else list_programs()
+    ranks_results = {}
+    one = ranks(args, 1, rank_programs)
+    for n in (4, 8):
+        ranks_results[n] = ranks(args, n, rank_programs)
+    ranks_ok = check_ranks(one, ranks_results, rank_programs)
+    ok &= ranks_ok
 
     print(f"\nC++ generated with the adapter equals the C++ without: {identical}/{compared} programs; new builds with the adapter: {with_builds}")
     print(
@@ -344,6 +477,13 @@ def main() -> int:
         f" {tiled} {key[tiled + ' convert'] * 1e3:.1f} ms"
     )
     print_warm_starts(warm_start)
+    for name, value in ratios.items():
+        print(f"  {name}: {value:.2f}")
+    print(
+        f"a miss's lookup in the calling process with the adapter (div, ADR 0038): R02B04 {key['R02B04 miss lookup'] * 1e3:.2f} ms,"
+        f" {tiled} {key[tiled + ' miss lookup'] * 1e3:.2f} ms (one key and a cache probe)"
+    )
+    print_ranks(one, ranks_results, rank_programs)
 
     results = {
         "gt4py": gt4py.__version__,
@@ -353,13 +493,21 @@ def main() -> int:
         "cpp_compared": compared,
         "key_cost": key,
         "warm_start_seconds": {f"{m} {'with' if a else 'without'}": s for (m, a), s in warm_start.items()},
+        "warm_start_ratios": ratios,
+        "ranks": {
+            "programs": rank_programs,
+            "one_rank": one,
+            **{f"{n}_ranks": r for n, r in ranks_results.items()},
+            "ok": ranks_ok,
+        },
         "seconds": time.perf_counter() - started,
     }
     (args.work / "gt4py-proof.json").write_text(json.dumps(results, indent=1))
     print(
         f"\ngt4py proof: with gridkey.gt4py {with_zero}/{len(with_cells)} cells re-translated 0;"
         f" without it {without_cells_missing}/{len(without_cells)} cells missed ({without_missed} re-translations);"
-        f" C++ identical {identical}/{compared}; {time.perf_counter() - started:.0f} s"
+        f" C++ identical {identical}/{compared}; warm-start ratios {'ok' if ratios_ok else 'FAILED'};"
+        f" N ranks {'ok' if ranks_ok else 'FAILED'}; {time.perf_counter() - started:.0f} s"
     )
     return 0 if ok else 1
 

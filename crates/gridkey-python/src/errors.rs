@@ -99,6 +99,11 @@ pub fn too_large(offset: Option<&str>, dtype: Dtype, shape: [usize; 2], size: u1
     })
 }
 
+/// `GridkeyOSError` with `message`, the errno of `e` and `path` as its filename.
+pub fn os_error(message: impl Into<String>, e: &std::io::Error, path: &Path) -> PyErr {
+    construct(Kind::Os, message.into(), e.raw_os_error(), Some(path))
+}
+
 /// `ENOENT`, the errno of a missing file (2 on Linux and macOS).
 const ENOENT: i32 = 2;
 

@@ -3,7 +3,8 @@
 //!
 //! It exposes gridkey's crates to NumPy users with the field's names: the table digest
 //! (gridkey-digest, format v1), the table store (gridkey-store), compile-time views of offset
-//! providers (gridkey-offsets) and translation keys (gridkey-fingerprint). The package
+//! providers (gridkey-offsets), translation keys (gridkey-fingerprint) and the per-key locks
+//! (gridkey-fs). The package
 //! `python/gridkey` re-exports it and holds what must be Python (the exception classes, the
 //! host copy of device arrays).
 //!
@@ -40,6 +41,7 @@ mod errors;
 mod gt4py_tiers;
 mod interrupt;
 mod keys;
+mod locks;
 mod offsets;
 mod raw;
 mod settings;
@@ -88,6 +90,8 @@ fn _gridkey(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(offsets::compile_time_offset_provider, m)?)?;
     m.add_function(wrap_pyfunction!(offsets::conversion_stats, m)?)?;
     m.add_function(wrap_pyfunction!(offsets::rehydrate, m)?)?;
+    m.add_class::<locks::KeyLocks>()?;
+    m.add_class::<locks::KeyLock>()?;
     m.add_class::<keys::KeyInputs>()?;
     m.add_function(wrap_pyfunction!(keys::translation_key, m)?)?;
     m.add_function(wrap_pyfunction!(keys::explain, m)?)?;

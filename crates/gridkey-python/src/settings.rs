@@ -71,6 +71,11 @@ impl Settings {
     pub fn verify_tables(&self) -> bool {
         self.inner.verify_tables
     }
+
+    /// The bound of a per-key lock wait (`GRIDKEY_LOCK_WAIT`, ADR 0033).
+    pub fn key_lock_wait(&self) -> std::time::Duration {
+        self.inner.key_lock_wait
+    }
 }
 
 #[pymethods]
@@ -120,6 +125,13 @@ impl Settings {
     #[getter]
     fn verify_cache_hits(&self) -> bool {
         self.inner.verify_cache_hits
+    }
+
+    /// Seconds a per-key lock is waited for before the work goes on without it
+    /// (`GRIDKEY_LOCK_WAIT`, default 60; ADR 0033).
+    #[getter(key_lock_wait)]
+    fn py_key_lock_wait(&self) -> f64 {
+        self.inner.key_lock_wait.as_secs_f64()
     }
 
     /// `"serial"`, `"thread"` or `"process"` (`GRIDKEY_BUILD_JOBS_MODE`, `GRIDKEY_BUILD_JOBS`).

@@ -19,7 +19,15 @@ program hashes every whole table. ``install()`` makes GT4Py compile against grid
   workers that run no user code;
 - a worker that cannot open a table (deleted, truncated, tampered) fails only the program that needs it, with the
   store's error naming the file; the pool survives;
-- execution keeps the runtime tables: only compilation is redirected.
+- execution keeps the runtime tables: only compilation is redirected;
+- hits are resolved in the calling process in every build-jobs mode (ADR 0038): ``runners.get_default_runner``, which
+  the compiled-programs pool looks up at every submission, returns a runner that looks a task up in GT4Py's
+  translation cache and build cache first and, when both hold it, runs GT4Py's own bindings and compilation steps
+  there (a build-cache hit) and returns a done future; only a miss goes to GT4Py's runner, so a warm start in process
+  mode starts no worker pool;
+- GT4Py's cached translation step runs under gridkey's per-key lock (ADR 0039): ranks and workers that share a GT4Py
+  cache translate each key once while the others wait (at most ``GRIDKEY_LOCK_WAIT`` seconds, then they translate
+  anyway with one warning) and then hit; a killed holder releases its lock with its process.
 
 Usage::
 
@@ -33,10 +41,16 @@ Usage::
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
+import hashlib
+import importlib
+import multiprocessing
 import os
 import pathlib
 import threading
+import types
+import warnings
 from typing import Any, Callable, Optional
 
 import numpy as np
@@ -54,11 +68,13 @@ from gridkey.errors import GridkeyError
 
 __all__ = [
     "CompileTimeConnectivity",
+    "LockedTranslation",
     "TableRef",
     "UnsupportedGT4PyError",
     "compile_time_offset_provider",
     "install",
     "installed",
+    "stats",
     "uninstall",
     "SUPPORTED_VERSIONS",
 ]
@@ -240,11 +256,241 @@ def compile_time_offset_provider(offset_provider, *, cache_dir=None, verify=None
     return converter.provider(offset_provider)
 
 
+# GT4Py internals the warm start and the lock rely on (ADR 0038, 0039), checked by `install` on every version: present
+# in 1.2.1 and 1.2.3 under these names. Module path -> attributes (a dotted attribute names a class member).
+_INTERNALS = {
+    "gt4py.next.otf.runners": ("get_default_runner",),
+    "gt4py.next.otf.workflow": ("CachedStep.cache_key",),
+    "gt4py.next.otf.recipes": ("OTFCompileWorkflow",),
+    "gt4py.next.otf.compilation.compiler": ("CPPCompiler", "CPPCompiler._make_artifact", "is_usable"),
+    "gt4py.next.otf.compilation.build_data": ("read_data",),
+    "gt4py.next.otf.compilation.cache": ("get_cache_folder",),
+    "gt4py._core.filecache": ("FileCache",),
+    "gt4py.next.fingerprinting": ("strict_fingerprinter",),
+}
+
+
+def _missing_internals() -> list[str]:
+    missing = []
+    for module_name, attributes in _INTERNALS.items():
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError:
+            missing.append(module_name)
+            continue
+        for dotted in attributes:
+            value: Any = module
+            for part in dotted.split("."):
+                value = getattr(value, part, None)
+                if value is None:
+                    missing.append(f"{module_name}.{dotted}")
+                    break
+    return missing
+
+
+def _gt(module_name: str) -> types.ModuleType:
+    return importlib.import_module(module_name)
+
+
+@dataclasses.dataclass
+class _Counters:
+    """What the adapter did in this process (`stats`)."""
+
+    parent_hits: int = 0
+    handed_to_runner: int = 0
+    locked_translations: int = 0
+    lock_gave_up: int = 0
+
+
+_counters = _Counters()
+
+
+def stats() -> dict[str, int]:
+    """What the adapter did in this process since it was imported: ``parent_hits`` (tasks resolved here from GT4Py's
+    translation and build caches, ADR 0038), ``handed_to_runner`` (tasks GT4Py's runner got: misses, and tasks the
+    adapter cannot look up), ``locked_translations`` (translations run here under gridkey's per-key lock, ADR 0039)
+    and ``lock_gave_up`` (translations run without it after the bounded wait). Workers count in their own process.
+    """
+    return dataclasses.asdict(_counters)
+
+
+# One `gridkey.KeyLocks` per (cache directory, wait) in this process, workers included.
+_key_locks: dict[tuple[str, float], Any] = {}
+
+
+def _locks(cache_dir: str, wait: float):
+    with _lock:
+        locks = _key_locks.get((cache_dir, wait))
+        if locks is None:
+            settings = gridkey.Settings.from_vars({"GRIDKEY_LOCK_WAIT": repr(wait)})
+            locks = _key_locks[(cache_dir, wait)] = gridkey.KeyLocks(cache_dir, settings=settings)
+        return locks
+
+
+@dataclasses.dataclass(frozen=True)
+class LockedTranslation:
+    """GT4Py's persistent translation step (a ``CachedStep`` over a ``FileCache``) run under gridkey's per-key lock.
+
+    A hit in GT4Py's translation cache is returned without a lock. On a miss, the lock
+    ``<cache_dir>/locks/gt4py-translation-<digest>.lock`` is taken (``gridkey.KeyLocks``, the Rust lock of ADR 0025,
+    waited for at most ``wait`` seconds, ADR 0033), the cache is looked up again under it, and only then does GT4Py's
+    own step translate and GT4Py's cache store the result. ``<digest>`` is the first 32 hex digits of SHA-256 over
+    the translation cache's folder and the key: per key and cache, and never part of a key. A holder killed by any
+    signal releases the lock with its process; a wait that reaches its bound translates anyway, with one warning.
+
+    It pickles with its step into GT4Py's workers, where the same lock applies (ADR 0039).
+    """
+
+    cached: Any
+    cache_dir: str
+    wait: float
+
+    def __call__(self, inp):
+        cached = self.cached
+        key = cached.cache_key(inp)
+        try:
+            return cached.cache[key]
+        except KeyError:
+            pass
+        folder = str(getattr(cached.cache, "path", ""))
+        name = "gt4py-translation-" + hashlib.sha256(f"{folder}\0{key}".encode()).hexdigest()[:32]
+        held = _locks(self.cache_dir, self.wait).lock(name)
+        try:
+            if held.gave_up:
+                _counters.lock_gave_up += 1
+                warnings.warn(
+                    f"gridkey.gt4py: another process held {held.path} for {held.waited:.0f} s (GRIDKEY_LOCK_WAIT): "
+                    "translating without the lock; raise GRIDKEY_LOCK_WAIT if translations take longer",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
+            try:
+                # Looked up again under the lock: the holder before us stored it.
+                return cached.cache[key]
+            except KeyError:
+                pass
+            _counters.locked_translations += 1
+            result = cached.cache[key] = cached.step(inp)
+            return result
+        finally:
+            held.release()
+
+
+def _is_persistent_cached_step(step) -> bool:
+    return isinstance(step, _gt("gt4py.next.otf.workflow").CachedStep) and isinstance(
+        step.cache, _gt("gt4py._core.filecache").FileCache
+    )
+
+
+# Executor -> the same executor with its translation step under the lock, once per executor and settings.
+_locked_executors: dict[int, tuple[Any, tuple[str, float], Any]] = {}
+
+
+def _with_locked_translation(executor, cache_dir: str, wait: float):
+    """``executor`` (GT4Py's ``OTFCompileWorkflow``) with its persistent translation step in a `LockedTranslation`;
+    any other executor unchanged."""
+    with _lock:
+        entry = _locked_executors.get(id(executor))
+        if entry is not None and entry[0] is executor and entry[1] == (cache_dir, wait):
+            return entry[2]
+    workflow = _gt("gt4py.next.otf.recipes").OTFCompileWorkflow
+    if not isinstance(executor, workflow) or not _is_persistent_cached_step(executor.translation):
+        return executor
+    locked = dataclasses.replace(executor, translation=LockedTranslation(executor.translation, cache_dir, wait))
+    with _lock:
+        _locked_executors[id(executor)] = (executor, (cache_dir, wait), locked)
+    return locked
+
+
+def _cached_translation(executor):
+    """The persistent ``CachedStep`` of a GT4Py workflow (under a `LockedTranslation` or not), or None."""
+    if not isinstance(executor, _gt("gt4py.next.otf.recipes").OTFCompileWorkflow):
+        return None
+    step = executor.translation
+    if isinstance(step, LockedTranslation):
+        step = step.cached
+    return step if isinstance(step, _gt("gt4py.next.otf.workflow").CachedStep) else None
+
+
+_MISS = object()
+
+
+def _resolve_in_parent(task):
+    """GT4Py's artifact of ``task`` when its translation and its build are both in GT4Py's caches, else `_MISS`.
+
+    The lookups are GT4Py's own: the translation step's key and cache, then the bindings step, the build folder
+    (``cache.get_cache_folder`` with the compiler's build context) and ``compiler.is_usable``. On a double hit the
+    artifact is the one GT4Py's compilation step makes of a usable build folder (``CPPCompiler._make_artifact`` of
+    the folder and its build data): the step would only compute the folder again, check the build again and make
+    it, which costs a serial warm start a second fingerprint of every extension source.
+    """
+    if task.no_offload_reason is not None:
+        return _MISS
+    executor = task.executor
+    cached = _cached_translation(executor)
+    compiler_module = _gt("gt4py.next.otf.compilation.compiler")
+    compilation = executor.compilation if cached is not None else None
+    if cached is None or not isinstance(compilation, compiler_module.CPPCompiler) or compilation.force_recompile:
+        return _MISS
+    compilable = task.construct_compilable(False)
+    key = cached.cache_key(compilable)
+    try:
+        program_source = cached.cache[key]
+    except KeyError:
+        return _MISS
+    extension = executor.bindings(program_source)
+    build_context_id = (
+        _gt("gt4py.next.fingerprinting").strict_fingerprinter(compilation.builder_factory)
+        if compilation.fingerprint_builder_factory
+        else ""
+    )
+    folder = _gt("gt4py.next.otf.compilation.cache").get_cache_folder(
+        extension, compilation.cache_lifetime, build_context_id
+    )
+    data = _gt("gt4py.next.otf.compilation.build_data").read_data(folder)
+    if not compiler_module.is_usable(data, folder):
+        return _MISS
+    return compilation._make_artifact(folder, data.module, data.entry_point_name)
+
+
+class _ParentHitsRunner:
+    """The runner `install` makes ``runners.get_default_runner`` return (ADR 0038).
+
+    ``submit`` resolves a hit here (`_resolve_in_parent`) and returns a done future holding GT4Py's artifact; anything
+    else goes to GT4Py's default runner, which only then is created,
+    so a run without a miss starts no worker pool. A failure of the lookup itself (a table that cannot be read, an
+    entry GT4Py cannot unpickle) is a miss: GT4Py's runner then raises GT4Py's own error.
+    """
+
+    def __init__(self, default_runner: Callable[[], Any]):
+        self._default_runner = default_runner
+
+    def submit(self, task):
+        try:
+            artifact = _resolve_in_parent(task)
+        except Exception:  # noqa: BLE001 - GT4Py's runner redoes the work and raises GT4Py's own error
+            artifact = _MISS
+        if artifact is _MISS:
+            _counters.handed_to_runner += 1
+            return self._default_runner().submit(task)
+        _counters.parent_hits += 1
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        future.set_result(artifact)
+        return future
+
+    def shutdown(self, wait: bool = True) -> None:
+        # The pool is GT4Py's default runner's: `runners.reset_default_runner` shuts it down.
+        return None
+
+
 @dataclasses.dataclass
 class _State:
     original: Optional[Callable] = None
     wrapper: Optional[Callable] = None
     converter: Optional[_Converter] = None
+    lock_wait: float = 60.0
+    original_runner: Optional[Callable] = None
+    runner_wrapper: Optional[Callable] = None
 
 
 _state = _State()
@@ -276,6 +522,7 @@ def _check_supported() -> None:
         )
         if not present
     ]
+    missing += _missing_internals()
     if missing:
         raise UnsupportedGT4PyError(
             f"GT4Py {version} lacks {', '.join(missing)}, which gridkey.gt4py wraps: "
@@ -284,24 +531,30 @@ def _check_supported() -> None:
 
 
 def install(*, cache_dir: Optional[os.PathLike | str] = None, verify: Optional[bool] = None) -> bool:
-    """Makes GT4Py compile every program against compile-time connectivities (see the module documentation).
+    """Makes GT4Py compile every program against compile-time connectivities, resolve hits in the calling process and
+    translate each key once across processes (see the module documentation).
 
-    ``cache_dir``: where the tables are stored (``<cache_dir>/tables-v1``); default ``gridkey.Settings().cache_dir``
-    (``GRIDKEY_CACHE_DIR``, else ``.gridkey_cache``), made absolute now. ``verify``: recompute the digest on every
-    open of a stored table, here and in workers; default ``GRIDKEY_VERIFY_TABLES``. Call again to change either; a
-    second call with the same arguments changes nothing.
+    ``cache_dir``: gridkey's cache directory, where the tables are stored (``<cache_dir>/tables-v1``) and the
+    per-key locks live (``<cache_dir>/locks``); default ``gridkey.Settings().cache_dir`` (``GRIDKEY_CACHE_DIR``, else
+    ``.gridkey_cache``), made absolute now. ``verify``: recompute the digest on every open of a stored table, here
+    and in workers; default ``GRIDKEY_VERIFY_TABLES``. The lock wait is ``GRIDKEY_LOCK_WAIT`` (seconds, default 60),
+    read now. Call again to change either; a second call with the same arguments changes nothing.
 
     Returns True when the adapter is active, False when this GT4Py has the feature built in (nothing is changed).
-    Raises `UnsupportedGT4PyError` for a GT4Py other than 1.2.x, and ``GridkeyOSError`` when the store cannot be
-    created.
+    Raises `UnsupportedGT4PyError` for a GT4Py other than 1.2.x or one that lacks an internal the adapter uses (named
+    in the message), ``SettingsError`` for a bad ``GRIDKEY_LOCK_WAIT`` and ``GridkeyOSError`` when the store cannot
+    be created.
     """
     if _builtin_feature():
         return False
     _check_supported()
+    settings = gridkey.Settings()
+    _state.lock_wait = settings.key_lock_wait
     converter = _Converter(cache_dir, verify)
     if _state.converter is None or (_state.converter.cache_dir, _state.converter.verify) != (converter.cache_dir, converter.verify):
         _state.converter = converter
     _gt4py_tiers.install(cache_dir=_state.converter.cache_dir)
+    _install_runner()
     current = _compilation_tasks.make_compilation_task
     if _state.wrapper is not None and current is _state.wrapper:
         return True
@@ -314,16 +567,18 @@ def install(*, cache_dir: Optional[os.PathLike | str] = None, verify: Optional[b
             return task  # uninstalled while another wrapper still calls this one
         if getattr(type(backend), "compile", None) is not _gtx_backend.Backend.compile:
             return task  # a customized compile closes over everything and ignores the compilable
+        # GT4Py's translation step under gridkey's per-key lock, here and in workers (ADR 0039).
+        executor = _with_locked_translation(task.executor, converter.cache_dir, _state.lock_wait)
         runtime = task.construct_compilable(False)
         provider = getattr(getattr(runtime, "args", None), "offset_provider", None)
         if not provider:
-            return task
+            return dataclasses.replace(task, executor=executor)
         compilable = dataclasses.replace(
             runtime, args=dataclasses.replace(runtime.args, offset_provider=converter.provider(provider))
         )
         # The same compilable for every runner: with or without file references (process mode), the compile-time
         # connectivities cross the process boundary as references to their own files.
-        return dataclasses.replace(task, construct_compilable=lambda with_refs: compilable)
+        return dataclasses.replace(task, construct_compilable=lambda with_refs: compilable, executor=executor)
 
     make_compilation_task.__wrapped__ = original  # type: ignore[attr-defined]
     make_compilation_task.__doc__ = original.__doc__
@@ -333,8 +588,28 @@ def install(*, cache_dir: Optional[os.PathLike | str] = None, verify: Optional[b
     return True
 
 
+def _install_runner() -> None:
+    """Makes ``runners.get_default_runner`` return the `_ParentHitsRunner` (ADR 0038); idempotent."""
+    runners = _gt("gt4py.next.otf.runners")
+    current = runners.get_default_runner
+    if _state.runner_wrapper is not None and current is _state.runner_wrapper:
+        return
+    original = current
+    parent_hits = _ParentHitsRunner(original)
+
+    def get_default_runner():
+        # In a worker GT4Py's default is serial and the task is the worker's own: nothing to resolve first.
+        return original() if multiprocessing.parent_process() is not None else parent_hits
+
+    get_default_runner.__wrapped__ = original  # type: ignore[attr-defined]
+    get_default_runner.__doc__ = original.__doc__
+    _state.original_runner = original
+    _state.runner_wrapper = get_default_runner
+    runners.get_default_runner = get_default_runner
+
+
 def uninstall() -> bool:
-    """Restores GT4Py's own ``make_compilation_task`` and forgets the memo. Returns whether the adapter was active.
+    """Restores GT4Py's own ``make_compilation_task`` and ``runners.get_default_runner`` and forgets the memo. Returns whether the adapter was active.
 
     Programs already compiled keep their artifacts; the fingerprint registration stays (it concerns only
     `CompileTimeConnectivity`, which GT4Py no longer receives).
@@ -342,7 +617,13 @@ def uninstall() -> bool:
     active = _state.wrapper is not None and _compilation_tasks.make_compilation_task is _state.wrapper
     if active:
         _compilation_tasks.make_compilation_task = _state.original
+    runners = _gt("gt4py.next.otf.runners")
+    if _state.runner_wrapper is not None and runners.get_default_runner is _state.runner_wrapper:
+        runners.get_default_runner = _state.original_runner
     _state.original = _state.wrapper = _state.converter = None
+    _state.original_runner = _state.runner_wrapper = None
+    with _lock:
+        _locked_executors.clear()
     return active
 
 
