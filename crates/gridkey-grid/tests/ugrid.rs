@@ -3,7 +3,7 @@
 //! tables given in the file in other slot orders and dimension orders, and files whose tables
 //! contradict each other (ADR 0015).
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 
