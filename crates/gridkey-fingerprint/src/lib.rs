@@ -86,8 +86,6 @@
 //! returns an entry that does not carry its own key and checksum; anything unreadable,
 //! truncated, corrupt or of another format version is a miss.
 
-#![warn(missing_docs)]
-
 mod protocol;
 
 pub use protocol::{translate_cached, CacheProtocolError, Cached, Request, SiteCache, Tier, Tiers};

@@ -38,8 +38,6 @@
 //! # Ok::<(), std::io::Error>(())
 //! ```
 
-#![warn(missing_docs)]
-
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufWriter, Write};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};

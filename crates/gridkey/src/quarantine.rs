@@ -63,7 +63,6 @@ impl Quarantine {
     }
 }
 
-/// Lower-case hex digits of `bytes` (an object checksum in [`Quarantined::checksum`]).
-pub fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
+/// Lower-case hex digits of `bytes` (an object checksum in [`Quarantined::checksum`]): the one
+/// hex encoder of the workspace, `gridkey_digest::hex`.
+pub use gridkey_digest::hex;
