@@ -11,6 +11,7 @@
 //!   name is checked against the code's constants and the files; an ADR may name what was true
 //!   when it was written. An ADR that another amends or supersedes says so in its status, and
 //!   the index has one row per ADR.
+//! - Each versioned bucket of a cache directory carries its format's version (ADR 0043).
 
 use std::path::{Path, PathBuf};
 
@@ -523,4 +524,36 @@ fn an_amended_adr_says_so_in_its_status() {
         }
     }
     assert!(problems.is_empty(), "ADR statuses:\n{}", problems.join("\n"));
+}
+
+/// Each versioned bucket of a cache directory names the version of the format it holds
+/// (ADR 0043), and the stores' constants are the buckets' names.
+#[test]
+fn every_versioned_bucket_carries_its_formats_version() {
+    use gridkey_fs::CacheBucket;
+    for bucket in CacheBucket::ALL {
+        let expected = match bucket {
+            CacheBucket::Tables => Some(gridkey_digest::DIGEST_FORMAT_VERSION),
+            CacheBucket::Translation => Some(gridkey_fingerprint::KEY_FORMAT_VERSION),
+            CacheBucket::Build => Some(gridkey_stencil::BUILD_FORMAT_VERSION),
+            // JSON files of one format each, never bumped so far.
+            CacheBucket::TierStats | CacheBucket::Quarantine => Some(1),
+            CacheBucket::Locks | CacheBucket::Runs => None,
+        };
+        assert_eq!(bucket.version(), expected, "{bucket}: rename the bucket with its format's version");
+    }
+    assert_eq!(gridkey_store::TABLES_DIR, CacheBucket::Tables.name());
+    assert_eq!(gridkey_fingerprint::TRANSLATION_DIR, CacheBucket::Translation.name());
+    assert_eq!(gridkey_stencil::BUILD_DIR, CacheBucket::Build.name());
+    assert_eq!(gridkey_fs::lock::LOCKS_DIR, CacheBucket::Locks.name());
+    assert_eq!(gridkey::cache::RUNS_DIR, CacheBucket::Runs.name());
+    assert_eq!(gridkey::cache::LOCAL_STATS_FILE, CacheBucket::TierStats.name());
+    assert_eq!(gridkey::quarantine::QUARANTINE_FILE, CacheBucket::Quarantine.name());
+    let stores: Vec<&str> = gridkey::cache::STORES.iter().map(|(name, _)| *name).collect();
+    assert_eq!(stores, CacheBucket::STORES.map(|(b, _)| b.name()));
+    // Every name is distinct.
+    let mut names: Vec<&str> = CacheBucket::ALL.iter().map(|b| b.name()).collect();
+    names.sort();
+    names.dedup();
+    assert_eq!(names.len(), CacheBucket::ALL.len());
 }

@@ -108,7 +108,7 @@ use xxhash_rust::xxh3::{xxh3_128, xxh3_64};
 pub const KEY_FORMAT_VERSION: u32 = 2;
 
 /// Name of the translation cache directory under the cache directory.
-pub const TRANSLATION_DIR: &str = "translation-v2";
+pub const TRANSLATION_DIR: &str = gridkey_fs::CacheBucket::Translation.name();
 
 /// Version marker of a translation cache entry file.
 pub const ENTRY_FORMAT_VERSION: u32 = 1;

@@ -44,9 +44,11 @@ use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
+pub mod bucket;
 pub mod fault;
 pub mod lock;
 
+pub use bucket::CacheBucket;
 pub use fault::{Fault, FaultKind, PausePoint};
 use fault::{FaultWriter, Plan};
 

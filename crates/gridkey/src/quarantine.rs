@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 
 /// File of the quarantined objects in the cache directory (JSON: `{"objects": {NAME: {"checksum",
 /// "reason"}}}`, NAME the object's Redis name); its lock is `remote-quarantine-v1.lock`.
-pub const QUARANTINE_FILE: &str = "remote-quarantine-v1";
+pub const QUARANTINE_FILE: &str = gridkey_fs::CacheBucket::Quarantine.name();
 
 /// One quarantined object.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
