@@ -59,8 +59,6 @@
 //! is transposed into the buffer a block of rows at a time (each column read sequentially),
 //! not element by element; `cargo xtask bench` measures both paths against their limits.
 
-#![warn(missing_docs)]
-
 use std::fmt;
 use std::str::FromStr;
 
@@ -122,25 +120,26 @@ impl TableDigest {
 
     /// The 32 lowercase hex digits.
     pub fn to_hex(&self) -> String {
-        String::from_utf8(self.hex_digits().to_vec()).expect("hex digits are ASCII")
+        hex(&self.0)
     }
+}
 
-    /// The 32 lowercase hex digits as ASCII bytes, without going through `fmt` per byte: every
-    /// translation key prints the digest of each table.
-    fn hex_digits(&self) -> [u8; 32] {
-        const DIGITS: &[u8; 16] = b"0123456789abcdef";
-        let mut out = [0u8; 32];
-        for (i, b) in self.0.iter().enumerate() {
-            out[2 * i] = DIGITS[usize::from(b >> 4)];
-            out[2 * i + 1] = DIGITS[usize::from(b & 15)];
-        }
-        out
+/// Lowercase hex digits of `bytes`, two per byte, most significant digit first: the one encoder
+/// of every digest, key and checksum gridkey prints or names a file by. Table by table, without
+/// going through `fmt` per byte: every translation key prints the digest of each table.
+pub fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(2 * bytes.len());
+    for &b in bytes {
+        out.push(char::from(DIGITS[usize::from(b >> 4)]));
+        out.push(char::from(DIGITS[usize::from(b & 15)]));
     }
+    out
 }
 
 impl fmt::Display for TableDigest {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(std::str::from_utf8(&self.hex_digits()).expect("hex digits are ASCII"))
+        f.write_str(&hex(&self.0))
     }
 }
 

@@ -31,9 +31,12 @@ use std::path::{Component, Path, PathBuf};
 
 use crate::{decode_entry, encode_entry, FingerprintError, KeyEncoder, Miss, TranslationKey};
 
-/// Name of GT4Py's store under the cache directory; its version changes with the layout or the
-/// payload formats of its entries.
-pub const GT4PY_DIR: &str = "gt4py-v1";
+/// Name of GT4Py's store under the cache directory ([`gridkey_fs::CacheBucket::Gt4py`], ADR 0043); its
+/// version is [`GT4PY_STORE_VERSION`] and changes with the layout or the payload formats of its entries.
+pub const GT4PY_DIR: &str = gridkey_fs::CacheBucket::Gt4py.name();
+
+/// Version of the layout and payload formats of [`GT4PY_DIR`].
+pub const GT4PY_STORE_VERSION: u32 = 1;
 
 /// Version of the extension key's encoding, hashed first into every extension key.
 pub const EXTENSION_KEY_VERSION: u32 = 1;

@@ -86,8 +86,6 @@
 //! returns an entry that does not carry its own key and checksum; anything unreadable,
 //! truncated, corrupt or of another format version is a miss.
 
-#![warn(missing_docs)]
-
 pub mod gt4py;
 mod protocol;
 
@@ -111,7 +109,7 @@ use xxhash_rust::xxh3::{xxh3_128, xxh3_64};
 pub const KEY_FORMAT_VERSION: u32 = 2;
 
 /// Name of the translation cache directory under the cache directory.
-pub const TRANSLATION_DIR: &str = "translation-v2";
+pub const TRANSLATION_DIR: &str = gridkey_fs::CacheBucket::Translation.name();
 
 /// Version marker of a translation cache entry file.
 pub const ENTRY_FORMAT_VERSION: u32 = 1;

@@ -38,17 +38,17 @@
 //! # Ok::<(), std::io::Error>(())
 //! ```
 
-#![warn(missing_docs)]
-
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufWriter, Write};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
+pub mod bucket;
 pub mod fault;
 pub mod lock;
 
+pub use bucket::CacheBucket;
 pub use fault::{Fault, FaultKind, PausePoint};
 use fault::{FaultWriter, Plan};
 

@@ -115,7 +115,7 @@ pub struct KeyLocks {
 }
 
 /// Name of the lock directory under the cache directory.
-pub const LOCKS_DIR: &str = "locks";
+pub const LOCKS_DIR: &str = crate::CacheBucket::Locks.name();
 
 /// The bound of a per-key lock wait when none is given: 60 seconds, as the shared tier's lease
 /// wait (ADR 0033).

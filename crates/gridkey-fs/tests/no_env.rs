@@ -1,6 +1,7 @@
 //! The filesystem layer never reads the environment: a fault hook set in `GRIDKEY_FAULT` does
-//! nothing unless a caller parses it and passes it in. Alone in its test binary, since it sets
-//! a variable of the process.
+//! nothing unless a caller parses it and passes it in. It sets a variable of the test process:
+//! no other test of the crate reads `GRIDKEY_FAULT`, and std orders its own environment reads
+//! and writes under one lock.
 
 #[test]
 fn a_fault_in_the_environment_reaches_no_write() {

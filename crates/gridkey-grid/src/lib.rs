@@ -76,7 +76,6 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-#![warn(missing_docs)]
 // A GridError carries what its message needs (the path, variable names, the values found and
 // expected: up to 160 bytes). It is returned at most once per grid read, never in a loop, and
 // callers that keep it box it (gridkey's `AppError::Grid`).

@@ -260,7 +260,11 @@ impl<'a> Topology<'a> {
                 return Err(wrong_shape(format!("{expected} {location}s along `{}`", dims[axis].name)));
             }
         }
-        let start = match attribute(var, "start_index") {
+        let start_attribute = attribute(var, "start_index");
+        // Without the attribute the table is 0-based (UGRID); a 1-based table without it (as
+        // FESOM writes them) is refused with a message that names the missing attribute.
+        let start_given = start_attribute.is_some();
+        let start = match start_attribute {
             None => 0,
             Some(AttrValue::Int(i)) => i,
             other => {
@@ -313,11 +317,20 @@ impl<'a> Topology<'a> {
                         value: x,
                         codomain: role.codomain().name().to_owned(),
                         codomain_size,
-                        expected: format!(
-                            "{start}..={} (an index into {}, start_index {start}){fill}",
-                            start + size - 1,
-                            role.codomain().name()
-                        ),
+                        expected: if start_given {
+                            format!(
+                                "{start}..={} (an index into {}, start_index {start}){fill}",
+                                start + size - 1,
+                                role.codomain().name()
+                            )
+                        } else {
+                            format!(
+                                "{start}..={} (an index into {}, 0-based since the variable has no start_index \
+                                 attribute; a 1-based table needs start_index = 1){fill}",
+                                start + size - 1,
+                                role.codomain().name()
+                            )
+                        },
                     });
                 };
                 values.push(v);

@@ -1,7 +1,7 @@
 //! Bad input: every kind of broken file is a typed error that names the file and says what was
 //! wrong, and nothing panics.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 

@@ -3,7 +3,7 @@
 //! tables given in the file in other slot orders and dimension orders, and files whose tables
 //! contradict each other (ADR 0015).
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 
@@ -334,6 +334,22 @@ fn an_index_past_the_nodes_names_the_range_the_start_index_gives() {
     let err = read_err(&f, "no_fill.nc");
     assert!(matches!(&err, GridError::IndexOutOfRange { value: -999, .. }), "{err:?}");
     assert!(err.to_string().contains("no _FillValue"), "{err}");
+}
+
+#[test]
+fn a_one_based_table_without_start_index_is_refused_naming_the_attribute() {
+    // FESOM writes 1-based tables without `start_index`: read as 0-based, the last node is past
+    // the range, and the message says which attribute is missing.
+    let mut f = ugrid_mixed();
+    f.var_mut("mesh_face_nodes").remove_attr("start_index");
+    let err = read_err(&f, "no_start_index.nc");
+    assert!(matches!(&err, GridError::IndexOutOfRange { value: 9, codomain_size: 9, .. }), "{err:?}");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("0..=8 (an index into Vertex, 0-based since the variable has no start_index attribute"),
+        "{msg}"
+    );
+    assert!(msg.contains("a 1-based table needs start_index = 1"), "{msg}");
 }
 
 /// Checks a [`GridError::BadAttribute`] on `variable`'s `attribute`.

@@ -80,15 +80,12 @@
 //! worker) fails that task only; the other tasks finish and the runner stays usable. Results
 //! come back in submission order.
 
-#![warn(missing_docs)]
-
 pub mod pool;
 pub mod protocol;
 pub mod worker;
 
 use std::collections::BTreeMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use gridkey_offsets::CompileTimeOffsetProvider;
@@ -97,20 +94,6 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 pub use pool::{stop_all_workers, ProcessPool, WorkerCommand};
-
-/// Errors of the runners (ADR 0005). A failed task is not one of them: it is a [`TaskError`] in
-/// the results, and the runner stays usable.
-#[derive(Debug, thiserror::Error)]
-pub enum JobsError {
-    /// A worker process could not be started or did not complete its handshake.
-    #[error("cannot start build worker {program}: {reason}; check that the gridkey binary is installed and runnable")]
-    WorkerStart {
-        /// The worker program.
-        program: PathBuf,
-        /// What went wrong.
-        reason: String,
-    },
-}
 
 /// One program to translate and build: what the handler sees, the same in every mode (in
 /// process mode it crosses as a [`protocol::WireTask`], tables by digest).

@@ -59,8 +59,6 @@
 //! index fits (ADR 0006), so neither the layout nor the integer width of the runtime table
 //! reaches a digest or a key.
 
-#![warn(missing_docs)]
-
 use std::collections::HashMap;
 use std::fmt;
 use std::io::{self, Write};

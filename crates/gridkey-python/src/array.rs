@@ -48,7 +48,14 @@ impl<'py> HostTable<'py> {
         let origin = unsafe { (*self.array.as_array_ptr()).fields.data } as usize;
         let size = self.dtype.itemsize();
         let (start, len) = span(origin, self.strides, self.shape, size).map_err(|e| error(Kind::Value, e.0))?;
-        let bytes: &[u8] = if len == 0 { &[] } else { unsafe { std::slice::from_raw_parts(start as *const u8, len) } };
+        let bytes: &[u8] = if len == 0 {
+            &[]
+        } else {
+            // SAFETY: `span` returned the lowest address and the length of the bytes the array's
+            // elements occupy (its checked arithmetic refuses a span that overflows), all inside
+            // NumPy's allocation, which `self.array` keeps alive for the borrow of `self`.
+            unsafe { std::slice::from_raw_parts(start as *const u8, len) }
+        };
         RawTable::new(bytes, origin - start, self.strides, self.shape, self.dtype, self.order)
             .map_err(|e| error(Kind::Value, e.0))
     }
@@ -274,6 +281,9 @@ pub unsafe fn readonly_array<'py>(
         Dtype::I64 => numpy::dtype::<i64>(py),
     };
     let mut dims = [shape[0] as npyffi::npy_intp, shape[1] as npyffi::npy_intp];
+    // SAFETY: the caller promises that `data` holds `shape[0] * shape[1]` elements of `dtype`
+    // owned by `owner`; NumPy gets a new reference to the descriptor and takes `owner` as the
+    // base, so the memory outlives the array, and the GIL is held (`py`).
     unsafe {
         let ptr = PY_ARRAY_API.PyArray_NewFromDescr(
             py,

@@ -33,8 +33,6 @@
 //! key = gridkey.KeyInputs("my-frontend", "1.0", "div", b"...", {}, view).key()
 //! ```
 
-#![warn(missing_docs)]
-
 mod array;
 mod device;
 mod errors;

@@ -43,8 +43,6 @@
 //! assert!(remote.warning().unwrap().contains("off for the rest of this run"));
 //! ```
 
-#![warn(missing_docs)]
-
 use std::io;
 use std::path::PathBuf;
 
@@ -122,17 +120,6 @@ pub enum RemoteError {
         /// The file.
         path: PathBuf,
         /// What is wrong.
-        reason: String,
-    },
-    /// The TLS handshake with a `rediss://` server failed: its certificate does not verify
-    /// against the CA (or the system's roots), or it does not speak TLS.
-    #[error("shared cache {url}: TLS handshake failed ({reason}); {}", match ca { Some(ca) => format!("check that the CA file {} (GRIDKEY_REMOTE_CA_FILE) is the one that signed the server's certificate", ca.display()), None => "give the server's certificate authority as GRIDKEY_REMOTE_CA_FILE, or check that the server speaks TLS on that port".to_owned() })]
-    Tls {
-        /// The URL, password hidden.
-        url: String,
-        /// The CA file, if one was given.
-        ca: Option<PathBuf>,
-        /// The TLS error.
         reason: String,
     },
     /// The signing key file may be read by others.

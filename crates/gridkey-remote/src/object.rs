@@ -281,7 +281,4 @@ pub fn decode<'a>(
     Ok(&bytes[HEADER_BYTES..payload_end])
 }
 
-/// Lowercase hex of `bytes`.
-pub(crate) fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
+pub(crate) use gridkey_digest::hex;

@@ -3,7 +3,7 @@
 //! reply, and an HTTP server. Each costs at most one reply timeout for a whole run of requests,
 //! then the tier is off with one warning that says what happened. These need no Redis server.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};

@@ -2,7 +2,7 @@
 //! bad object, leases, the read-only role, trust, timeouts and the circuit breaker.
 //! Without `GRIDKEY_TEST_REDIS_URL` each test says that it skipped and how to run it.
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::os::unix::fs::PermissionsExt;

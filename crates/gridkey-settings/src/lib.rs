@@ -39,8 +39,6 @@
 //! assert!(err.to_string().starts_with("GRIDKEY_BUILD_JOBS_MODE=\"fast\" is not valid"));
 //! ```
 
-#![warn(missing_docs)]
-
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};

@@ -22,7 +22,7 @@ use crate::{check_options, key_inputs, translate, Program, StencilError};
 pub const BUILD_FORMAT_VERSION: u32 = 2;
 
 /// Name of the build cache directory under the cache directory.
-pub const BUILD_DIR: &str = "build-v2";
+pub const BUILD_DIR: &str = gridkey_fs::CacheBucket::Build.name();
 
 /// Flags every build gets besides the optimisation level.
 const SHARED_FLAGS: [&str; 2] = ["-shared", "-fPIC"];

@@ -28,8 +28,6 @@
 //! [`CompileTimeOffsetProvider`]: gridkey_offsets::CompileTimeOffsetProvider
 //! [`OffsetProvider`]: gridkey_offsets::OffsetProvider
 
-#![warn(missing_docs)]
-
 mod compile;
 mod compiler;
 mod emit;

@@ -1,7 +1,7 @@
 //! The whole frontend with the system C compiler: compile (key, translation cache, build cache),
 //! load, run on runtime tables of every layout, and check against the Rust evaluation.
 
-mod common;
+use crate::common;
 
 use std::fs;
 use std::path::Path;

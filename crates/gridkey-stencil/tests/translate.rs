@@ -1,7 +1,7 @@
 //! Domain inference and C generation: facts, errors, options, and that the source depends only
 //! on the program, the options and the facts, whatever the runtime layout of the tables.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

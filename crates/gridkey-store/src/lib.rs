@@ -51,8 +51,6 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-#![warn(missing_docs)]
-
 use std::fs::{self, File};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
@@ -71,7 +69,7 @@ pub use gridkey_fs::Fault;
 pub use ndarray;
 
 /// Name of the store directory under the cache directory; carries the digest format version.
-pub const TABLES_DIR: &str = "tables-v1";
+pub const TABLES_DIR: &str = gridkey_fs::CacheBucket::Tables.name();
 
 /// Errors of the table store (ADR 0005, ADR 0012). Every variant names the file and what to do;
 /// a bad file under a table's name is an error at open and is rewritten by a put.

@@ -14,18 +14,17 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
-use gridkey_fs::{remove_if_unlocked, remove_if_unused, remove_stale_temps, Removal, TEMP_PREFIX};
+use gridkey_fs::{remove_if_unlocked, remove_if_unused, remove_stale_temps, CacheBucket, Removal, TEMP_PREFIX};
 use serde::{Deserialize, Serialize};
 
 use crate::AppError;
 
-/// The stores of a cache directory with the extension of their entries, in report order.
-pub const STORES: [(&str, &str); 4] = [
-    (gridkey_store::TABLES_DIR, "npy"),
-    (gridkey_fingerprint::TRANSLATION_DIR, "bin"),
-    (gridkey_stencil::BUILD_DIR, "so"),
-    (gridkey_fingerprint::gt4py::GT4PY_DIR, "bin"),
-];
+/// The stores of a cache directory with the extension of their entries, in report order: the
+/// names of [`CacheBucket::STORES`] (ADR 0043).
+pub const STORES: [(&str, &str); 4] = {
+    let s = CacheBucket::STORES;
+    [(s[0].0.name(), s[0].1), (s[1].0.name(), s[1].1), (s[2].0.name(), s[2].1), (s[3].0.name(), s[3].1)]
+};
 
 /// How old (modification time, seconds) an unlocked temp file must be before `gridkey run`
 /// and, by default, `gridkey cache gc` remove it: longer than any write takes between creating
@@ -203,7 +202,7 @@ pub fn others_can_write(cache_dir: &Path) -> Vec<(PathBuf, String)> {
 }
 
 /// Directory of the live-run registrations under the cache directory (ADR 0026).
-pub const RUNS_DIR: &str = "runs";
+pub const RUNS_DIR: &str = CacheBucket::Runs.name();
 
 /// How much earlier than the oldest live run's start an entry must have been last used for
 /// `gridkey cache gc` to remove it while runs are live: covers time stamps of coarse
@@ -488,7 +487,7 @@ pub fn stats(cache_dir: &Path) -> Result<Vec<StoreStats>, AppError> {
 }
 
 /// File of the local tier's counters, summed over runs, in the cache directory.
-pub const LOCAL_STATS_FILE: &str = "tier-stats-v1";
+pub const LOCAL_STATS_FILE: &str = CacheBucket::TierStats.name();
 
 /// The counters of one tier, for a run (`gridkey run --json`, `tiers`) or summed over runs
 /// (`gridkey cache stats`).
@@ -570,8 +569,11 @@ pub fn local_stats(cache_dir: &Path) -> (gridkey_remote::TierStats, u64) {
 ///
 /// Errors: the lock or the file cannot be written.
 pub fn record_local_stats(cache_dir: &Path, run: &gridkey_remote::TierStats) -> io::Result<()> {
-    let lock =
-        fs::OpenOptions::new().create(true).truncate(false).write(true).open(cache_dir.join("tier-stats-v1.lock"))?;
+    let lock = fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(cache_dir.join(format!("{LOCAL_STATS_FILE}.lock")))?;
     gridkey_fs::lock::lock_exclusive(&lock)?;
     let (mut stats, runs) = local_stats(cache_dir);
     stats.add(run);

@@ -12,8 +12,6 @@
 //! This crate composes the others through their public APIs and does not print: the binary
 //! (`src/main.rs`) is the only place that prints for people.
 
-#![warn(missing_docs)]
-
 pub mod explain;
 pub mod faults;
 

@@ -140,7 +140,7 @@ pub fn push(settings: &Settings) -> Result<PushReport, AppError> {
                     Stored::TooLarge { len, max } => skip(
                         &mut report,
                         kind,
-                        key.iter().map(|b| format!("{b:02x}")).collect(),
+                        gridkey_digest::hex(key),
                         format!("the object is {len} bytes, over the limit of {max} (GRIDKEY_REMOTE_MAX_OBJECT)"),
                     ),
                     Stored::ReadOnly | Stored::Off => {}

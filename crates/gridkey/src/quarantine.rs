@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 
 /// File of the quarantined objects in the cache directory (JSON: `{"objects": {NAME: {"checksum",
 /// "reason"}}}`, NAME the object's Redis name); its lock is `remote-quarantine-v1.lock`.
-pub const QUARANTINE_FILE: &str = "remote-quarantine-v1";
+pub const QUARANTINE_FILE: &str = gridkey_fs::CacheBucket::Quarantine.name();
 
 /// One quarantined object.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -63,7 +63,6 @@ impl Quarantine {
     }
 }
 
-/// Lower-case hex digits of `bytes` (an object checksum in [`Quarantined::checksum`]).
-pub fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
+/// Lower-case hex digits of `bytes` (an object checksum in [`Quarantined::checksum`]): the one
+/// hex encoder of the workspace, `gridkey_digest::hex`.
+pub use gridkey_digest::hex;

@@ -1,7 +1,7 @@
 //! Checked artifacts (ADR 0023): a library whose kernel fails verification against the Rust
 //! reference is removed from the build cache, with its translation, and never served again.
 
-mod common;
+use crate::common;
 
 use common::{data, gridkey_command};
 

@@ -7,7 +7,7 @@
 //! Every wait for a child has a limit of its own, so that code that waits without end fails here
 //! instead of hanging the test.
 
-mod common;
+use crate::common;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};

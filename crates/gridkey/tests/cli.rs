@@ -1,6 +1,6 @@
 //! The `gridkey` binary as a user runs it: the main job, `tables`, and bad input.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Output;

@@ -2,7 +2,7 @@
 //! the same command words gets other build keys and really runs; the same compiler at two paths
 //! shares its builds.
 
-mod common;
+use crate::common;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};

@@ -2,7 +2,7 @@
 //! and build each program once in all, and `gridkey cache gc --max-size 0` in a loop beside a run
 //! harms none of its programs.
 
-mod common;
+use crate::common;
 
 use std::process::{Child, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -1,7 +1,7 @@
 //! `gridkey explain`: the differing key inputs, checked against the witness's golden table
 //! facts, and the stable JSON form against a golden file.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::path::Path;

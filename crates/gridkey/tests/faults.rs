@@ -3,7 +3,7 @@
 //! modified in place, and `gridkey cache stats` / `gridkey cache gc`. The full matrix, with real
 //! tmpfs mounts and many processes, is `cargo xtask faults`.
 
-mod common;
+use crate::common;
 
 use std::fs;
 use std::io::{BufRead, BufReader};

@@ -1,7 +1,7 @@
 //! What the binary says, as a user reads it: each cause once, counts in good English, a
 //! missing or misplaced cache directory named for what it is.
 
-mod common;
+use crate::common;
 
 use std::process::Output;
 

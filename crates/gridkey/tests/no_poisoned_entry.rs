@@ -2,7 +2,7 @@
 //! tasks that translated from it, nothing is cached from it, and the run rewrites the table from
 //! the runtime table and compiles those programs again, in every mode.
 
-mod common;
+use crate::common;
 
 use std::io::{Seek, SeekFrom, Write};
 use std::os::unix::fs::PermissionsExt;

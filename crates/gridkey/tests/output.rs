@@ -2,7 +2,7 @@
 //! command quietly, as it ends command-line tools; a full standard output (`> /dev/full`) is
 //! one clear error; never a panic.
 
-mod common;
+use crate::common;
 
 use std::fs::File;
 use std::os::fd::{FromRawFd, OwnedFd};

@@ -1,6 +1,6 @@
 //! The process runner with real `gridkey worker` processes (docs/design.md "Build jobs", ADR 0010, ADR 0013).
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -2,7 +2,7 @@
 //! (README "The shared tier"). Without `GRIDKEY_TEST_REDIS_URL` each test says that it skipped
 //! and how to run it.
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::net::TcpListener;
@@ -25,7 +25,7 @@ fn shared_url(test: &str) -> Option<String> {
             let _ = writeln!(
                 std::io::stderr(),
                 "gridkey: skipped {test}: no test Redis server ({URL_VAR} unset); run \
-                 `cargo xtask test` or `cargo xtask with-redis -- cargo test -p gridkey --test remote`"
+                 `cargo xtask test` or `cargo xtask with-redis -- cargo test -p gridkey --test all remote::`"
             );
             None
         }

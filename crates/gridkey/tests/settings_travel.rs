@@ -2,7 +2,7 @@
 //! in a process pool reused after the setting changed (ADR 0013): workers read nothing from
 //! their own environment, the settings travel with every task.
 
-mod common;
+use crate::common;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};

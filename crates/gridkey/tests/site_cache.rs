@@ -4,7 +4,7 @@
 //! (`setpriv` to `nobody`), for whom its directories are not writable. Each way is skipped, with
 //! a message, where this machine does not allow it (mounting and changing user need root).
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::fs;

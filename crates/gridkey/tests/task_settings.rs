@@ -2,7 +2,7 @@
 //! what every mode's handler sees, no task frame holds the shared tier's URL or its password,
 //! and a compiler wrapper's own variables reach it from the binary's edge without changing a key.
 
-mod common;
+use crate::common;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};

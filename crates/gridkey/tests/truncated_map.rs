@@ -5,7 +5,7 @@
 //! table and verifies every program. Before ADR 0034 the parent read its mapping when it
 //! repaired the table and died of `SIGBUS`, without a report.
 
-mod common;
+use crate::common;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};

@@ -3,7 +3,7 @@
 //! other is refused naming the variable and a face, and the ICON grid written as netCDF-4 by the
 //! netCDF C library gives the digests and keys of its netCDF-3 original.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::{Command, Output};

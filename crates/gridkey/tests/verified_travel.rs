@@ -3,7 +3,7 @@
 //! a real Redis server: without `GRIDKEY_TEST_REDIS_URL` each test says that it skipped and how
 //! to run it.
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -23,7 +23,7 @@ fn shared_url(test: &str) -> Option<String> {
             let _ = writeln!(
                 std::io::stderr(),
                 "gridkey: skipped {test}: no test Redis server ({URL_VAR} unset); run \
-                 `cargo xtask test` or `cargo xtask with-redis -- cargo test -p gridkey --test verified_travel`"
+                 `cargo xtask test` or `cargo xtask with-redis -- cargo test -p gridkey --test all verified_travel::`"
             );
             None
         }

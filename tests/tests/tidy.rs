@@ -1,0 +1,561 @@
+//! Tidy checks over the tree: what reviewers would otherwise have to remember. Each check names
+//! the file and what to change.
+//!
+//! - Every integration-test file is part of its crate's one test binary: a crate with files in
+//!   `tests/` says `autotests = false`, declares one `[[test]]` at `tests/all.rs`, and that root
+//!   declares every `tests/NAME.rs` (and `tests/common/`) as a module. A file left out would
+//!   never be compiled, so its tests would pass by not running.
+//! - The docs cannot drift: every versioned name (`tables-v1`), format version (`key format
+//!   v2`, `PROTOCOL_VERSION = 5`), path in the tree and `GRIDKEY_*` variable that README.md,
+//!   ARCHITECTURE.md, docs/design.md, the ADRs and the Python package's README and docstrings
+//!   name is checked against the code's constants and the files; an ADR may name what was true
+//!   when it was written. An ADR that another amends or supersedes says so in its status, and
+//!   the index has one row per ADR.
+//! - Each versioned bucket of a cache directory carries its format's version (ADR 0043).
+
+use std::path::{Path, PathBuf};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// The workspace members with a `Cargo.toml`: `crates/*`, `tests`, `xtask`.
+fn members() -> Vec<PathBuf> {
+    let root = root();
+    let mut out: Vec<PathBuf> = std::fs::read_dir(root.join("crates"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.join("Cargo.toml").is_file())
+        .collect();
+    out.extend([root.join("tests"), root.join("xtask")].into_iter().filter(|p| p.join("Cargo.toml").is_file()));
+    out.sort();
+    out
+}
+
+/// The `mod NAME;` declarations of a Rust file.
+fn declared_modules(text: &str) -> Vec<String> {
+    text.lines().filter_map(|l| l.trim().strip_prefix("mod ")?.strip_suffix(';').map(str::to_owned)).collect()
+}
+
+/// The problems of one member's integration tests (empty when it has none or they are tidy).
+fn test_binary_problems(member: &Path) -> Vec<String> {
+    let rel = member.strip_prefix(root()).unwrap_or(member).display().to_string();
+    let tests = member.join("tests");
+    let mut files: Vec<String> = std::fs::read_dir(&tests)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let stem = name.strip_suffix(".rs")?.to_owned();
+            (stem != "all").then_some(stem)
+        })
+        .collect();
+    if tests.join("common").join("mod.rs").is_file() {
+        files.push("common".to_owned());
+    }
+    files.sort();
+    if files.is_empty() {
+        return Vec::new();
+    }
+    let mut problems = Vec::new();
+    let manifest = std::fs::read_to_string(member.join("Cargo.toml")).unwrap();
+    if !manifest.lines().any(|l| l.trim().replace(' ', "") == "autotests=false") {
+        problems.push(format!("{rel}/Cargo.toml: add `autotests = false` to [package] (one test binary per crate)"));
+    }
+    let targets = manifest.matches("[[test]]").count();
+    if targets != 1 || !manifest.contains("path = \"tests/all.rs\"") {
+        problems.push(format!(
+            "{rel}/Cargo.toml: declare exactly one [[test]] with path = \"tests/all.rs\" (found {targets} [[test]])"
+        ));
+    }
+    let all = std::fs::read_to_string(tests.join("all.rs")).unwrap_or_default();
+    let mut declared = declared_modules(&all);
+    declared.sort();
+    for file in &files {
+        if !declared.contains(file) {
+            problems.push(format!("{rel}/tests/all.rs: add `mod {file};`, or tests/{file} is never compiled"));
+        }
+    }
+    for module in &declared {
+        if !files.contains(module) {
+            problems.push(format!("{rel}/tests/all.rs: `mod {module};` has no file tests/{module}.rs"));
+        }
+    }
+    problems
+}
+
+#[test]
+fn every_test_file_is_part_of_its_crates_one_test_binary() {
+    let members = members();
+    assert!(members.len() >= 12, "found the workspace members: {members:?}");
+    let problems: Vec<String> = members.iter().flat_map(|m| test_binary_problems(m)).collect();
+    assert!(problems.is_empty(), "test files outside a test binary:\n{}", problems.join("\n"));
+}
+
+#[test]
+fn a_test_file_left_out_of_the_binary_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let write = |rel: &str, text: &str| std::fs::write(dir.path().join(rel), text).unwrap();
+    std::fs::create_dir(dir.path().join("tests")).unwrap();
+    write("Cargo.toml", "[package]\nautotests = false\n\n[[test]]\nname = \"all\"\npath = \"tests/all.rs\"\n");
+    write("tests/all.rs", "mod kept;\nmod gone;\n");
+    write("tests/kept.rs", "");
+    write("tests/forgotten.rs", "");
+    let problems = test_binary_problems(dir.path());
+    assert_eq!(problems.len(), 2, "{problems:?}");
+    assert!(
+        problems[0].ends_with("tests/all.rs: add `mod forgotten;`, or tests/forgotten is never compiled"),
+        "{problems:?}"
+    );
+    assert!(problems[1].ends_with("tests/all.rs: `mod gone;` has no file tests/gone.rs"), "{problems:?}");
+    // Without `autotests = false` every file would also be a binary of its own.
+    write("Cargo.toml", "[package]\n\n[[test]]\nname = \"all\"\npath = \"tests/all.rs\"\n");
+    write("tests/all.rs", "mod forgotten;\nmod kept;\n");
+    assert_eq!(test_binary_problems(dir.path()).len(), 1);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Docs that cannot drift: the names, versions, paths and variables the docs give, checked
+// against the code's constants and the tree.
+
+/// The current docs: what they say must be true now.
+const CURRENT_DOCS: &[&str] = &[
+    "README.md",
+    "ARCHITECTURE.md",
+    "docs/design.md",
+    "crates/gridkey-python/README.md",
+    "crates/gridkey-python/python/gridkey",
+];
+
+/// A format and the ADR that introduced each of its versions, oldest first; the last is the
+/// code's constant (checked by `the_version_history_ends_at_the_codes_constants`).
+const HISTORY: &[(&str, &[(u32, u32)])] = &[
+    ("digest", &[(1, 1)]),
+    ("key", &[(1, 3), (2, 20)]),
+    ("entry", &[(1, 3)]),
+    ("object", &[(1, 19)]),
+    ("protocol", &[(1, 4), (2, 4), (3, 13), (4, 18), (5, 32)]),
+    // Build format v2 came with ADR 0022 and ADR 0023, written together.
+    ("build", &[(1, 7), (2, 23)]),
+];
+
+/// The constants that docs quote as `NAME = N`, with the format whose history they follow.
+const QUOTED_CONSTANTS: &[(&str, &str)] = &[
+    ("DIGEST_FORMAT_VERSION", "digest"),
+    ("KEY_FORMAT_VERSION", "key"),
+    ("ENTRY_FORMAT_VERSION", "entry"),
+    ("OBJECT_FORMAT_VERSION", "object"),
+    ("PROTOCOL_VERSION", "protocol"),
+    ("BUILD_FORMAT_VERSION", "build"),
+];
+
+/// The current version of each format, from the code.
+fn current_version(format: &str) -> u32 {
+    match format {
+        "digest" => gridkey_digest::DIGEST_FORMAT_VERSION,
+        "key" => gridkey_fingerprint::KEY_FORMAT_VERSION,
+        "entry" => gridkey_fingerprint::ENTRY_FORMAT_VERSION,
+        "object" => u32::from(gridkey_remote::object::OBJECT_FORMAT_VERSION),
+        "protocol" => gridkey_jobs::protocol::PROTOCOL_VERSION,
+        "build" => gridkey_stencil::BUILD_FORMAT_VERSION,
+        other => panic!("no constant for format {other}"),
+    }
+}
+
+/// Versioned names that code no longer uses, and the ADR that retired each: an ADR written up to
+/// that one may name it (it was true then); current docs may not.
+const RETIRED_NAMES: &[(&str, u32)] = &[("translation-v1", 20), ("build-v1", 23)];
+
+/// Variables the code no longer reads, and the ADR that retired each (same rule).
+const RETIRED_VARIABLES: &[(&str, u32)] = &[("GRIDKEY_WORKER_PARENT", 13)];
+
+/// Paths that docs name and that are made by a tool, not kept in the tree.
+const GENERATED_PATHS: &[&str] = &["fuzz/artifacts"];
+
+/// The versioned names of files and directories the code uses now, from its constants.
+fn current_names() -> Vec<String> {
+    let mut names: Vec<String> = vec![
+        gridkey_store::TABLES_DIR.to_owned(),
+        gridkey_fingerprint::TRANSLATION_DIR.to_owned(),
+        gridkey_stencil::BUILD_DIR.to_owned(),
+        gridkey::cache::LOCAL_STATS_FILE.to_owned(),
+        gridkey::cache::REGISTRATION_FORMAT.to_owned(),
+        gridkey::quarantine::QUARANTINE_FILE.to_owned(),
+        format!("obj-v{}", gridkey_remote::object::OBJECT_FORMAT_VERSION),
+    ];
+    // Golden files are named by the format they pin.
+    for entry in std::fs::read_dir(root().join("data/golden")).unwrap().flatten() {
+        let name = entry.file_name().into_string().unwrap();
+        names.push(name.split('.').next().unwrap().to_owned());
+    }
+    names
+}
+
+/// Redis names without a constant of their own: they must appear in the remote client's source.
+const REDIS_NAMES: &[&str] = &["lease-v1", "stats-v1"];
+
+/// A doc file, its path relative to the root, and the ADR number when it is an ADR.
+struct Doc {
+    rel: String,
+    text: String,
+    adr: Option<u32>,
+}
+
+fn docs() -> Vec<Doc> {
+    let root = root();
+    let mut out = Vec::new();
+    let mut add = |path: PathBuf, adr: Option<u32>| {
+        let text = std::fs::read_to_string(&path).unwrap();
+        out.push(Doc { rel: path.strip_prefix(&root).unwrap().display().to_string(), text, adr });
+    };
+    for rel in CURRENT_DOCS {
+        let path = root.join(rel);
+        if path.is_dir() {
+            let mut files: Vec<PathBuf> = std::fs::read_dir(&path).unwrap().flatten().map(|e| e.path()).collect();
+            files.sort();
+            for file in files.into_iter().filter(|f| f.extension().is_some_and(|e| e == "py")) {
+                add(file, None);
+            }
+        } else {
+            add(path, None);
+        }
+    }
+    for (number, path) in adr_files() {
+        add(path, Some(number));
+    }
+    out
+}
+
+/// The ADR files, by number.
+fn adr_files() -> Vec<(u32, PathBuf)> {
+    let mut out: Vec<(u32, PathBuf)> = std::fs::read_dir(root().join("adr"))
+        .unwrap()
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let number = name.get(..4)?.parse().ok()?;
+            name.ends_with(".md").then_some((number, e.path()))
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// The words of `text` made of the characters `keep` accepts, with their line numbers.
+fn words(text: &str, keep: impl Fn(char) -> bool) -> Vec<(usize, String)> {
+    let mut out = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let mut word = String::new();
+        for c in line.chars().chain(std::iter::once(' ')) {
+            if keep(c) {
+                word.push(c);
+            } else if !word.is_empty() {
+                out.push((n + 1, std::mem::take(&mut word)));
+            }
+        }
+    }
+    out
+}
+
+/// `text` without ADR file names (`0013-settings-at-the-edge-protocol-v3-and-….md`), whose
+/// words are titles, not names.
+fn without_adr_file_names(text: &str) -> String {
+    text.split(".md")
+        .map(|part| match part.rfind(|c: char| !(c.is_ascii_alphanumeric() || c == '-')) {
+            Some(i)
+                if part[i + 1..]
+                    .get(..5)
+                    .is_some_and(|p| p[..4].bytes().all(|b| b.is_ascii_digit()) && p.ends_with('-')) =>
+            {
+                &part[..i + 1]
+            }
+            None if part.get(..5).is_some_and(|p| p[..4].bytes().all(|b| b.is_ascii_digit()) && p.ends_with('-')) => "",
+            _ => part,
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The versioned names (`NAME-vN`) of a text.
+fn versioned_names(text: &str) -> Vec<(usize, String)> {
+    words(&without_adr_file_names(text), |c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        .into_iter()
+        .filter_map(|(n, w)| {
+            let w = w.trim_matches('-');
+            let (stem, version) = w.rsplit_once("-v")?;
+            (!stem.is_empty() && !version.is_empty() && version.bytes().all(|b| b.is_ascii_digit()))
+                .then(|| (n, w.to_owned()))
+        })
+        .collect()
+}
+
+/// Whether ADR `adr` may name version `version` of `format`: it is the current one, or it was
+/// current when the ADR was written (the next version came with this ADR or a later one).
+fn adr_may_name(format: &str, version: u32, adr: u32) -> bool {
+    let history = HISTORY.iter().find(|(f, _)| *f == format).map(|(_, h)| *h).unwrap_or(&[]);
+    version == current_version(format)
+        || history.iter().any(|&(v, _)| v == version)
+            && history.iter().find(|&&(v, _)| v == version + 1).is_some_and(|&(_, introduced)| introduced >= adr)
+}
+
+/// The format-version phrases of a text: `digest format v1`, `key v2`, `protocol v5`,
+/// `PROTOCOL_VERSION = 5`, as (line, format, version).
+fn version_phrases(text: &str) -> Vec<(usize, &'static str, u32)> {
+    let mut out = Vec::new();
+    let tokens = words(&without_adr_file_names(text), |c| c.is_ascii_alphanumeric() || c == '_' || c == '=');
+    let joined: Vec<(usize, String)> = tokens.into_iter().map(|(n, w)| (n, w.to_lowercase())).collect();
+    for (i, (n, word)) in joined.iter().enumerate() {
+        let Some(version) = word.strip_prefix('v').and_then(|v| v.parse::<u32>().ok()) else { continue };
+        let before: Vec<&str> = joined[i.saturating_sub(2)..i].iter().map(|(_, w)| w.as_str()).collect();
+        let format = match before.as_slice() {
+            [.., f, "format"] | [.., f] => *f,
+            _ => continue,
+        };
+        if let Some((name, _)) = HISTORY.iter().find(|(f, _)| *f == format) {
+            out.push((*n, *name, version));
+        }
+    }
+    for (n, line) in text.lines().enumerate() {
+        for (constant, format) in QUOTED_CONSTANTS {
+            for (at, _) in line.match_indices(constant) {
+                let rest = line[at + constant.len()..].trim_start();
+                let Some(value) = rest.strip_prefix('=') else { continue };
+                let digits: String = value.trim_start().chars().take_while(char::is_ascii_digit).collect();
+                if let Ok(version) = digits.parse() {
+                    out.push((n + 1, *format, version));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// What one doc says that the code or the tree contradicts.
+fn doc_problems(doc: &Doc, names: &[String], variables: &[String]) -> Vec<String> {
+    let mut problems = Vec::new();
+    let at = |n: usize| format!("{}:{n}", doc.rel);
+    for (n, name) in versioned_names(&doc.text) {
+        if names.contains(&name) {
+            continue;
+        }
+        match RETIRED_NAMES.iter().find(|(retired, _)| *retired == name) {
+            Some((_, retired_by)) if doc.adr.is_some_and(|adr| adr <= *retired_by) => {}
+            Some((_, retired_by)) => problems
+                .push(format!("{}: `{name}` was retired by ADR {retired_by:04}; name what the code uses now", at(n))),
+            None => problems.push(format!(
+                "{}: `{name}` is no versioned name of the code (a directory, file or golden file); \
+                 correct it or add its constant to tests/tests/tidy.rs",
+                at(n)
+            )),
+        }
+    }
+    for (n, format, version) in version_phrases(&doc.text) {
+        let current = current_version(format);
+        let fine = match doc.adr {
+            None => version == current,
+            Some(adr) => adr_may_name(format, version, adr),
+        };
+        if !fine {
+            problems.push(format!("{}: {format} format v{version}, but the code's is v{current}", at(n)));
+        }
+    }
+    for (n, word) in words(&doc.text, |c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_') {
+        let Some(rest) = word.strip_prefix("GRIDKEY_") else { continue };
+        let word = word.trim_end_matches('_');
+        if rest.is_empty() || variables.iter().any(|v| v == word) {
+            continue;
+        }
+        if RETIRED_VARIABLES.iter().any(|&(retired, by)| retired == word && doc.adr.is_some_and(|adr| adr <= by)) {
+            continue;
+        }
+        // A prefix such as `GRIDKEY_REMOTE_*` names a family.
+        if rest.ends_with('_') && variables.iter().any(|v| v.starts_with(&format!("{word}_"))) {
+            continue;
+        }
+        problems.push(format!("{}: `{word}` is not a variable the code reads", at(n)));
+    }
+    let base = root().join(&doc.rel);
+    let dir = base.parent().unwrap();
+    for (n, word) in words(&doc.text, |c| c.is_ascii_alphanumeric() || "_./-".contains(c)) {
+        let word = word.trim_end_matches(['.', '/']);
+        let Some(first) = word.split('/').next() else { continue };
+        if !word.contains('/')
+            || !["data", "crates", "tests", "xtask", "adr", "docs", "fuzz", "python"].contains(&first)
+        {
+            continue;
+        }
+        if !root().join(word).exists()
+            && !dir.join(word).exists()
+            && !GENERATED_PATHS.iter().any(|g| word.starts_with(g))
+        {
+            problems.push(format!("{}: `{word}` is not in the tree", at(n)));
+        }
+    }
+    problems
+}
+
+/// Every `GRIDKEY_*` name the code knows: the settings' variables and the test hooks, as string
+/// literals in the sources.
+fn code_variables() -> Vec<String> {
+    let mut out: Vec<String> = gridkey_settings::VARIABLES.iter().map(|v| v.name.to_owned()).collect();
+    let mut files = Vec::new();
+    for dir in ["crates", "xtask", "tests"] {
+        rust_files(&root().join(dir), &mut files);
+    }
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap();
+        for (at, _) in text.match_indices("\"GRIDKEY_") {
+            let name: String = text[at + 1..]
+                .chars()
+                .take_while(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || *c == '_')
+                .collect();
+            out.push(name);
+        }
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() && entry.file_name() != "target" {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+#[test]
+fn the_docs_name_the_versions_directories_files_and_variables_of_the_code() {
+    let names = current_names();
+    let client = std::fs::read_to_string(root().join("crates/gridkey-remote/src/client.rs")).unwrap();
+    let mut names = names;
+    for name in REDIS_NAMES {
+        assert!(client.contains(&format!(":{name}")), "crates/gridkey-remote/src/client.rs no longer names {name}");
+        names.push((*name).to_owned());
+    }
+    let variables = code_variables();
+    let docs = docs();
+    assert!(docs.len() > 40, "found the docs: {}", docs.len());
+    let problems: Vec<String> = docs.iter().flat_map(|d| doc_problems(d, &names, &variables)).collect();
+    assert!(problems.is_empty(), "the docs drifted from the code:\n{}", problems.join("\n"));
+}
+
+#[test]
+fn the_version_history_ends_at_the_codes_constants() {
+    for (format, history) in HISTORY {
+        assert_eq!(
+            history.last().map(|&(v, _)| v),
+            Some(current_version(format)),
+            "{format}: add the new version to HISTORY"
+        );
+    }
+}
+
+/// The ADRs each ADR says it amends or supersedes, from the lines before its first section.
+fn amended_by_header(text: &str) -> Vec<u32> {
+    let header: String = text.lines().skip(1).take_while(|l| !l.starts_with("## ")).collect::<Vec<_>>().join(" ");
+    let lower = header.to_lowercase();
+    let mut out = Vec::new();
+    for verb in ["amends", "supersedes"] {
+        for (at, _) in lower.match_indices(verb) {
+            // The ADR numbers of the clause: up to the next sentence end.
+            let clause = &header[at..];
+            let clause = &clause[..clause.find(". ").unwrap_or(clause.len())];
+            for word in clause.split(|c: char| !c.is_ascii_digit()) {
+                if word.len() == 4 {
+                    if let Ok(n) = word.parse() {
+                        out.push(n);
+                    }
+                }
+            }
+        }
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// The status of an ADR: what it says between its title and its first section (a `Status:`
+/// line, or an "Amended by" sentence).
+fn status(text: &str) -> String {
+    text.lines().skip(1).take_while(|l| !l.starts_with("## ")).collect::<Vec<_>>().join(" ")
+}
+
+#[test]
+fn an_amended_adr_says_so_in_its_status() {
+    let adrs: Vec<(u32, PathBuf, String)> = adr_files()
+        .into_iter()
+        .map(|(n, p)| {
+            let t = std::fs::read_to_string(&p).unwrap();
+            (n, p, t)
+        })
+        .collect();
+    assert!(adrs.len() > 30, "found the ADRs: {}", adrs.len());
+    let mut problems = Vec::new();
+    for (n, path, text) in &adrs {
+        let rel = path.strip_prefix(root()).unwrap().display();
+        let status = status(text);
+        let lower = status.to_lowercase();
+        for (later, _, later_text) in adrs.iter().filter(|(m, _, _)| m > n) {
+            if !amended_by_header(later_text).contains(n) {
+                continue;
+            }
+            let said = ["amended by", "superseded"].iter().any(|w| lower.contains(w))
+                && status.contains(&format!("{later:04}"));
+            if !said {
+                problems.push(format!(
+                    "{rel}: ADR {later:04} amends or supersedes it; say \"amended by {later:04}\" in its status"
+                ));
+            }
+        }
+    }
+    let index = std::fs::read_to_string(root().join("adr/README.md")).unwrap();
+    for (n, path, _) in &adrs {
+        let link = format!("]({})", path.file_name().unwrap().to_string_lossy());
+        let rows = index.lines().filter(|l| l.contains(&link)).count();
+        if rows != 1 {
+            problems.push(format!("adr/README.md: ADR {n:04} has {rows} index rows; give it one"));
+        }
+    }
+    assert!(problems.is_empty(), "ADR statuses:\n{}", problems.join("\n"));
+}
+
+/// Each versioned bucket of a cache directory names the version of the format it holds
+/// (ADR 0043), and the stores' constants are the buckets' names.
+#[test]
+fn every_versioned_bucket_carries_its_formats_version() {
+    use gridkey_fs::CacheBucket;
+    for bucket in CacheBucket::ALL {
+        let expected = match bucket {
+            CacheBucket::Tables => Some(gridkey_digest::DIGEST_FORMAT_VERSION),
+            CacheBucket::Translation => Some(gridkey_fingerprint::KEY_FORMAT_VERSION),
+            CacheBucket::Build => Some(gridkey_stencil::BUILD_FORMAT_VERSION),
+            CacheBucket::Gt4py => Some(gridkey_fingerprint::gt4py::GT4PY_STORE_VERSION),
+            // JSON files of one format each, never bumped so far.
+            CacheBucket::TierStats | CacheBucket::Quarantine => Some(1),
+            CacheBucket::Locks | CacheBucket::Runs => None,
+        };
+        assert_eq!(bucket.version(), expected, "{bucket}: rename the bucket with its format's version");
+    }
+    assert_eq!(gridkey_store::TABLES_DIR, CacheBucket::Tables.name());
+    assert_eq!(gridkey_fingerprint::TRANSLATION_DIR, CacheBucket::Translation.name());
+    assert_eq!(gridkey_stencil::BUILD_DIR, CacheBucket::Build.name());
+    assert_eq!(gridkey_fingerprint::gt4py::GT4PY_DIR, CacheBucket::Gt4py.name());
+    assert_eq!(gridkey_fs::lock::LOCKS_DIR, CacheBucket::Locks.name());
+    assert_eq!(gridkey::cache::RUNS_DIR, CacheBucket::Runs.name());
+    assert_eq!(gridkey::cache::LOCAL_STATS_FILE, CacheBucket::TierStats.name());
+    assert_eq!(gridkey::quarantine::QUARANTINE_FILE, CacheBucket::Quarantine.name());
+    let stores: Vec<&str> = gridkey::cache::STORES.iter().map(|(name, _)| *name).collect();
+    assert_eq!(stores, CacheBucket::STORES.map(|(b, _)| b.name()));
+    // Every name is distinct.
+    let mut names: Vec<&str> = CacheBucket::ALL.iter().map(|b| b.name()).collect();
+    names.sort();
+    names.dedup();
+    assert_eq!(names.len(), CacheBucket::ALL.len());
+}
