@@ -37,7 +37,7 @@ pub const ENV_REMOTE_CA_FILE: &str = "GRIDKEY_REMOTE_CA_FILE";
 pub(crate) const REMOTE_VARIABLES: [Variable; 12] = [
     Variable {
         name: ENV_REMOTE_URL,
-        meaning: "Redis URL of the shared tier, `redis://[USER][:PASSWORD@]HOST:PORT[/DB]` or `redis+unix:///PATH` (`rediss://` is refused: no TLS in this build) (what `--remote` sets)",
+        meaning: "Redis URL of the shared tier, `redis://[USER][:PASSWORD@]HOST:PORT[/DB]` `rediss://...` for TLS (the server's certificate checked against `GRIDKEY_REMOTE_CA_FILE` or the system's roots) or `redis+unix:///PATH` (what `--remote` sets)",
         default: "unset: no shared tier",
     },
     Variable {
