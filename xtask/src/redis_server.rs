@@ -82,16 +82,33 @@ pub fn certificates(dir: &Path, name: &str, names: Option<&str>) -> Result<PathB
         }
         Ok(())
     };
-    let (ca, ca_key, subject) = (format!("{name}-ca.pem"), format!("{name}-ca.key"), format!("/CN=gridkey xtask {name}"));
-    openssl(&["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", &ca_key, "-out", &ca, "-days", "2", "-subj", &subject])?;
+    let (ca, ca_key, subject) =
+        (format!("{name}-ca.pem"), format!("{name}-ca.key"), format!("/CN=gridkey xtask {name}"));
+    openssl(&[
+        "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", &ca_key, "-out", &ca, "-days", "2", "-subj",
+        &subject,
+    ])?;
     if let Some(names) = names {
         let (crt, key, csr, ext) =
             (format!("{name}.crt"), format!("{name}.key"), format!("{name}.csr"), format!("{name}.ext"));
         openssl(&["req", "-newkey", "rsa:2048", "-nodes", "-keyout", &key, "-out", &csr, "-subj", "/CN=redis"])?;
         std::fs::write(dir.join(&ext), format!("subjectAltName={names}\n"))?;
         openssl(&[
-            "x509", "-req", "-in", &csr, "-CA", &ca, "-CAkey", &ca_key, "-CAcreateserial", "-out", &crt, "-days", "2",
-            "-extfile", &ext,
+            "x509",
+            "-req",
+            "-in",
+            &csr,
+            "-CA",
+            &ca,
+            "-CAkey",
+            &ca_key,
+            "-CAcreateserial",
+            "-out",
+            &crt,
+            "-days",
+            "2",
+            "-extfile",
+            &ext,
         ])?;
     }
     Ok(dir.join(ca))

@@ -41,7 +41,11 @@ pub(super) fn rows(m: &mut Matrix, sh: &mut Shared) -> Result<()> {
         Ok(Seen::new(
             ok,
             &lost(&sh.reference, &[(cache, &n)]),
-            format!("{} remote hits of {all}, {stored} entries on the server (seeded from {})", n.remote_hits(), seeded.display()),
+            format!(
+                "{} remote hits of {all}, {stored} entries on the server (seeded from {})",
+                n.remote_hits(),
+                seeded.display()
+            ),
         ))
     });
 
