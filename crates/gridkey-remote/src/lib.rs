@@ -162,7 +162,7 @@ pub enum RemoteError {
     /// The TLS handshake with a `rediss://` server failed, at start (ADR 0037): its certificate
     /// does not chain to the CA file (or the system's roots), does not name the URL's host, or the
     /// server does not speak TLS.
-    #[error("shared cache {url}: {reason}; {}", problem.fix(ca.as_deref()))]
+    #[error("shared cache {url}: TLS handshake failed: {reason}; {}", problem.fix(ca.as_deref()))]
     Tls {
         /// The URL, password hidden.
         url: String,

@@ -176,7 +176,9 @@ fn client_config(ca_file: Option<&Path>, shown_url: &str) -> Result<Arc<ClientCo
                     url: shown_url.to_owned(),
                     ca: None,
                     problem: TlsProblem::UnknownIssuer,
-                    reason: format!("the system has no trusted certificate authorities ({why})"),
+                    reason: format!(
+                        "no certificate could be checked: the system has no trusted certificate authorities ({why})"
+                    ),
                 });
             }
         }
