@@ -162,6 +162,9 @@ struct Cluster<'a> {
     /// The `rediss://` URL of the same server and the CA file of its certificate.
     tls_url: String,
     ca: PathBuf,
+    /// The cluster's signing key, and the trusted-keys file that lists it (ADR 0031).
+    signing_key: PathBuf,
+    trusted_keys: PathBuf,
     work: tempfile::TempDir,
     waves: usize,
 }
@@ -191,6 +194,10 @@ impl Cluster<'_> {
             cmd.args(["--remote", &self.url]);
         }
         if link != Link::Off {
+            // Every node signs what it uploads and takes what the cluster's key signed: without
+            // trusted keys a node would take nothing (ADR 0031).
+            cmd.env("GRIDKEY_REMOTE_SIGNING_KEY", &self.signing_key)
+                .env("GRIDKEY_REMOTE_TRUSTED_KEYS", &self.trusted_keys);
             cmd.arg("--remote-writer");
             // N nodes on few cores: a holder's batch can take long; the heartbeat keeps its lease.
             cmd.env("GRIDKEY_REMOTE_LEASE_WAIT", "300").env("GRIDKEY_REMOTE_TIMEOUT", "5");
@@ -306,7 +313,11 @@ pub fn cluster(args: &[String], bin: &Path) -> Result<bool> {
     let url = format!("redis://:{PASSWORD}@{host}:{}/", server.port());
     let tls_url = server.tls_url(host).context("the server has no TLS port")?;
     let main = if o.tls { Link::Tls } else { Link::Plain };
-    let mut c = Cluster { bin, o: &o, ns, url, tls_url, ca, work, waves: 0 };
+    let signing_key = certs.join("cluster.signing-key");
+    let public = gridkey_remote::trust::generate_signing_key(&signing_key)?;
+    let trusted_keys = certs.join("trusted");
+    std::fs::write(&trusted_keys, format!("{public} cluster\n"))?;
+    let mut c = Cluster { bin, o: &o, ns, url, tls_url, ca, signing_key, trusted_keys, work, waves: 0 };
     println!(
         "cluster: {} nodes ({}), each `gridkey run --mode {} --jobs {}` with a cache of its own and --remote-writer, on {} \
          ({} cores here), {}",
