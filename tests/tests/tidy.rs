@@ -171,6 +171,10 @@ const RETIRED_NAMES: &[(&str, u32)] = &[("translation-v1", 20), ("build-v1", 23)
 /// Variables the code no longer reads, and the ADR that retired each (same rule).
 const RETIRED_VARIABLES: &[(&str, u32)] = &[("GRIDKEY_WORKER_PARENT", 13)];
 
+/// Names spelt as variables that are not environment variables: `GRIDKEY_GT4PY_TIERS` is an
+/// attribute gridkey sets on GT4Py's `gt4py.next.config`, which GT4Py ships to its workers.
+const NOT_VARIABLES: &[&str] = &["GRIDKEY_GT4PY_TIERS"];
+
 /// Paths that docs name and that are made by a tool, not kept in the tree.
 const GENERATED_PATHS: &[&str] = &["fuzz/artifacts"];
 
@@ -185,6 +189,8 @@ fn current_names() -> Vec<String> {
         gridkey::quarantine::QUARANTINE_FILE.to_owned(),
         format!("obj-v{}", gridkey_remote::object::OBJECT_FORMAT_VERSION),
     ];
+    // Every bucket of a cache directory (ADR 0043).
+    names.extend(gridkey_fs::CacheBucket::ALL.iter().map(|b| b.name().to_owned()));
     // Golden files are named by the format they pin.
     for entry in std::fs::read_dir(root().join("data/golden")).unwrap().flatten() {
         let name = entry.file_name().into_string().unwrap();
@@ -364,7 +370,7 @@ fn doc_problems(doc: &Doc, names: &[String], variables: &[String]) -> Vec<String
     for (n, word) in words(&doc.text, |c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_') {
         let Some(rest) = word.strip_prefix("GRIDKEY_") else { continue };
         let word = word.trim_end_matches('_');
-        if rest.is_empty() || variables.iter().any(|v| v == word) {
+        if rest.is_empty() || variables.iter().any(|v| v == word) || NOT_VARIABLES.contains(&word) {
             continue;
         }
         if RETIRED_VARIABLES.iter().any(|&(retired, by)| retired == word && doc.adr.is_some_and(|adr| adr <= by)) {

@@ -1,4 +1,4 @@
-//! `cargo xtask cluster --nodes N [--grid FILE] [--mode M] [--jobs J] [--rounds R] [--loopback]`:
+//! `cargo xtask cluster --nodes N [--grid FILE] [--mode M] [--jobs J] [--rounds R] [--loopback] [--tls | --compare-tls]`:
 //! N simulated nodes on one Redis server (README "The shared tier"). Each node is a
 //! `gridkey run` process with a local cache of its own, in a network namespace of its own
 //! (a veth pair on a bridge) when this process may create them, else on loopback; every node is
@@ -16,6 +16,12 @@
 //!
 //! Prints translations per key cluster-wide, remote round trips and bytes per node, both wave
 //! times and their ratio, and ends with `cluster: ... ok` or what failed.
+//!
+//! The server has a TLS port too, with a certificate of a CA made for the run (`openssl`).
+//! `--tls`: every node reaches it over `rediss://` with `GRIDKEY_REMOTE_CA_FILE` (ADR 0037).
+//! `--compare-tls`: the nodes use plain `redis://`, and each warm round also runs N fresh nodes
+//! from the shared tier over TLS; the ratio TLS / plain of the median warm-start times of the
+//! same run is printed (goal <= 1.2).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -25,7 +31,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use gridkey::RunReport;
 
-use crate::redis_server::{ensure_installed, RedisServer};
+use crate::redis_server::{certificates, ensure_installed, RedisServer};
 
 /// The password of the cluster's server (so that protected mode lets the namespaces in).
 const PASSWORD: &str = "gridkey-cluster";
@@ -40,6 +46,21 @@ struct Options {
     jobs: usize,
     rounds: usize,
     loopback: bool,
+    /// Every node over TLS.
+    tls: bool,
+    /// Warm starts over TLS beside the plain ones, and their ratio.
+    compare_tls: bool,
+}
+
+/// How a node reaches the shared tier.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Link {
+    /// No shared tier.
+    Off,
+    /// `redis://`.
+    Plain,
+    /// `rediss://` with the run's CA file.
+    Tls,
 }
 
 fn parse(args: &[String]) -> Result<Options> {
@@ -50,6 +71,8 @@ fn parse(args: &[String]) -> Result<Options> {
         jobs: 1,
         rounds: 3,
         loopback: false,
+        tls: false,
+        compare_tls: false,
     };
     let mut it = args.iter();
     while let Some(flag) = it.next() {
@@ -61,11 +84,16 @@ fn parse(args: &[String]) -> Result<Options> {
             "--jobs" => o.jobs = value()?.parse().context("--jobs takes a number")?,
             "--rounds" => o.rounds = value()?.parse().context("--rounds takes a number")?,
             "--loopback" => o.loopback = true,
-            other => bail!("unexpected argument {other:?}: expected --nodes N [--grid FILE] [--mode M] [--jobs J] [--rounds R] [--loopback]"),
+            "--tls" => o.tls = true,
+            "--compare-tls" => o.compare_tls = true,
+            other => bail!("unexpected argument {other:?}: expected --nodes N [--grid FILE] [--mode M] [--jobs J] [--rounds R] [--loopback] [--tls | --compare-tls]"),
         }
     }
     if o.nodes == 0 || o.rounds == 0 {
         bail!("--nodes and --rounds must be at least 1");
+    }
+    if o.tls && o.compare_tls {
+        bail!("--tls and --compare-tls exclude each other: --compare-tls runs both");
     }
     Ok(o)
 }
@@ -131,13 +159,19 @@ struct Cluster<'a> {
     o: &'a Options,
     ns: Option<Namespaces>,
     url: String,
+    /// The `rediss://` URL of the same server and the CA file of its certificate.
+    tls_url: String,
+    ca: PathBuf,
+    /// The cluster's signing key, and the trusted-keys file that lists it (ADR 0031).
+    signing_key: PathBuf,
+    trusted_keys: PathBuf,
     work: tempfile::TempDir,
     waves: usize,
 }
 
 impl Cluster<'_> {
-    /// A node's `gridkey run` into `cache`, with the shared tier when `remote`.
-    fn node(&self, i: usize, cache: &Path, remote: bool) -> Command {
+    /// A node's `gridkey run` into `cache`, with the shared tier as `link` says.
+    fn node(&self, i: usize, cache: &Path, link: Link) -> Command {
         let mut cmd = match &self.ns {
             Some(ns) => {
                 let mut c = Command::new("ip");
@@ -153,8 +187,18 @@ impl Cluster<'_> {
         for var in gridkey::environment() {
             cmd.env_remove(var);
         }
-        if remote {
-            cmd.args(["--remote", &self.url, "--remote-writer"]);
+        if link == Link::Tls {
+            cmd.args(["--remote", &self.tls_url]).env("GRIDKEY_REMOTE_CA_FILE", &self.ca);
+        }
+        if link == Link::Plain {
+            cmd.args(["--remote", &self.url]);
+        }
+        if link != Link::Off {
+            // Every node signs what it uploads and takes what the cluster's key signed: without
+            // trusted keys a node would take nothing (ADR 0031).
+            cmd.env("GRIDKEY_REMOTE_SIGNING_KEY", &self.signing_key)
+                .env("GRIDKEY_REMOTE_TRUSTED_KEYS", &self.trusted_keys);
+            cmd.arg("--remote-writer");
             // N nodes on few cores: a holder's batch can take long; the heartbeat keeps its lease.
             cmd.env("GRIDKEY_REMOTE_LEASE_WAIT", "300").env("GRIDKEY_REMOTE_TIMEOUT", "5");
         }
@@ -169,12 +213,12 @@ impl Cluster<'_> {
     }
 
     /// All nodes at once; `during` runs while they do (with the time the wave started).
-    fn wave(&self, caches: &[PathBuf], remote: bool, during: impl FnOnce(Instant)) -> Result<Wave> {
+    fn wave(&self, caches: &[PathBuf], link: Link, during: impl FnOnce(Instant)) -> Result<Wave> {
         let started = Instant::now();
         let children: Vec<Child> = caches
             .iter()
             .enumerate()
-            .map(|(i, c)| self.node(i, c, remote).spawn().context("cannot start a node"))
+            .map(|(i, c)| self.node(i, c, link).spawn().context("cannot start a node"))
             .collect::<Result<_>>()?;
         during(started);
         let mut reports = Vec::new();
@@ -258,20 +302,36 @@ pub fn cluster(args: &[String], bin: &Path) -> Result<bool> {
         }
     };
     let bind: Vec<&str> = if ns.is_some() { vec!["127.0.0.1", SERVER_IP] } else { vec!["127.0.0.1"] };
-    let mut server = RedisServer::start_on(&binary, Some(PASSWORD), &bind)?;
+    let work = tempfile::Builder::new().prefix("gridkey-cluster-").tempdir_in(crate::root().join("target"))?;
+    // The CA file is a trust anchor (ADR 0031): in a directory of this user alone.
+    let certs = work.path().join("tls");
+    std::fs::create_dir_all(&certs)?;
+    std::fs::set_permissions(&certs, std::os::unix::fs::PermissionsExt::from_mode(0o700))?;
+    let ca = certificates(&certs, "cluster", Some(&format!("IP:127.0.0.1,IP:{SERVER_IP}")))?;
+    let mut server = RedisServer::start_tls(&binary, Some(PASSWORD), &bind, &certs, "cluster")?;
     let host = if ns.is_some() { SERVER_IP } else { "127.0.0.1" };
     let url = format!("redis://:{PASSWORD}@{host}:{}/", server.port());
-    let work = tempfile::Builder::new().prefix("gridkey-cluster-").tempdir_in(crate::root().join("target"))?;
-    let mut c = Cluster { bin, o: &o, ns, url, work, waves: 0 };
+    let tls_url = server.tls_url(host).context("the server has no TLS port")?;
+    let main = if o.tls { Link::Tls } else { Link::Plain };
+    let signing_key = certs.join("cluster.signing-key");
+    let public = gridkey_remote::trust::generate_signing_key(&signing_key)?;
+    let trusted_keys = certs.join("trusted");
+    std::fs::write(&trusted_keys, format!("{public} cluster\n"))?;
+    let mut c = Cluster { bin, o: &o, ns, url, tls_url, ca, signing_key, trusted_keys, work, waves: 0 };
     println!(
         "cluster: {} nodes ({}), each `gridkey run --mode {} --jobs {}` with a cache of its own and --remote-writer, on {} \
-         ({} cores here)",
+         ({} cores here), {}",
         o.nodes,
         if c.ns.is_some() { "each in a network namespace on a bridge" } else { "on loopback" },
         o.mode,
         o.jobs,
         redis_version(&binary),
-        std::thread::available_parallelism().map_or(1, |n| n.get())
+        std::thread::available_parallelism().map_or(1, |n| n.get()),
+        match (o.tls, o.compare_tls) {
+            (true, _) => "every node over TLS (rediss:// with the run's CA file)",
+            (_, true) => "plain redis://, and warm starts over TLS beside them",
+            _ => "plain redis://",
+        }
     );
     let mut ok = true;
     let mut fail = |why: String| {
@@ -281,7 +341,7 @@ pub fn cluster(args: &[String], bin: &Path) -> Result<bool> {
 
     // 1. Cold start.
     let cold_caches = c.fresh();
-    let cold = c.wave(&cold_caches, true, |_| {})?;
+    let cold = c.wave(&cold_caches, main, |_| {})?;
     cold.failures.iter().for_each(|f| fail(format!("cold start {f}")));
     let reference = common_keys(&cold.reports);
     if reference.is_none() {
@@ -315,35 +375,32 @@ pub fn cluster(args: &[String], bin: &Path) -> Result<bool> {
     println!("cold start: {waits} lease waits, {takeovers} take-overs cluster-wide");
 
     // 2. Warm starts, interleaved: fresh nodes from the shared tier vs the cold nodes from their own caches.
-    let (mut shared_s, mut local_s) = (Vec::new(), Vec::new());
+    let (mut shared_s, mut local_s, mut tls_s) = (Vec::new(), Vec::new(), Vec::new());
     let mut last_shared = None;
     for round in 0..o.rounds {
-        let local = c.wave(&cold_caches, false, |_| {})?;
+        let local = c.wave(&cold_caches, Link::Off, |_| {})?;
         local.failures.iter().for_each(|f| fail(format!("warm start from local caches, round {round}: {f}")));
         if local.reports.iter().any(|r| r.translations() > 0 || r.builds() > 0) {
             fail(format!("warm start from local caches, round {round}: a node translated or built"));
         }
         local_s.push(local.seconds);
-        let fresh = c.fresh();
-        let shared = c.wave(&fresh, true, |_| {})?;
-        shared.failures.iter().for_each(|f| fail(format!("warm start from the shared tier, round {round}: {f}")));
-        let t: usize = shared.reports.iter().map(RunReport::translations).sum();
-        let b: usize = shared.reports.iter().map(RunReport::builds).sum();
-        if t > 0 || b > 0 {
-            fail(format!("warm start from the shared tier, round {round}: {t} translations, {b} builds"));
+        let links: &[Link] = if o.compare_tls { &[Link::Plain, Link::Tls] } else { &[main] };
+        let mut waves = Vec::new();
+        for &link in links {
+            let fresh = c.fresh();
+            let wave = c.wave(&fresh, link, |_| {})?;
+            let what = if link == Link::Tls { "over TLS" } else { "in plain TCP" };
+            check_warm(&wave, &reference, &format!("warm start from the shared tier {what}, round {round}"), &mut fail);
+            waves.push(wave);
         }
-        for (i, r) in shared.reports.iter().enumerate() {
-            let programs = r.programs.len() as u64;
-            let fetches = remote_tier(r).map_or(0, |t| t.stats.fetches);
-            if fetches > 2 * programs {
-                fail(format!("node {i}: {fetches} fetches for {programs} keys, more than one per key and kind"));
-            }
-            if r.remote_hits() != r.programs.len() {
-                fail(format!("node {i}: {} of {programs} hits from the shared tier", r.remote_hits()));
-            }
-        }
-        if common_keys(&shared.reports) != reference {
-            fail(format!("warm start from the shared tier, round {round}: keys differ from the cold start"));
+        let shared = waves.remove(0);
+        let (t, b): (usize, usize) = (
+            shared.reports.iter().map(RunReport::translations).sum(),
+            shared.reports.iter().map(RunReport::builds).sum(),
+        );
+        if let Some(tls) = waves.pop() {
+            tls_s.push(tls.seconds);
+            println!("warm round {round}: {} fresh nodes from the shared tier over TLS {:.2} s", o.nodes, tls.seconds);
         }
         shared_s.push(shared.seconds);
         println!(
@@ -367,13 +424,26 @@ pub fn cluster(args: &[String], bin: &Path) -> Result<bool> {
     if ratio > 1.2 {
         fail(format!("warm start from the shared tier is {ratio:.2} times the local best case, over 1.2"));
     }
+    if !tls_s.is_empty() {
+        let tls_ratio = median(&tls_s) / median(&shared_s);
+        println!(
+            "warm start over TLS: {:.2} s vs plain {:.2} s (medians of {} interleaved rounds, same run): ratio TLS / plain \
+             {tls_ratio:.2} (goal <= 1.2)",
+            median(&tls_s),
+            median(&shared_s),
+            o.rounds
+        );
+        if tls_ratio > 1.2 {
+            fail(format!("warm start over TLS is {tls_ratio:.2} times the plain one, over 1.2"));
+        }
+    }
 
     // 3. The server killed mid-run.
     server.command(&["FLUSHALL"])?;
     let fresh = c.fresh();
     let mut killed_at = None;
     let probe = RedisProbe { server: &server };
-    let killed = c.wave(&fresh, true, |started| {
+    let killed = c.wave(&fresh, main, |started| {
         // Kill the server as soon as the first object is uploaded (or after 60 s).
         while started.elapsed() < Duration::from_secs(60) && probe.objects() == 0 {
             std::thread::sleep(Duration::from_millis(2));
@@ -407,6 +477,30 @@ pub fn cluster(args: &[String], bin: &Path) -> Result<bool> {
     println!("cluster: {} nodes, {}", o.nodes, if ok { "ok" } else { "FAILED" });
     drop(c);
     Ok(ok)
+}
+
+/// Checks a warm wave from the shared tier: no translation or build, every program a remote hit
+/// with at most one fetch per key and kind, the keys of the cold start; `fail` is told what is not.
+fn check_warm(shared: &Wave, reference: &Option<Vec<String>>, what: &str, fail: &mut impl FnMut(String)) {
+    shared.failures.iter().for_each(|f| fail(format!("{what}: {f}")));
+    let t: usize = shared.reports.iter().map(RunReport::translations).sum();
+    let b: usize = shared.reports.iter().map(RunReport::builds).sum();
+    if t > 0 || b > 0 {
+        fail(format!("{what}: {t} translations, {b} builds"));
+    }
+    for (i, r) in shared.reports.iter().enumerate() {
+        let programs = r.programs.len() as u64;
+        let fetches = remote_tier(r).map_or(0, |t| t.stats.fetches);
+        if fetches > 2 * programs {
+            fail(format!("{what}: node {i}: {fetches} fetches for {programs} keys, more than one per key and kind"));
+        }
+        if r.remote_hits() != r.programs.len() {
+            fail(format!("{what}: node {i}: {} of {programs} hits from the shared tier", r.remote_hits()));
+        }
+    }
+    if common_keys(&shared.reports) != *reference {
+        fail(format!("{what}: keys differ from the cold start"));
+    }
 }
 
 /// Looks at and kills the server from the driver thread while the nodes run.

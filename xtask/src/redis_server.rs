@@ -69,6 +69,51 @@ pub fn free_port() -> Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
+/// Makes, with Debian's `openssl`, a certificate authority `<name>-ca.pem` in `dir` and, when
+/// `names` is given, a server certificate for those subject alternative names
+/// (`IP:127.0.0.1,DNS:localhost`) signed by it (`<name>.crt`, `<name>.key`); returns the CA file.
+///
+/// Errors: `openssl` cannot be run or fails (its output in the error).
+pub fn certificates(dir: &Path, name: &str, names: Option<&str>) -> Result<PathBuf> {
+    let openssl = |args: &[&str]| -> Result<()> {
+        let out = Command::new("openssl").args(args).current_dir(dir).output().context("cannot run openssl")?;
+        if !out.status.success() {
+            bail!("openssl {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        Ok(())
+    };
+    let (ca, ca_key, subject) =
+        (format!("{name}-ca.pem"), format!("{name}-ca.key"), format!("/CN=gridkey xtask {name}"));
+    openssl(&[
+        "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", &ca_key, "-out", &ca, "-days", "2", "-subj",
+        &subject,
+    ])?;
+    if let Some(names) = names {
+        let (crt, key, csr, ext) =
+            (format!("{name}.crt"), format!("{name}.key"), format!("{name}.csr"), format!("{name}.ext"));
+        openssl(&["req", "-newkey", "rsa:2048", "-nodes", "-keyout", &key, "-out", &csr, "-subj", "/CN=redis"])?;
+        std::fs::write(dir.join(&ext), format!("subjectAltName={names}\n"))?;
+        openssl(&[
+            "x509",
+            "-req",
+            "-in",
+            &csr,
+            "-CA",
+            &ca,
+            "-CAkey",
+            &ca_key,
+            "-CAcreateserial",
+            "-out",
+            &crt,
+            "-days",
+            "2",
+            "-extfile",
+            &ext,
+        ])?;
+    }
+    Ok(dir.join(ca))
+}
+
 /// A `redis-server` of this process on loopback; stopped (SIGKILL) when dropped.
 pub struct RedisServer {
     child: Option<Child>,
@@ -77,6 +122,8 @@ pub struct RedisServer {
     password: Option<String>,
     bind: Vec<String>,
     dir: tempfile::TempDir,
+    /// The TLS port and the server's certificate and key, for [`RedisServer::start_tls`].
+    tls: Option<(u16, PathBuf, PathBuf)>,
 }
 
 impl RedisServer {
@@ -100,9 +147,49 @@ impl RedisServer {
             password: password.map(str::to_owned),
             bind: bind.iter().map(|b| (*b).to_owned()).collect(),
             dir: tempfile::tempdir()?,
+            tls: None,
         };
         server.restart()?;
         Ok(server)
+    }
+
+    /// [`RedisServer::start_on`] with a TLS port too ([`RedisServer::tls_url`]), serving the
+    /// certificate `<name>.crt` and key `<name>.key` of `certs` ([`certificates`] makes them).
+    /// The plain port stays, on `bind`, for the driver's own commands (`FLUSHALL`, `KEYS`).
+    ///
+    /// Errors: as [`RedisServer::start`].
+    pub fn start_tls(
+        binary: &Path,
+        password: Option<&str>,
+        bind: &[&str],
+        certs: &Path,
+        name: &str,
+    ) -> Result<RedisServer> {
+        let mut server = RedisServer {
+            child: None,
+            binary: binary.to_path_buf(),
+            port: free_port()?,
+            password: password.map(str::to_owned),
+            bind: bind.iter().map(|b| (*b).to_owned()).collect(),
+            dir: tempfile::tempdir()?,
+            tls: Some((free_port()?, certs.join(format!("{name}.crt")), certs.join(format!("{name}.key")))),
+        };
+        server.restart()?;
+        Ok(server)
+    }
+
+    /// The TLS port, when the server has one.
+    pub fn tls_port(&self) -> Option<u16> {
+        self.tls.as_ref().map(|(port, _, _)| *port)
+    }
+
+    /// `rediss://[:PASSWORD@]HOST:TLSPORT/`, when the server has a TLS port.
+    pub fn tls_url(&self, host: &str) -> Option<String> {
+        let port = self.tls_port()?;
+        Some(match &self.password {
+            Some(p) => format!("rediss://:{p}@{host}:{port}/"),
+            None => format!("rediss://{host}:{port}/"),
+        })
     }
 
     /// Starts the server again on the same port (after [`RedisServer::kill`]); empty.
@@ -122,6 +209,13 @@ impl RedisServer {
             .stderr(Stdio::inherit());
         if let Some(p) = &self.password {
             cmd.args(["--requirepass", p]);
+        }
+        if let Some((port, crt, key)) = &self.tls {
+            cmd.args(["--tls-port", &port.to_string(), "--tls-auth-clients", "no"])
+                .arg("--tls-cert-file")
+                .arg(crt)
+                .arg("--tls-key-file")
+                .arg(key);
         }
         let child = cmd.spawn().with_context(|| format!("cannot start {}", self.binary.display()))?;
         self.child = Some(child);

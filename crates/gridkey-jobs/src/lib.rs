@@ -192,6 +192,22 @@ pub struct TaskError {
     pub cause: TaskFailure,
 }
 
+static WORKER_PROGRESS: std::sync::OnceLock<fn(&str)> = std::sync::OnceLock::new();
+
+/// Sets, once per process, the function the pool tells each progress line of its workers
+/// ([`protocol::progress_line`]), from the thread that reads the worker's stderr, at once: a
+/// process-mode parent shows what a serial or thread run shows in its own process (a lock
+/// wait, ADR 0033). Without it such lines only join the stderr tail. A second call changes
+/// nothing.
+pub fn set_worker_progress(show: fn(&str)) {
+    let _ = WORKER_PROGRESS.set(show);
+}
+
+/// The hook of [`set_worker_progress`], if set.
+pub(crate) fn worker_progress() -> Option<fn(&str)> {
+    WORKER_PROGRESS.get().copied()
+}
+
 /// Told when each task of a batch starts and ends, from the threads that run (or drive) the
 /// tasks, so calls may come from several threads at once. Indices are positions in the batch.
 pub trait Progress: Sync {

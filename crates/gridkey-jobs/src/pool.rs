@@ -28,7 +28,9 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 use serde::de::DeserializeOwned;
 
-use crate::protocol::{read_frame, write_frame, FromWorker, ToWorker, WireFailure, WireTask, PROTOCOL_VERSION};
+use crate::protocol::{
+    read_frame, write_frame, FromWorker, ToWorker, WireFailure, WireTask, PROGRESS_MARK, PROTOCOL_VERSION,
+};
 use crate::{CompilationTask, NoProgress, Progress, TaskError, TaskFailure};
 
 /// Bytes of a worker's stderr kept for error messages.
@@ -286,16 +288,42 @@ impl Worker {
         let tail = Arc::new(Mutex::new(VecDeque::with_capacity(STDERR_TAIL_BYTES)));
         let sink = tail.clone();
         let stderr_reader = std::thread::spawn(move || {
+            let keep = |bytes: &[u8]| {
+                let mut t = sink.lock().unwrap_or_else(|p| p.into_inner());
+                t.extend(bytes);
+                let excess = t.len().saturating_sub(STDERR_TAIL_BYTES);
+                t.drain(..excess);
+            };
             let mut buf = [0u8; 1024];
+            // The bytes of a line not yet ended, when they may be a progress line.
+            let mut line: Vec<u8> = Vec::new();
             while let Ok(n) = stderr.read(&mut buf) {
                 if n == 0 {
                     break;
                 }
-                let mut t = sink.lock().unwrap_or_else(|p| p.into_inner());
-                t.extend(&buf[..n]);
-                let excess = t.len().saturating_sub(STDERR_TAIL_BYTES);
-                t.drain(..excess);
+                for part in buf[..n].split_inclusive(|&b| b == b'\n') {
+                    line.extend_from_slice(part);
+                    let mark = PROGRESS_MARK.as_bytes();
+                    if !line.ends_with(b"\n")
+                        && (line.len() < mark.len() && mark.starts_with(&line) || line.starts_with(mark))
+                    {
+                        // Perhaps a progress line, not yet whole.
+                        continue;
+                    }
+                    match line.strip_prefix(mark) {
+                        Some(text) => {
+                            let text = String::from_utf8_lossy(text);
+                            if let Some(show) = crate::worker_progress() {
+                                show(text.trim_end_matches('\n'));
+                            }
+                            keep(text.as_bytes());
+                        }
+                        None => keep(&line),
+                    }
+                    line.clear();
+                }
             }
+            keep(&line);
         });
         // Frames are read by their own thread, so that waiting for an answer can time out.
         let (frame_tx, frames) = crossbeam_channel::unbounded();

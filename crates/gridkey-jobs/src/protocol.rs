@@ -13,6 +13,10 @@
 //! resolved and identified in the parent, with its environment; nothing else of the settings
 //! (never the shared tier's URL, which may hold a password), and a worker reads no setting from
 //! its own environment.
+//! A worker's stderr is a log, kept by the pool for the messages of a failed task; a line of it
+//! that starts with [`PROGRESS_MARK`] is a progress line (a per-key lock wait that lasts, ADR
+//! 0033), which the pool hands at once to the parent's [`crate::set_worker_progress`] hook
+//! ([`progress_line`] writes one). The frames do not change with it.
 //! These types are a compatibility surface: changing them bumps the version.
 
 use std::collections::BTreeMap;
@@ -27,6 +31,17 @@ use gridkey_store::{TableSpec, TableStore};
 use serde::{Deserialize, Serialize};
 
 use crate::{CompilationTask, TaskSettings};
+
+/// What starts a progress line on a worker's stderr: ASCII record and unit separators around
+/// `progress`, which no message of a compiler or of gridkey holds.
+pub const PROGRESS_MARK: &str = "\u{1e}progress\u{1f}";
+
+/// The line a worker writes to its stderr (newline included) so that the pool shows `text`
+/// in the parent while the task still runs.
+pub fn progress_line(text: &str) -> String {
+    // One line: a newline inside would end it early.
+    format!("{PROGRESS_MARK}{}\n", text.replace('\n', " "))
+}
 
 /// Version of the worker protocol; checked in the handshake. Version 2: shapes as fixed-width
 /// little-endian u64; version 3: the task carries the typed settings (ADR 0013); version 4: the

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use redis::{FromRedisValue, Pipeline, RedisError, Value};
 use serde::{Deserialize, Serialize};
 
-use crate::link::{Failure, Link, Sockets};
+use crate::link::{Address, Failure, Link, Sockets};
 use crate::object::{self, hex, Kind, Reject};
 use crate::trust::Trust;
 use crate::RemoteError;
@@ -174,7 +174,10 @@ fn add(counter: &AtomicU64, n: u64) {
 struct Shared {
     settings: RemoteSettings,
     shown_url: String,
-    client: redis::Client,
+    /// Where the links connect (for `rediss://`, with the TLS roots).
+    address: Address,
+    /// The login and database of the URL.
+    login: redis::RedisConnectionInfo,
     /// The sockets of the open connections, shut down when the tier goes off.
     sockets: Arc<Sockets>,
     owner: String,
@@ -214,7 +217,7 @@ impl Shared {
 
     /// A new connection, authenticated, within the connect timeout.
     fn connect(&self) -> Result<Link, Failure> {
-        Link::open(self.client.get_connection_info(), self.settings.connect_timeout, &self.sockets)
+        Link::open(&self.address, &self.login, self.settings.connect_timeout, &self.sockets)
     }
 
     /// The deadline of a request that starts now.
@@ -227,22 +230,24 @@ impl Shared {
     }
 }
 
-/// The client for the settings' URL: over TLS with the CA file's roots when one is given.
-fn open_client(settings: &RemoteSettings, shown_url: &str) -> Result<redis::Client, RemoteError> {
-    let url_error = |e: RedisError| RemoteError::Url { url: shown_url.to_owned(), reason: e.to_string() };
-    let Some(ca) = settings.ca_file.as_deref().filter(|_| settings.url.starts_with("rediss://")) else {
-        return redis::Client::open(settings.url.as_str()).map_err(url_error);
-    };
-    crate::trust::check_anchor(ca, "CA")?;
-    let pem = std::fs::read(ca).map_err(|e| RemoteError::CaFile { path: ca.to_path_buf(), reason: e.to_string() })?;
-    if !pem.windows(27).any(|w| w == b"-----BEGIN CERTIFICATE-----") {
-        return Err(RemoteError::CaFile { path: ca.to_path_buf(), reason: "it holds no PEM certificate".to_owned() });
+/// Where the settings' URL connects and how it logs in: over TLS for `rediss://`, trusting only
+/// the CA file when one is given, a checked trust anchor (ADR 0031, ADR 0037).
+fn open_target(
+    settings: &RemoteSettings,
+    shown_url: &str,
+) -> Result<(Address, redis::RedisConnectionInfo), RemoteError> {
+    use redis::IntoConnectionInfo;
+    let info = settings
+        .url
+        .as_str()
+        .into_connection_info()
+        .map_err(|e| RemoteError::Url { url: shown_url.to_owned(), reason: e.to_string() })?;
+    let ca = settings.ca_file.as_deref().filter(|_| settings.url.starts_with("rediss://"));
+    if let Some(ca) = ca {
+        crate::trust::check_anchor(ca, "CA")?;
     }
-    let certificates = redis::TlsCertificates { client_tls: None, root_cert: Some(pem) };
-    redis::Client::build_with_tls(settings.url.as_str(), certificates).map_err(|e| match e.kind() {
-        redis::ErrorKind::InvalidClientConfig if e.to_string().contains("URL") => url_error(e),
-        _ => RemoteError::CaFile { path: ca.to_path_buf(), reason: e.to_string() },
-    })
+    let address = Address::new(info.addr(), ca, shown_url)?;
+    Ok((address, info.redis_settings().clone()))
 }
 
 /// A client of the shared tier for one run (ADR 0019, ADR 0018).
@@ -270,27 +275,31 @@ impl std::fmt::Debug for Remote {
 }
 
 impl Remote {
-    /// Checks the settings, reads the key files and connects: `redis://` in plain TCP or
-    /// `redis+unix://`; a user name in the URL logs in as that Redis 6 ACL user (ADR 0031).
+    /// Checks the settings, reads the key files and connects: `redis://` in plain TCP,
+    /// `rediss://` in TLS (ADR 0037) or `redis+unix://`; a user name in the URL logs in as that
+    /// Redis 6 ACL user (ADR 0031).
     ///
     /// A server that cannot be reached (refused, timed out, black-holed, stalled) or that is
     /// not Redis (its first line is in the warning) is not an error: the client is returned
     /// off, with its warning, after at most the connect timeout. Errors, all at start:
     /// [`RemoteError::Url`] for a URL the client cannot use, [`RemoteError::Refused`] when the
     /// server rejects the credentials or the database (a wrong password, a password missing),
-    /// and the key-file errors of [`Trust::load`]. A `rediss://` URL is [`RemoteError::Url`]: this client's connections are plain TCP or Unix
-    /// sockets, which it owns to keep one deadline per request (ADR 0029). A CA file that cannot
-    /// be used or trusted is [`RemoteError::CaFile`] or [`RemoteError::UnsafeAnchor`]. No message
-    /// holds the URL's password.
+    /// and the key-file errors of [`Trust::load`]. Over TLS, a certificate that does not verify
+    /// (another CA, another host name) or a server that does not speak TLS is
+    /// [`RemoteError::Tls`], with its fix; a TLS handshake that does not complete within the
+    /// connect timeout leaves the tier off, like a server that does not answer. A CA file that
+    /// cannot be used or trusted is [`RemoteError::CaFile`] or [`RemoteError::UnsafeAnchor`]. No
+    /// message holds the URL's password.
     pub fn connect(settings: &RemoteSettings) -> Result<Remote, RemoteError> {
         let shown_url = settings.shown_url();
 
         let trust = Trust::load(settings)?;
-        let client = open_client(settings, &shown_url)?;
+        let (address, login) = open_target(settings, &shown_url)?;
         let shared = Arc::new(Shared {
             settings: settings.clone(),
             shown_url,
-            client,
+            address,
+            login,
             sockets: Arc::default(),
             owner: owner_token(),
             off: AtomicBool::new(false),
@@ -304,6 +313,14 @@ impl Remote {
         match shared.connect() {
             Ok(link) => *lock(&remote.con) = Some(link),
             Err(e) if e.unreachable() => shared.trip("connecting", &e),
+            Err(Failure::Tls { problem, reason }) => {
+                return Err(RemoteError::Tls {
+                    url: shared.shown_url.clone(),
+                    ca: shared.settings.ca_file.clone(),
+                    problem,
+                    reason,
+                })
+            }
             Err(Failure::Reply(e)) if e.kind() == redis::ErrorKind::InvalidClientConfig => {
                 return Err(RemoteError::Url { url: shared.shown_url.clone(), reason: e.to_string() })
             }

@@ -62,6 +62,41 @@ pub use object::{Kind, Reject};
 pub use tier::{library_key, RemoteTier};
 pub use trust::Trust;
 
+/// Why the TLS handshake with a `rediss://` server failed ([`RemoteError::Tls`], ADR 0037).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TlsProblem {
+    /// The certificate does not chain to a trusted certificate authority.
+    UnknownIssuer,
+    /// The certificate does not name the URL's host.
+    NameMismatch,
+    /// The server does not speak TLS on that port (a plain Redis, say).
+    NotTls,
+    /// Any other TLS error.
+    Other,
+}
+
+impl TlsProblem {
+    /// What to do about it, given the CA file in use (`None`: the system's roots).
+    pub fn fix(self, ca: Option<&std::path::Path>) -> String {
+        match (self, ca) {
+            (TlsProblem::UnknownIssuer, Some(ca)) => format!(
+                "check that the CA file {} (GRIDKEY_REMOTE_CA_FILE) holds the certificate authority that signed the server's certificate",
+                ca.display()
+            ),
+            (TlsProblem::UnknownIssuer, None) => {
+                "give the server's certificate authority as a PEM file in GRIDKEY_REMOTE_CA_FILE".to_owned()
+            }
+            (TlsProblem::NameMismatch, _) => {
+                "give the host name the server's certificate is for in GRIDKEY_REMOTE_URL, or have the certificate reissued for that host".to_owned()
+            }
+            (TlsProblem::NotTls, _) => {
+                "check that the server speaks TLS on that port (tls-port in redis.conf); a plain server takes a redis:// URL".to_owned()
+            }
+            (TlsProblem::Other, _) => "check the server's TLS setup (tls-port, tls-cert-file, tls-key-file)".to_owned(),
+        }
+    }
+}
+
 /// Errors of the shared tier: all of them misconfigurations, found at start.
 #[derive(Debug, thiserror::Error)]
 pub enum RemoteError {
@@ -120,6 +155,20 @@ pub enum RemoteError {
         /// The file.
         path: PathBuf,
         /// What is wrong.
+        reason: String,
+    },
+    /// The TLS handshake with a `rediss://` server failed, at start (ADR 0037): its certificate
+    /// does not chain to the CA file (or the system's roots), does not name the URL's host, or the
+    /// server does not speak TLS.
+    #[error("shared cache {url}: TLS handshake failed: {reason}; {}", problem.fix(ca.as_deref()))]
+    Tls {
+        /// The URL, password hidden.
+        url: String,
+        /// The CA file, if one was given.
+        ca: Option<PathBuf>,
+        /// What is wrong, for the fix.
+        problem: TlsProblem,
+        /// The TLS error.
         reason: String,
     },
     /// The signing key file may be read by others.

@@ -10,14 +10,27 @@
 //! parsing of replies (`redis::Parser`), which reads through [`Bounded`]: before each read the
 //! socket's timeout is set to what is left of the request's deadline, and the bytes of the
 //! request's replies are counted against what was asked for.
+//!
+//! A `rediss://` link is a rustls client stream on that socket (ADR 0037), driven one socket
+//! call at a time so that the same rules hold over TLS: the handshake is part of the connect
+//! deadline, each record is read with what is left of the request's deadline, and the bound
+//! counts the plaintext the parser reads. The server's certificate must chain to the CA file's
+//! certificates (or, without one, the system's roots) and name the URL's host; there is no
+//! fall-back to plain TCP.
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpStream, ToSocketAddrs};
 use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use redis::{ConnectionAddr, ConnectionInfo, Pipeline, RedisError, Value};
+use redis::{ConnectionAddr, Pipeline, RedisConnectionInfo, RedisError, Value};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName};
+use rustls::{ClientConfig, ClientConnection, RootCertStore};
+
+use crate::{RemoteError, TlsProblem};
 
 /// Bytes of reply a request may get beyond the bulk bytes it asked for: room for the replies of
 /// pipelined integer, status and short array commands (a `SCAN` page of 1000 names included).
@@ -44,6 +57,20 @@ pub(crate) enum Failure {
         /// The first line it sent, escaped.
         answered: String,
     },
+    /// The TLS handshake did not complete within the connect deadline.
+    Handshake {
+        /// The deadline, from the start of the connection.
+        after: Duration,
+    },
+    /// The TLS handshake failed: the certificate does not verify, or the peer does not speak
+    /// TLS. A misconfiguration: [`Remote::connect`](crate::Remote::connect) returns it as
+    /// [`RemoteError::Tls`].
+    Tls {
+        /// What is wrong, for the fix.
+        problem: TlsProblem,
+        /// The TLS error, with what the peer answered when it was not TLS.
+        reason: String,
+    },
     /// The connection failed: refused, reset, closed.
     Io(io::Error),
     /// The server answered with an error or with a reply of another type than the command's.
@@ -63,6 +90,12 @@ impl std::fmt::Display for Failure {
                 )
             }
             Failure::NotRedis { answered } => write!(f, "the server answered `{answered}`, not Redis"),
+            Failure::Handshake { after } => write!(
+                f,
+                "no complete TLS handshake within {:.1} s (a server that does not speak TLS on that port waits like this: a plain one takes a redis:// URL)",
+                after.as_secs_f64()
+            ),
+            Failure::Tls { reason, .. } => write!(f, "TLS handshake failed: {reason}"),
             Failure::Io(e) => write!(f, "{e}"),
             Failure::Reply(e) => write!(f, "{e}"),
         }
@@ -75,21 +108,227 @@ impl Failure {
     pub(crate) fn unreachable(&self) -> bool {
         match self {
             Failure::Reply(e) => matches!(e.code(), Some("LOADING" | "BUSY" | "MASTERDOWN" | "TRYAGAIN")),
+            Failure::Tls { .. } => false,
             _ => true,
         }
     }
 }
 
-/// The socket of a link: TCP, or a Unix socket for `redis+unix://` URLs.
+/// Where the links of one client connect, resolved once from its URL (and, for `rediss://`,
+/// its trust roots) by [`Address::new`].
+pub(crate) enum Address {
+    /// `redis://HOST:PORT`.
+    Tcp { host: String, port: u16 },
+    /// `rediss://HOST:PORT`: TLS with `config`, the certificate verified for `name` (ADR 0037).
+    Tls { host: String, port: u16, name: ServerName<'static>, config: Arc<ClientConfig> },
+    /// `redis+unix:///PATH`.
+    Unix(PathBuf),
+}
+
+impl Address {
+    /// The address of `addr`; for TLS, trusting only the certificates of `ca_file` when given,
+    /// else the system's roots (ADR 0037).
+    ///
+    /// Errors: [`RemoteError::Url`] for a `rediss://` URL with `#insecure` (certificates are always
+    /// checked) or a host that is no server name, [`RemoteError::CaFile`] for a CA file that cannot
+    /// be read or holds no certificate, [`RemoteError::Tls`] when the system has no roots.
+    pub(crate) fn new(addr: &ConnectionAddr, ca_file: Option<&Path>, shown_url: &str) -> Result<Address, RemoteError> {
+        let url_error = |reason: &str| RemoteError::Url { url: shown_url.to_owned(), reason: reason.to_owned() };
+        match addr {
+            ConnectionAddr::Tcp(host, port) => Ok(Address::Tcp { host: host.clone(), port: *port }),
+            ConnectionAddr::Unix(path) => Ok(Address::Unix(path.clone())),
+            ConnectionAddr::TcpTls { insecure: true, .. } => Err(url_error(
+                "`#insecure` would accept any certificate, which this client never does; remove it and give the server's certificate authority as GRIDKEY_REMOTE_CA_FILE",
+            )),
+            ConnectionAddr::TcpTls { host, port, .. } => {
+                let name = ServerName::try_from(host.clone())
+                    .map_err(|e| url_error(&format!("its host `{host}` is not a DNS name or IP address ({e})")))?;
+                let config = client_config(ca_file, shown_url)?;
+                Ok(Address::Tls { host: host.clone(), port: *port, name, config })
+            }
+            other => Err(url_error(&format!("this client does not connect to {other}"))),
+        }
+    }
+}
+
+/// The rustls client configuration of `rediss://` links: ring, TLS 1.2 and 1.3, no client
+/// certificate, and as roots the certificates of `ca_file` alone or the system's.
+fn client_config(ca_file: Option<&Path>, shown_url: &str) -> Result<Arc<ClientConfig>, RemoteError> {
+    let mut roots = RootCertStore::empty();
+    match ca_file {
+        Some(ca) => {
+            let ca_error = |reason: String| RemoteError::CaFile { path: ca.to_path_buf(), reason };
+            let pem = std::fs::read(ca).map_err(|e| ca_error(e.to_string()))?;
+            for cert in CertificateDer::pem_slice_iter(&pem) {
+                let cert = cert.map_err(|e| ca_error(format!("it is not a PEM file ({e})")))?;
+                roots.add(cert).map_err(|e| ca_error(format!("a certificate in it cannot be used ({e})")))?;
+            }
+            if roots.is_empty() {
+                return Err(ca_error("it holds no PEM certificate".to_owned()));
+            }
+        }
+        None => {
+            let found = rustls_native_certs::load_native_certs();
+            let (added, _) = roots.add_parsable_certificates(found.certs);
+            if added == 0 {
+                let why = found.errors.first().map_or_else(|| "none found".to_owned(), |e| e.to_string());
+                return Err(RemoteError::Tls {
+                    url: shown_url.to_owned(),
+                    ca: None,
+                    problem: TlsProblem::UnknownIssuer,
+                    reason: format!(
+                        "no certificate could be checked: the system has no trusted certificate authorities ({why})"
+                    ),
+                });
+            }
+        }
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| RemoteError::Tls {
+            url: shown_url.to_owned(),
+            ca: ca_file.map(Path::to_path_buf),
+            problem: TlsProblem::Other,
+            reason: e.to_string(),
+        })?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(Arc::new(config))
+}
+
+/// What is left of `deadline`, or a timed-out error when nothing is.
+fn left(deadline: Instant) -> io::Result<Duration> {
+    deadline
+        .checked_duration_since(Instant::now())
+        .filter(|t| !t.is_zero())
+        .ok_or_else(|| io::ErrorKind::TimedOut.into())
+}
+
+/// A rustls client connection on its socket, driven one socket call at a time.
+struct Tls {
+    conn: ClientConnection,
+    sock: TcpStream,
+}
+
+impl Tls {
+    /// Sends the TLS records rustls has queued, before `deadline`.
+    fn flush_before(&mut self, deadline: Instant) -> io::Result<()> {
+        while self.conn.wants_write() {
+            self.sock.set_write_timeout(Some(left(deadline)?))?;
+            self.conn.write_tls(&mut self.sock)?;
+        }
+        Ok(())
+    }
+
+    /// Plaintext into `buf`, reading records until one brings some, each socket read within
+    /// what is left of `deadline` (rustls's own stream reads until a record is whole, whatever
+    /// the time).
+    fn read_before(&mut self, buf: &mut [u8], deadline: Instant) -> io::Result<usize> {
+        loop {
+            match self.conn.reader().read(buf) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                other => return other,
+            }
+            self.flush_before(deadline)?;
+            self.sock.set_read_timeout(Some(left(deadline)?))?;
+            // At the end of the stream the reader answers end of file (or an unexpected end).
+            self.conn.read_tls(&mut self.sock)?;
+            self.conn.process_new_packets().map_err(io::Error::other)?;
+        }
+    }
+
+    /// Queues `buf` (as much as rustls takes) and sends it before `deadline`.
+    fn write_before(&mut self, buf: &[u8], deadline: Instant) -> io::Result<usize> {
+        let n = self.conn.writer().write(buf)?;
+        self.flush_before(deadline)?;
+        Ok(n)
+    }
+
+    /// Runs the handshake before `deadline` (ADR 0037).
+    ///
+    /// Errors: [`Failure::Handshake`] when the deadline passes, [`Failure::Tls`] when the
+    /// certificate does not verify or the peer is not TLS (its first bytes in the reason),
+    /// [`Failure::Io`] for a connection that failed.
+    fn handshake(&mut self, deadline: Instant, timeout: Duration) -> Result<(), Failure> {
+        let passed = |e: &io::Error| matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut);
+        let deadline_failure =
+            |e: io::Error| if passed(&e) { Failure::Handshake { after: timeout } } else { Failure::Io(e) };
+        let mut first = Vec::new();
+        while self.conn.is_handshaking() {
+            if self.conn.wants_write() {
+                self.flush_before(deadline).map_err(deadline_failure)?;
+                continue;
+            }
+            self.sock.set_read_timeout(Some(left(deadline).map_err(deadline_failure)?)).map_err(io_failure)?;
+            let mut recorder = Recorder { inner: &mut self.sock, first: &mut first };
+            let n = self.conn.read_tls(&mut recorder).map_err(deadline_failure)?;
+            if n == 0 {
+                return Err(Failure::Tls {
+                    problem: TlsProblem::NotTls,
+                    reason: "the server closed the connection during the handshake".to_owned(),
+                });
+            }
+            if let Err(e) = self.conn.process_new_packets() {
+                // Tell the server why (the alert rustls queued), as far as the socket takes it.
+                let _ = self.flush_before(deadline);
+                return Err(tls_failure(&e, &first));
+            }
+        }
+        self.flush_before(deadline).map_err(deadline_failure)
+    }
+}
+
+/// The handshake error `e` as a failure with its fix; `first`: the peer's first bytes.
+fn tls_failure(e: &rustls::Error, first: &[u8]) -> Failure {
+    use rustls::CertificateError as C;
+    let problem = match e {
+        rustls::Error::InvalidCertificate(C::NotValidForName | C::NotValidForNameContext { .. }) => {
+            TlsProblem::NameMismatch
+        }
+        rustls::Error::InvalidCertificate(C::UnknownIssuer | C::BadSignature | C::UnknownRevocationStatus) => {
+            TlsProblem::UnknownIssuer
+        }
+        rustls::Error::InvalidMessage(_) => TlsProblem::NotTls,
+        _ => TlsProblem::Other,
+    };
+    let reason = match problem {
+        TlsProblem::NotTls => format!("{e}; the server answered `{}`", first_line(first)),
+        _ => e.to_string(),
+    };
+    Failure::Tls { problem, reason }
+}
+
+/// The socket as the handshake reads it: keeps the first bytes, to show what a peer that is
+/// not TLS answered.
+struct Recorder<'a> {
+    inner: &'a mut TcpStream,
+    first: &'a mut Vec<u8>,
+}
+
+impl Read for Recorder<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        let take = n.min(FIRST_BYTES.saturating_sub(self.first.len()));
+        self.first.extend_from_slice(&buf[..take]);
+        Ok(n)
+    }
+}
+
+/// The socket of a link: TCP, TLS on TCP for `rediss://`, or a Unix socket for `redis+unix://`.
 enum Stream {
     Tcp(TcpStream),
+    Tls(Box<Tls>),
     Unix(UnixStream),
 }
 
 impl Stream {
+    /// A handle on the same socket, to shut it down from another thread (for TLS, the TCP socket
+    /// under it).
     fn try_clone(&self) -> io::Result<Stream> {
         Ok(match self {
             Stream::Tcp(s) => Stream::Tcp(s.try_clone()?),
+            Stream::Tls(t) => Stream::Tcp(t.sock.try_clone()?),
             Stream::Unix(s) => Stream::Unix(s.try_clone()?),
         })
     }
@@ -98,43 +337,40 @@ impl Stream {
         // A socket already closed by the peer answers NotConnected: nothing left to stop.
         let _ = match self {
             Stream::Tcp(s) => s.shutdown(Shutdown::Both),
+            Stream::Tls(t) => t.sock.shutdown(Shutdown::Both),
             Stream::Unix(s) => s.shutdown(Shutdown::Both),
         };
     }
 
-    fn set_timeouts(&self, left: Duration) -> io::Result<()> {
+    /// One read (for TLS, the record reads until some plaintext), within what is left of
+    /// `deadline`; a timed-out error when it passes.
+    fn read_before(&mut self, buf: &mut [u8], deadline: Instant) -> io::Result<usize> {
         match self {
             Stream::Tcp(s) => {
-                s.set_read_timeout(Some(left))?;
-                s.set_write_timeout(Some(left))
+                s.set_read_timeout(Some(left(deadline)?))?;
+                s.read(buf)
             }
+            Stream::Tls(t) => t.read_before(buf, deadline),
             Stream::Unix(s) => {
-                s.set_read_timeout(Some(left))?;
-                s.set_write_timeout(Some(left))
+                s.set_read_timeout(Some(left(deadline)?))?;
+                s.read(buf)
             }
         }
     }
-}
 
-impl Read for Stream {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+    /// One write within what is left of `deadline`; a timed-out error when it passes.
+    fn write_before(&mut self, buf: &[u8], deadline: Instant) -> io::Result<usize> {
         match self {
-            Stream::Tcp(s) => s.read(buf),
-            Stream::Unix(s) => s.read(buf),
+            Stream::Tcp(s) => {
+                s.set_write_timeout(Some(left(deadline)?))?;
+                s.write(buf)
+            }
+            Stream::Tls(t) => t.write_before(buf, deadline),
+            Stream::Unix(s) => {
+                s.set_write_timeout(Some(left(deadline)?))?;
+                s.write(buf)
+            }
         }
-    }
-}
-
-impl Write for Stream {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        match self {
-            Stream::Tcp(s) => s.write(buf),
-            Stream::Unix(s) => s.write(buf),
-        }
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
     }
 }
 
@@ -185,17 +421,12 @@ struct Bounded<'a> {
 
 impl Read for Bounded<'_> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let Some(time) = self.deadline.checked_duration_since(Instant::now()).filter(|t| !t.is_zero()) else {
-            self.stop = Some(Stop::Deadline);
-            return Err(io::ErrorKind::TimedOut.into());
-        };
         if self.left == 0 {
             self.stop = Some(Stop::Oversize);
             return Err(io::Error::other("reply larger than asked for"));
         }
-        self.stream.set_timeouts(time)?;
         let want = buf.len().min(usize::try_from(self.left).unwrap_or(usize::MAX));
-        let n = match self.stream.read(&mut buf[..want]) {
+        let n = match self.stream.read_before(&mut buf[..want], self.deadline) {
             Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
                 self.stop = Some(Stop::Deadline);
                 return Err(e);
@@ -233,38 +464,47 @@ fn io_failure(e: io::Error) -> Failure {
 }
 
 impl Link {
-    /// Connects to the server of `info` and runs the handshake (`AUTH` when the URL has a
-    /// password, `SELECT` when it names a database, then `PING`), all within `timeout`.
+    /// Connects to `address` and runs the handshake (for `rediss://` the TLS handshake first,
+    /// then `AUTH` when `login` has a password, `SELECT` when it names a database, then
+    /// `PING`), all within `timeout`.
     ///
     /// Errors: [`Failure::Reply`] with the server's error when it refuses the credentials or the
-    /// database (a misconfiguration), [`Failure::NotRedis`] when what answered is not Redis, and
-    /// the failures of [`Link::exchange`] otherwise.
-    pub(crate) fn open(info: &ConnectionInfo, timeout: Duration, sockets: &Arc<Sockets>) -> Result<Link, Failure> {
+    /// database (a misconfiguration), [`Failure::Tls`] when the server's certificate does not
+    /// verify or it does not speak TLS, [`Failure::Handshake`] when the TLS handshake does not
+    /// complete in time, [`Failure::NotRedis`] when what answered is not Redis, and the failures
+    /// of [`Link::exchange`] otherwise.
+    pub(crate) fn open(
+        address: &Address,
+        login: &RedisConnectionInfo,
+        timeout: Duration,
+        sockets: &Arc<Sockets>,
+    ) -> Result<Link, Failure> {
         let deadline = Instant::now() + timeout;
-        let stream = match info.addr() {
-            ConnectionAddr::Tcp(host, port) => Stream::Tcp(connect_tcp(host, *port, deadline)?),
-            ConnectionAddr::Unix(path) => Stream::Unix(UnixStream::connect(path).map_err(io_failure)?),
-            other => {
-                return Err(Failure::Reply(RedisError::from((
-                    redis::ErrorKind::InvalidClientConfig,
-                    "this build connects over plain TCP or a Unix socket only, not TLS (rediss://): reach the server through a TLS tunnel you trust and give its redis:// URL",
-                    format!("{other}"),
-                ))))
+        let stream = match address {
+            Address::Tcp { host, port } => Stream::Tcp(connect_tcp(host, *port, deadline)?),
+            Address::Tls { host, port, name, config } => {
+                let sock = connect_tcp(host, *port, deadline)?;
+                let conn = ClientConnection::new(config.clone(), name.clone())
+                    .map_err(|e| Failure::Tls { problem: TlsProblem::Other, reason: e.to_string() })?;
+                Stream::Tls(Box::new(Tls { conn, sock }))
             }
+            Address::Unix(path) => Stream::Unix(UnixStream::connect(path).map_err(io_failure)?),
         };
         let id = sockets.add(stream.try_clone().map_err(io_failure)?);
         let mut link = Link { stream, parser: redis::Parser::new(), first: Vec::new(), sockets: sockets.clone(), id };
-        let redis = info.redis_settings();
+        if let Stream::Tls(tls) = &mut link.stream {
+            tls.handshake(deadline, timeout)?;
+        }
         let mut pipe = redis::pipe();
-        if let Some(password) = redis.password() {
+        if let Some(password) = login.password() {
             let auth = pipe.cmd("AUTH");
-            if let Some(user) = redis.username() {
+            if let Some(user) = login.username() {
                 auth.arg(user);
             }
             auth.arg(password);
         }
-        if redis.db() != 0 {
-            pipe.cmd("SELECT").arg(redis.db());
+        if login.db() != 0 {
+            pipe.cmd("SELECT").arg(login.db());
         }
         pipe.cmd("PING");
         let replies = link.exchange(&pipe, 0, deadline, timeout)?;
@@ -300,10 +540,7 @@ impl Link {
         let packed = pipe.get_packed_pipeline();
         let mut sent = 0;
         while sent < packed.len() {
-            let time = deadline.checked_duration_since(Instant::now()).filter(|t| !t.is_zero());
-            let time = time.ok_or_else(deadline_passed)?;
-            self.stream.set_timeouts(time).map_err(io_failure)?;
-            match self.stream.write(&packed[sent..]) {
+            match self.stream.write_before(&packed[sent..], deadline) {
                 Ok(0) => return Err(Failure::Io(io::ErrorKind::WriteZero.into())),
                 Ok(n) => sent += n,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}

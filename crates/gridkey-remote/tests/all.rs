@@ -8,3 +8,4 @@ mod common;
 mod deadline;
 mod object;
 mod server;
+mod tls;

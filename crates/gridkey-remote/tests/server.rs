@@ -490,34 +490,6 @@ fn a_reader_without_trusted_keys_takes_nothing_by_default() {
 }
 
 #[test]
-fn a_rediss_url_is_refused_at_start_naming_the_url_and_not_its_password() {
-    // This client owns its sockets to keep one deadline per request (ADR 0029) and speaks no TLS:
-    // a `rediss://` URL is a misconfiguration at start, never a tier that is quietly plain.
-    let test = "a_rediss_url_is_refused_at_start_naming_the_url_and_not_its_password";
-    let Some(_) = common::shared_url(test) else { return };
-    let Some(plain) = PrivateRedis::start(test, None) else { return };
-    let url = format!("rediss://writer:s3cret-pw@127.0.0.1:{}/", plain.port);
-    match Remote::connect(&settings(&url, "tls", Role::Writer)) {
-        Err(e @ RemoteError::Url { .. }) => {
-            let text = e.to_string();
-            assert!(text.contains("rediss://writer:***@127.0.0.1"), "{text}");
-            assert!(text.contains("not TLS") && !text.contains("s3cret-pw"), "{text}");
-        }
-        other => panic!("{other:?}"),
-    }
-    // A CA file that holds no certificate is its own error, naming the file.
-    let dir = tempfile::tempdir().unwrap();
-    let empty = dir.path().join("empty.pem");
-    std::fs::write(&empty, "not a certificate\n").unwrap();
-    let with_ca =
-        gridkey_remote::RemoteSettings { ca_file: Some(empty.clone()), ..settings(&url, "tls", Role::Writer) };
-    match Remote::connect(&with_ca) {
-        Err(e @ RemoteError::CaFile { .. }) => assert!(e.to_string().contains(&empty.display().to_string()), "{e}"),
-        other => panic!("{other:?}"),
-    }
-}
-
-#[test]
 fn an_acl_user_logs_in_and_no_message_shows_its_password() {
     let test = "an_acl_user_logs_in_and_no_message_shows_its_password";
     let Some(_) = common::shared_url(test) else { return };

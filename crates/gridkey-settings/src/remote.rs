@@ -37,7 +37,7 @@ pub const ENV_REMOTE_CA_FILE: &str = "GRIDKEY_REMOTE_CA_FILE";
 pub(crate) const REMOTE_VARIABLES: [Variable; 12] = [
     Variable {
         name: ENV_REMOTE_URL,
-        meaning: "Redis URL of the shared tier, `redis://[USER][:PASSWORD@]HOST:PORT[/DB]` or `redis+unix:///PATH` (`rediss://` is refused: no TLS in this build) (what `--remote` sets)",
+        meaning: "Redis URL of the shared tier, `redis://[USER][:PASSWORD@]HOST:PORT[/DB]`, `rediss://...` for TLS (the server's certificate checked against `GRIDKEY_REMOTE_CA_FILE` or the system's roots) or `redis+unix:///PATH` (what `--remote` sets)",
         default: "unset: no shared tier",
     },
     Variable {
@@ -72,8 +72,8 @@ pub(crate) const REMOTE_VARIABLES: [Variable; 12] = [
     },
     Variable {
         name: ENV_REMOTE_CA_FILE,
-        meaning: "PEM file of the certificate authorities for a TLS server, checked as a trust anchor (owned by you or root, writable by no one else); kept for TLS, which this build refuses",
-        default: "unset",
+        meaning: "PEM file of the certificate authorities for a TLS server, checked as a trust anchor (owned by you or root, writable by no one else); a `rediss://` server's certificate must chain to one of them (ADR 0037)",
+        default: "unset: the system's roots",
     },
 ];
 

@@ -512,6 +512,10 @@ pub fn run_with_progress(
             _ => None,
         })
         .collect();
+    if let Some(site) = &site {
+        let missed = keys.iter().zip(looked_up.iter().zip(&site_hits)).filter(|(_, (l, s))| l.is_none() && s.is_none());
+        warnings.extend(site::unreadable_entries(site, missed.map(|(k, _)| k)));
+    }
     let cached_before: Vec<bool> = looked_up.iter().zip(&site_hits).map(|(l, s)| l.is_some() || s.is_some()).collect();
     let keys_seconds = t.elapsed().as_secs_f64();
     let mut shared = remote.map(|r| shared::SharedRun::new(r, settings.clone(), config.options.clone()));

@@ -244,8 +244,9 @@ fn dispatch(command: Command) -> Result<ExitCode> {
     match command {
         Command::Worker { handler, parent } => {
             // A worker reads no settings: they arrive with every task (ADR 0013). Its stderr
-            // goes to the pool, which keeps its tail for the messages of a failed task.
-            gridkey::set_lock_notice(progress::lock_wait_line);
+            // goes to the pool, which keeps its tail for the messages of a failed task and shows
+            // its progress lines in the parent.
+            gridkey::set_lock_notice(progress::worker_lock_wait_line);
             let served = if handler == gridkey::faults::FAULT_HANDLER_NAME {
                 gridkey_jobs::worker::serve(&gridkey::faults::FaultHandler, parent)
             } else {
@@ -366,6 +367,7 @@ fn dispatch(command: Command) -> Result<ExitCode> {
             })
             .context("cannot install the Ctrl-C handler")?;
             gridkey::set_lock_notice(progress::lock_wait_line);
+            gridkey_jobs::set_worker_progress(progress::worker_progress_line);
             // What the run takes from the shared tier, said before anything is taken (ADR 0031).
             if let Some(remote) = &config.settings.remote {
                 eprintln!("gridkey: {}", gridkey_remote::Trust::load(remote)?.statement(remote));

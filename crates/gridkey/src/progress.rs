@@ -90,13 +90,34 @@ impl Progress for Reporter {
     }
 }
 
-/// The progress line of a per-key lock wait that lasts (ADR 0033), told every
-/// [`gridkey_fs::lock::LOCK_NOTICE_EVERY`] while it lasts: which lock file, how long so far.
-pub fn lock_wait_line(path: &std::path::Path, waited: Duration) {
-    eprintln!(
+/// The text of the progress line of a per-key lock wait that lasts (ADR 0033): which lock
+/// file, how long so far.
+fn lock_wait_text(path: &std::path::Path, waited: Duration) -> String {
+    format!(
         "gridkey: waiting for the lock {} ({:.0} s so far): another process holds it; at most GRIDKEY_LOCK_WAIT \
          seconds, then the work is done without it",
         path.display(),
         waited.as_secs_f64()
-    );
+    )
+}
+
+/// The progress line of a per-key lock wait that lasts (ADR 0033), told every
+/// [`gridkey_fs::lock::LOCK_NOTICE_EVERY`] while it lasts: which lock file, how long so far.
+pub fn lock_wait_line(path: &std::path::Path, waited: Duration) {
+    eprintln!("{}", lock_wait_text(path, waited));
+}
+
+/// [`lock_wait_line`] in a build worker, whose stderr the pool captures: marked as a progress
+/// line ([`gridkey_jobs::protocol::progress_line`]), which the parent shows at once
+/// ([`worker_progress_line`]).
+pub fn worker_lock_wait_line(path: &std::path::Path, waited: Duration) {
+    let line = gridkey_jobs::protocol::progress_line(&lock_wait_text(path, waited));
+    // One write per line, so lines from several threads do not interleave.
+    let _ = std::io::stderr().lock().write_all(line.as_bytes());
+}
+
+/// Shows a build worker's progress line in this (the parent) process
+/// ([`gridkey_jobs::set_worker_progress`]).
+pub fn worker_progress_line(text: &str) {
+    let _ = std::io::stderr().lock().write_all(format!("{text}\n").as_bytes());
 }

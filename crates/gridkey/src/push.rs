@@ -11,7 +11,7 @@
 
 use gridkey_fingerprint::TranslationCache;
 use gridkey_remote::{library_key, Kind, Remote, Stored};
-use gridkey_settings::Settings;
+use gridkey_settings::{RemoteSettings, Settings};
 use serde::{Deserialize, Serialize};
 
 use crate::AppError;
@@ -50,6 +50,26 @@ pub struct PushSkip {
     pub reason: String,
 }
 
+/// Connects to the shared tier of `remote` for the cache command `command` (`push`,
+/// `retract`), which only a designated writer may run.
+///
+/// Errors: [`AppError::Remote`] when it is misconfigured; [`AppError::RemoteUnreachable`] when
+/// it cannot be reached (the tier's warning) or this client is not a designated writer (the
+/// message names `command` and how to be one).
+pub(crate) fn connect_writer(remote: &RemoteSettings, command: &str) -> Result<Remote, AppError> {
+    let remote = Remote::connect(remote)?;
+    if !remote.is_on() {
+        return Err(AppError::RemoteUnreachable(remote.warning().unwrap_or_default()));
+    }
+    if !remote.is_writer() {
+        return Err(AppError::RemoteUnreachable(format!(
+            "{} is read-only for this client: {command} needs a designated writer (--remote-writer or GRIDKEY_REMOTE_WRITER=1)",
+            remote.shown_url()
+        )));
+    }
+    Ok(remote)
+}
+
 /// Uploads the local cache of `settings` to its shared tier.
 ///
 /// Errors: [`AppError::NoRemote`] without a shared tier; [`AppError::Remote`] when it is
@@ -62,16 +82,7 @@ pub fn push(settings: &Settings) -> Result<PushReport, AppError> {
         return Err(AppError::UnsafePushCache { path, problem });
     }
     let settings = crate::task_settings(settings)?;
-    let remote = Remote::connect(remote_settings)?;
-    if !remote.is_on() {
-        return Err(AppError::RemoteUnreachable(remote.warning().unwrap_or_default()));
-    }
-    if !remote.is_writer() {
-        return Err(AppError::RemoteUnreachable(format!(
-            "{} is read-only for this client: push needs a designated writer (--remote-writer or GRIDKEY_REMOTE_WRITER=1)",
-            remote.shown_url()
-        )));
-    }
+    let remote = connect_writer(remote_settings, "push")?;
     let compiler = settings.compiler();
     let cache = TranslationCache::open(settings.cache_dir())?;
     let mut report =

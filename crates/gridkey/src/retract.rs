@@ -12,7 +12,7 @@
 use std::path::{Path, PathBuf};
 
 use gridkey_fingerprint::{TranslationCache, TranslationKey, TranslationOptions};
-use gridkey_remote::{library_key, Fetched, Kind, Remote, Retracted};
+use gridkey_remote::{library_key, Fetched, Kind, Retracted};
 use gridkey_settings::Settings;
 use serde::{Deserialize, Serialize};
 
@@ -70,16 +70,7 @@ pub struct RetractReport {
 pub fn retract(settings: &Settings, target: &RetractTarget) -> Result<RetractReport, AppError> {
     let remote_settings = settings.remote.as_ref().ok_or(AppError::NoRemote)?;
     let settings = crate::task_settings(settings)?;
-    let remote = Remote::connect(remote_settings)?;
-    if !remote.is_on() {
-        return Err(AppError::RemoteUnreachable(remote.warning().unwrap_or_default()));
-    }
-    if !remote.is_writer() {
-        return Err(AppError::RemoteUnreachable(format!(
-            "{} is read-only for this client: retract needs a designated writer (--remote-writer or GRIDKEY_REMOTE_WRITER=1)",
-            remote.shown_url()
-        )));
-    }
+    let remote = crate::push::connect_writer(remote_settings, "retract")?;
     let cache = TranslationCache::open(settings.cache_dir())?;
     let (keys, given): (Vec<TranslationKey>, Option<(String, TranslationOptions)>) = match target {
         RetractTarget::Keys(prefixes) => (prefixes.iter().map(|p| key_of(&cache, p)).collect::<Result<_, _>>()?, None),
@@ -90,7 +81,7 @@ pub fn retract(settings: &Settings, target: &RetractTarget) -> Result<RetractRep
             (vec![key], Some((name.clone(), options.clone())))
         }
     };
-    let identity = Some(settings.compiler().identity().to_owned());
+    let identity = settings.compiler().identity();
     let mut rows = Vec::new();
     let mut libraries: Vec<Option<(PathBuf, [u8; 16])>> = Vec::new();
     for key in &keys {
@@ -102,8 +93,8 @@ pub fn retract(settings: &Settings, target: &RetractTarget) -> Result<RetractRep
             Fetched::Hit(payload) => Some(payload),
             _ => None,
         });
-        let library = match (&identity, source.as_deref().map(std::str::from_utf8)) {
-            (Some(identity), Some(Ok(source))) => {
+        let library = match source.as_deref().map(std::str::from_utf8) {
+            Some(Ok(source)) => {
                 gridkey_stencil::library_build_key(source, &options, settings.compiler()).ok().map(|build_key| {
                     let path = settings.cache_dir().join(gridkey_stencil::BUILD_DIR).join(format!("{build_key}.so"));
                     (path, library_key(&build_key, identity))

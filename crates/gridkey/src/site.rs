@@ -110,3 +110,31 @@ impl RunCaches {
         }
     }
 }
+
+/// The one warning of a run about translation entries of the site cache `site` that exist but
+/// this user cannot read (a file of mode 0400 owned by the user who filled it): each of `missed`
+/// (keys neither cache served) is looked for, and the warning names the directory, how many
+/// there were, the first one and the fix; `None` when there are none. Such an entry is a miss
+/// here, translated and cached locally, and the run goes on correctly (ADR 0036).
+pub fn unreadable_entries<'a>(
+    site: &gridkey_fingerprint::SiteCache,
+    missed: impl Iterator<Item = &'a gridkey_fingerprint::TranslationKey>,
+) -> Option<CacheWarning> {
+    let unreadable: Vec<std::path::PathBuf> = missed
+        .map(|key| site.cache().entry_path(key))
+        .filter(|path| std::fs::File::open(path).is_err_and(|e| e.kind() == std::io::ErrorKind::PermissionDenied))
+        .collect();
+    let first = unreadable.first()?;
+    let dir = site.cache().dir().parent().unwrap_or(site.cache().dir());
+    Some(CacheWarning {
+        path: dir.to_path_buf(),
+        message: format!(
+            "site cache holds {} translation {} this user cannot read (the first: {}), translated here instead; \
+             its owner makes it readable to all with `chmod -R a+rX {}` (README \"Site cache\")",
+            unreadable.len(),
+            if unreadable.len() == 1 { "entry" } else { "entries" },
+            first.display(),
+            dir.display()
+        ),
+    })
+}

@@ -194,12 +194,12 @@ fn in_every_mode_a_stopped_holder_of_a_translation_lock_costs_one_bounded_wait_w
         assert!(took >= Duration::from_secs(3), "{mode}: {took:?}");
         let p = report.programs.iter().find(|p| &p.program == program).unwrap();
         assert!(p.translated && p.lock_seconds >= 3.0, "{mode}: {p:?}");
-        // In this process the progress reporter shows the wait while it lasts.
-        if mode != "process" {
-            let stderr = String::from_utf8_lossy(&out.stderr);
-            let line = format!("gridkey: waiting for the lock {}", lock.display());
-            assert!(stderr.contains(&line), "{mode}: no progress line {line:?} in\n{stderr}");
-        }
+        // The progress reporter shows the wait while it lasts, in process mode too (the worker
+        // marks the line, the pool shows it in the parent), once and unmarked.
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let line = format!("gridkey: waiting for the lock {}", lock.display());
+        assert!(stderr.contains(&line), "{mode}: no progress line {line:?} in\n{stderr}");
+        assert!(!stderr.contains(gridkey_jobs::protocol::PROGRESS_MARK), "{mode}: a marked line in\n{stderr}");
     }
 }
 

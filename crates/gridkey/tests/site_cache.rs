@@ -298,3 +298,54 @@ fn cache_stats_reads_a_read_only_cache_and_gc_refuses_it_naming_it() {
         assert!(snapshot(&site) == before, "{via:?}: nothing removed");
     }
 }
+
+#[test]
+fn a_site_cache_entry_this_user_cannot_read_is_warned_about_once_and_translated_here() {
+    let test = "a_site_cache_entry_this_user_cannot_read_is_warned_about_once_and_translated_here";
+    let place = Place::new();
+    let site = place.path("site");
+    let filled = fill(&site);
+    // One entry its owner did not share: mode 000. As root, the run is another user's
+    // (`nobody`), for whom the mode holds; as anyone else, the mode holds for this user too.
+    let key = programs(&filled)[0]["key"].as_str().unwrap().to_owned();
+    let entry = site.join("translation-v2").join(&key[..2]).join(format!("{key}.bin"));
+    fs::set_permissions(&entry, fs::Permissions::from_mode(0o000)).unwrap();
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    if root && !Via::OtherUser.available(test) {
+        return;
+    }
+    let grid = grid();
+    let local = place.writable("local", if root { Via::OtherUser } else { Via::BindMount });
+    let site_arg = site.to_str().unwrap();
+    let args = [
+        "run",
+        "--grid",
+        &grid,
+        "--mode",
+        "serial",
+        "--json",
+        "--cache-dir",
+        local.to_str().unwrap(),
+        "--site-cache",
+        site_arg,
+    ];
+    let out = if root {
+        gridkey_read_only(Via::OtherUser, &site, &args)
+    } else {
+        common::gridkey_command(&args, &[]).output().unwrap()
+    };
+    let report = report_of(&out);
+    assert_eq!(count(&report, "verified"), 8, "{}", text(&out));
+    assert_eq!(translations(&report), 1, "the unreadable entry is translated here: {}", text(&out));
+    assert_eq!(count(&report, "cache_hit"), 7, "{}", text(&out));
+    let p = programs(&report).iter().find(|p| p["key"] == key.as_str()).unwrap();
+    assert_eq!(p["translated"], true, "{p}");
+    let warned: Vec<String> = warning_lines(&out).into_iter().filter(|l| l.contains("cannot read")).collect();
+    assert_eq!(warned.len(), 1, "one warning: {}", text(&out));
+    let line = &warned[0];
+    assert!(line.contains(&format!("gridkey: warning: {site_arg}: site cache holds 1 translation entry")), "{line}");
+    assert!(line.contains(&entry.display().to_string()), "names the entry: {line}");
+    assert!(line.contains(&format!("chmod -R a+rX {site_arg}")), "says the fix: {line}");
+    assert_eq!(entries(&local.join("translation-v2"), ".bin"), 1, "the translation is cached locally");
+}

@@ -22,6 +22,8 @@ use super::{check_final_files, s, Matrix, Run, Seen};
 
 #[path = "remote_deadline.rs"]
 mod remote_deadline;
+#[path = "remote_tls.rs"]
+mod remote_tls;
 #[path = "remote_trust.rs"]
 mod remote_trust;
 use crate::redis_server::{ensure_installed, RedisServer};
@@ -512,6 +514,7 @@ pub(super) fn rows(m: &mut Matrix) -> Result<()> {
     });
     super::verified_travel::rows(m, &sh.server.url(), &sh.ns("miscompile"), &sh.reference);
     remote_trust::rows(m, &mut sh)?;
+    remote_tls::rows(m, &mut sh)?;
     remote_deadline::rows(m, &mut sh, baseline)
 }
 

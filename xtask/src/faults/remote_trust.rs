@@ -1,6 +1,6 @@
 //! The shared tier's trust rows of the fault matrix (ADR 0031): forged and replayed objects, a
-//! reader without trusted keys, `cache push` from a tampered or world-writable cache, and a
-//! `rediss://` URL, which this build refuses at start (it speaks no TLS).
+//! reader without trusted keys, and `cache push` from a tampered or world-writable cache (the
+//! TLS rows are in `remote_tls.rs`).
 
 use std::os::unix::fs::PermissionsExt;
 
@@ -134,18 +134,5 @@ pub(super) fn rows(m: &mut Matrix, sh: &mut Shared) -> Result<()> {
         Ok(Seen::new(ok, &[], format!("exit {:?}, {} keys written: {first}", out.status.code(), written.len())))
     });
 
-    m.row("shared tier: rediss:// URL (no TLS in this build)", "error at start naming the URL, no password", |m| {
-        let url = format!("rediss://writer:s3cret-pw@127.0.0.1:{}/", sh.server.port());
-        let cache = m.fresh("remote-tls-cache");
-        let client = Client::writer(&url, "x");
-        let n = m.node(&cache, &client)?;
-        let ok = n.run.code == Some(2)
-            && n.run.stderr.contains("not TLS")
-            && n.run.stderr.contains("rediss://writer:***@127.0.0.1")
-            && !n.run.stderr.contains("s3cret-pw")
-            && !cache.join(gridkey_fingerprint::TRANSLATION_DIR).exists();
-        let first = n.run.stderr.lines().last().unwrap_or("").chars().take(90).collect::<String>();
-        Ok(Seen::new(ok, &[], format!("exit {:?}: {first}", n.run.code)))
-    });
     Ok(())
 }
