@@ -37,7 +37,7 @@ fn defaults_are_read_only_unsigned_and_short_timeouts() {
     assert_eq!(documented[4..10], ["1", "2", "10", "60", "67108864 (64 MiB)", "`gridkey`"]);
     // Nothing is taken from the shared tier without trusted keys or the ACL opt-in (ADR 0031).
     assert_eq!((s.trust, s.ca_file.as_ref()), (RemoteTrust::Signed, None));
-    assert_eq!(documented[10..], ["`signed`", "unset"]);
+    assert_eq!(documented[10..], ["`signed`", "unset: the system's roots"]);
 }
 
 #[test]

@@ -44,7 +44,7 @@ from gt4py.next.otf.compilation import compiler as _compiler
 
 from . import _gridkey
 
-__all__ = ["Counters", "extension_key_inputs", "install", "installed", "uninstall", "counters", "MARKER"]
+__all__ = ["Counters", "extension_key_inputs", "install", "installed", "uninstall", "counters", "prepare_folder", "MARKER"]
 
 #: The file in a build folder that names the extension key it was built or materialized for.
 MARKER = ".gridkey-extension"
@@ -188,6 +188,18 @@ def _store_folder(folder: pathlib.Path, key: str) -> None:
     store.put_extension(key, folder, [str(module), "gt4py.json"])
     _write_marker(folder, key)
     _state.counters.extensions_stored += 1
+
+
+def prepare_folder(folder: pathlib.Path) -> None:
+    """What the build step's hook does before GT4Py looks at ``folder``, for a caller that looks at it itself (the
+    hits ``gridkey.gt4py`` resolves in the calling process, ADR 0038): under the folder's lock, a usable folder built
+    or materialized for another extension key is made unusable, and a missing one is filled from gridkey's store.
+    Does nothing when the hooks are not installed."""
+    if not installed():
+        return
+    key = extension_key(folder.name)
+    with _locking.lock(folder):
+        _prepare_folder(folder, key)
 
 
 def _compiler_call(self, inp):

@@ -422,7 +422,9 @@ def _resolve_in_parent(task):
     (``cache.get_cache_folder`` with the compiler's build context) and ``compiler.is_usable``. On a double hit the
     artifact is the one GT4Py's compilation step makes of a usable build folder (``CPPCompiler._make_artifact`` of
     the folder and its build data): the step would only compute the folder again, check the build again and make
-    it, which costs a serial warm start a second fingerprint of every extension source.
+    it, which costs a serial warm start a second fingerprint of every extension source. Before the folder is
+    looked at, gridkey's store has its say on it as in the build step (``_gt4py_tiers.prepare_folder``): a folder of
+    another extension key is never loaded, one the store holds is filled.
     """
     if task.no_offload_reason is not None:
         return _MISS
@@ -447,6 +449,9 @@ def _resolve_in_parent(task):
     folder = _gt("gt4py.next.otf.compilation.cache").get_cache_folder(
         extension, compilation.cache_lifetime, build_context_id
     )
+    # A folder built for another extension key (compiler, interpreter ABI, headers) is never loaded here; one that
+    # gridkey's store holds is filled first (ADR 0040).
+    _gt4py_tiers.prepare_folder(folder)
     data = _gt("gt4py.next.otf.compilation.build_data").read_data(folder)
     if not compiler_module.is_usable(data, folder):
         return _MISS
