@@ -24,7 +24,9 @@
 
 ``--reduced`` (CI, sized for a 2-core machine): C-order ``np`` tables, the pairs serial -> process, process -> serial
 and the control serial -> thread, and N = 4 ranks only. Exit status 0 when every cell with the adapter has 0 re-translations, every result
-verifies, the C++ is identical, and GT4Py's own misses show without the adapter.
+verifies, the C++ is identical, GT4Py's own misses show without the adapter and the N ranks translate and build each
+program once; the warm-start ratios and the N ranks' wall time are timings on a shared machine, printed against their
+limits and written to the JSON, never the exit status.
 
 ``--warm-only``: only the warm start of step 4, on caches it fills from the seed (one per mode and setting, C-order
 ``np`` tables), ``--warm-repeats`` runs each; results in ``gt4py-warm-start.json``.
@@ -268,12 +270,15 @@ def ranks(args, n: int, programs: list[str]) -> dict:
 RANKS_LIMIT = 1.3
 
 
-def check_ranks(one: dict, many: dict[int, dict], programs: list[str]) -> bool:
+def check_ranks(one: dict, many: dict[int, dict], programs: list[str]) -> tuple[bool, bool]:
+    """Whether the counts hold (one translation and one build per program in all, every rank verified) and, apart,
+    whether the wall times are within ``RANKS_LIMIT``: a timing, reported, never the exit status."""
     ok = one["verified"] and one["translations"] == len(programs) and one["builds"] == len(programs)
+    within = True
     for r in many.values():
         ok &= r["verified"] and r["translations"] == len(programs) and r["builds"] == len(programs)
-        ok &= r["compile_wall_seconds"] <= RANKS_LIMIT * one["compile_wall_seconds"]
-    return ok
+        within &= r["compile_wall_seconds"] <= RANKS_LIMIT * one["compile_wall_seconds"]
+    return ok, within
 
 
 def print_ranks(one: dict, many: dict[int, dict], programs: list[str]) -> None:
@@ -454,8 +459,8 @@ def main() -> int:
     # Warm start: runs on caches warm for their mode, with and without the adapter alternating, in one run.
     warm_start, warm_ok = warm_starts(args, 3 if args.reduced else args.warm_repeats, seed)
     ok &= warm_ok
+    # The ratios are timings on a shared machine: printed and written, never the exit status.
     ratios, ratios_ok = warm_start_ratios(warm_start)
-    ok &= ratios_ok
 
     # N ranks cold on one cache.
     rank_programs = args.ranks_programs if args.reduced else list_programs()
@@ -463,7 +468,7 @@ def main() -> int:
     one = ranks(args, 1, rank_programs)
     for n in (4,) if args.reduced else (4, 8):
         ranks_results[n] = ranks(args, n, rank_programs)
-    ranks_ok = check_ranks(one, ranks_results, rank_programs)
+    ranks_ok, ranks_within = check_ranks(one, ranks_results, rank_programs)
     ok &= ranks_ok
 
     print(f"\nC++ generated with the adapter equals the C++ without: {identical}/{compared} programs; new builds with the adapter: {with_builds}")
@@ -500,6 +505,7 @@ def main() -> int:
             "one_rank": one,
             **{f"{n}_ranks": r for n, r in ranks_results.items()},
             "ok": ranks_ok,
+            "within_limit": ranks_within,
         },
         "seconds": time.perf_counter() - started,
     }
@@ -507,8 +513,8 @@ def main() -> int:
     print(
         f"\ngt4py proof: with gridkey.gt4py {with_zero}/{len(with_cells)} cells re-translated 0;"
         f" without it {without_cells_missing}/{len(without_cells)} cells missed ({without_missed} re-translations);"
-        f" C++ identical {identical}/{compared}; warm-start ratios {'ok' if ratios_ok else 'FAILED'};"
-        f" N ranks {'ok' if ranks_ok else 'FAILED'}; {time.perf_counter() - started:.0f} s"
+        f" C++ identical {identical}/{compared}; warm-start ratios {'within limits' if ratios_ok else 'EXCEEDED'};"
+        f" N ranks {'ok' if ranks_ok else 'FAILED'} (wall {'within' if ranks_within else 'over'} {RANKS_LIMIT}x); {time.perf_counter() - started:.0f} s"
     )
     return 0 if ok else 1
 
