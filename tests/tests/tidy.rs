@@ -2,9 +2,10 @@
 //! the file and what to change.
 //!
 //! - Every integration-test file is part of its crate's one test binary: a crate with files in
-//!   `tests/` says `autotests = false`, declares one `[[test]]` at `tests/all.rs`, and that root
-//!   declares every `tests/NAME.rs` (and `tests/common/`) as a module. A file left out would
-//!   never be compiled, so its tests would pass by not running.
+//!   `tests/` says `autotests = false`, declares one `[[test]]` at `crates/*/tests/all.rs`
+//!   (`tests/tests/all.rs` for this crate), and that root declares every `tests/NAME.rs` (and
+//!   `tests/common/`) as a module. A file left out would never be compiled, so its tests would
+//!   pass by not running.
 //! - The docs cannot drift: every versioned name (`tables-v1`), format version (`key format
 //!   v2`, `PROTOCOL_VERSION = 5`), path in the tree and `GRIDKEY_*` variable that README.md,
 //!   ARCHITECTURE.md, docs/design.md, the ADRs and the Python package's README and docstrings
