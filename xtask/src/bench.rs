@@ -433,7 +433,7 @@ fn view_build(large: &ArcArray2<i32>, reps: usize, scratch: &Path) -> Result<Val
     let ratio = build / write_sync;
     Ok(json!({
         "name": "view_build",
-        "what": "compile_time_connectivity of a fresh host int32 table into a fresh store: digest on a second thread while the .npy is written (temp file, sync_all, rename, directory sync), checked mmap open",
+        "what": "compile_time_connectivity of a fresh host int32 table into a fresh store: digest on a second thread while the .npy is written (temp file, sync_all, rename), checked mmap open",
         "shape": [large.nrows(), large.ncols()],
         "bytes": bytes, "seconds": build,
         "limit": "std::fs::File::create + write_all + sync_all of the same bytes on the same file system, same run (the store syncs every table; see profile_seconds)",

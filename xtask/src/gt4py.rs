@@ -13,7 +13,7 @@
 //! 4. Runs `crates/gridkey-python/proof/gt4py_proof.py` on the shipped ICON R02B04 grid, scratch caches under
 //!    `target/gt4py-proof` (results in `target/gt4py-proof/gt4py-proof.json`): the mode matrix without and with
 //!    `gridkey.gt4py` (full: C and Fortran order, both allocators, the nine ordered pairs of modes; `--reduced`:
-//!    C-order `np` tables, serial -> process, process -> serial and the control serial -> thread; N = 4 ranks only), the C++ identity, one
+//!    three programs, C-order `np` tables, serial -> process, process -> serial and the control serial -> thread; N = 4 ranks only), the C++ identity, one
 //!    key's cost at R02B04 and tiled 100x, and the warm starts.
 //!
 //! `--icon4py`: icon4py 0.4.1's own programs on GT4Py 1.2.1 in their own environment instead (`icon4py.rs`).

@@ -546,7 +546,7 @@ impl TranslationCache {
 
     /// Stores `payload` under the key of `inputs`, with the record of `inputs` beside it.
     /// Both are written atomically ([`gridkey_fs::write_atomic`]: temp file, `sync_all`,
-    /// read-only, rename, directory sync), the record first; when the
+    /// read-only, rename; ADR 0047), the record first; when the
     /// entry cannot be written (full disk) the record is removed again, so nothing is left.
     ///
     /// Errors: [`FingerprintError::Write`].

@@ -3,8 +3,8 @@
 //! here (ADR 0002, ADR 0009, ADR 0012).
 //!
 //! - [`write_atomic`] (and its halves [`write_temp`] and [`PendingFile::commit`]): temp file in
-//!   the final directory, locked exclusively while written, `sync_all`, read-only, rename,
-//!   directory synced;
+//!   the final directory, locked exclusively while written, `sync_all`, read-only, rename
+//!   (the directory is not synced: a rename lost to a power cut is a miss, ADR 0047);
 //! - [`lock`]: `flock(2)` locks, shared on a file used in place ([`lock::open_shared`]),
 //!   exclusive on a temp file being written, tried without waiting by the collector;
 //! - [`remove_stale_temps`], [`remove_if_unlocked`] and [`remove_if_unused`]: the sweep of
@@ -75,8 +75,10 @@ pub enum FsError {
 }
 
 /// Writes a file atomically: `write` fills a temp file (prefix [`TEMP_PREFIX`]) in the directory
-/// of `path` (created if needed), which is `sync_all`ed, made read-only and renamed to `path`,
-/// and the directory synced. Returns the number of bytes written.
+/// of `path` (created if needed), which is `sync_all`ed, made read-only and renamed to `path`.
+/// Returns the number of bytes written. The directory is not synced (ADR 0047): the file's
+/// bytes are on disk before its name is, so a power cut leaves either the whole file under
+/// `path` or no file there (a cache miss), never a partial one.
 ///
 /// The temp file is locked exclusively while it is written ([`lock`]), so that
 /// [`remove_stale_temps`] can tell a live write from one whose process died. On any error the
@@ -148,7 +150,8 @@ impl PendingFile {
     }
 
     /// Second half of [`write_atomic`]: `sync_all`, read-only, rename to `path` (its directory
-    /// created if needed, on the same file system as the temp file), directory synced. `fault`
+    /// created if needed, on the same file system as the temp file); the directory is not synced
+    /// (ADR 0047). `fault`
     /// applies when `path` contains its path part.
     ///
     /// Errors: the I/O error of the first step that failed; the temp file is removed then.
@@ -163,7 +166,6 @@ impl PendingFile {
         file.set_permissions(perms)?;
         plan.pause_at(PausePoint::Synced, self.temp.path());
         self.temp.persist(path).map_err(|e| e.error)?;
-        File::open(parent)?.sync_all()?;
         Ok(())
     }
 }

@@ -2,16 +2,16 @@
 ``gridkey.gt4py``. Run by ``cargo xtask gt4py [--reduced]`` in a virtual environment holding ``gt4py==1.2.3``, its
 ``gtfn_cpu`` build dependencies and the ``gridkey`` wheel.
 
-1. Seed: the eight programs' C++ built once (serial, without the adapter) into a GT4Py cache whose translation cache
+1. Seed: the programs' C++ (``--programs``: all eight, ``--reduced``: ``REDUCED_PROGRAMS``) built once (serial, without the adapter) into a GT4Py cache whose translation cache
    is then removed, so that every fill translates but finds its builds.
 2. Matrix: for each table variant (C or Fortran order, ``allocator=np`` or GT4Py's default allocator), each adapter
    setting and each ordered pair of build-jobs modes (A, B): a fresh copy of the seed is filled in mode A, a copy of
    that is run in mode B, and the translation-cache entries B adds are counted (re-translations). Every run checks
-   the eight results against NumPy on the runtime tables.
+   its results against NumPy on the runtime tables.
 3. The C++ GT4Py generates (each program's translated source and signature) is byte-identical with and without the
    adapter, and no run with the adapter builds anything the seed did not hold.
 4. One persistent key's cost at R02B04 and with every table tiled 100 times, without and with the adapter; the warm
-   start of the eight programs in each mode (full matrix only: on the caches of the diagonal cells A = B of C-order
+   start of the programs in each mode (full matrix only: on the caches of the diagonal cells A = B of C-order
    ``np`` tables, ``--warm-repeats`` runs per mode and setting, with and without alternating), without and with.
 
 5. The warm start with the adapter in every mode against serial (process / serial <= 1.2, thread / serial <= 1.2;
@@ -22,7 +22,7 @@
    of the processes, interpreter starts included, is printed beside it), and every rank's results equal NumPy
    (ADR 0039). ``--reduced``: N = 4 on the programs ``--ranks-programs`` (default ``div``), full: all eight.
 
-``--reduced`` (CI, sized for a 2-core machine): C-order ``np`` tables, the pairs serial -> process, process -> serial
+``--reduced`` (CI, sized for a 2-core machine): three programs, C-order ``np`` tables, the pairs serial -> process, process -> serial
 and the control serial -> thread, and N = 4 ranks only. Exit status 0 when every cell with the adapter has 0 re-translations, every result
 verifies, the C++ is identical, GT4Py's own misses show without the adapter and the N ranks translate and build each
 program once; the warm-start ratios and the N ranks' wall time are timings on a shared machine, printed against their
@@ -69,6 +69,8 @@ def cell_env(cache: pathlib.Path, mode: str, jobs: int) -> dict[str, str]:
 
 
 def run_cell(cache: pathlib.Path, mode: str, args, extra: list[str]) -> dict:
+    if "--programs" not in extra:
+        extra = [*extra, "--programs", *args.programs]
     command = [sys.executable, str(HERE / "gt4py_cell.py"), "--grid", str(args.grid), *extra]
     started = time.perf_counter()
     done = subprocess.run(command, env=cell_env(cache, mode, args.jobs), capture_output=True, text=True)
@@ -101,11 +103,12 @@ def seed_key(args) -> str:
     h.update(gt4py.__version__.encode())
     h.update((HERE / "icon_programs.py").read_bytes())
     h.update(args.grid.read_bytes())
+    h.update(" ".join(args.programs).encode())
     return h.hexdigest()
 
 
 def make_seed(args) -> tuple[pathlib.Path, float | None]:
-    """The seed cache: the eight builds, no translation entries. Reused while its key matches."""
+    """The seed cache: the builds of ``args.programs``, no translation entries. Reused while its key matches."""
     seed = args.work / "seed"
     key = seed_key(args)
     stamp = seed / "seed-key"
@@ -191,13 +194,13 @@ def warm_starts(args, repeats: int, seed: pathlib.Path) -> tuple[dict[tuple[str,
     return warm_start, ok
 
 
-def print_warm_starts(warm_start: dict[tuple[str, bool], list[float]]) -> None:
+def print_warm_starts(warm_start: dict[tuple[str, bool], list[float]], programs: list[str]) -> None:
     order, allocator = BENCH_VARIANT
     for mode in MODES:
         if (mode, False) in warm_start and (mode, True) in warm_start:
             w0, w1 = (statistics.median(warm_start[(mode, a)]) for a in (False, True))
             print(
-                f"warm start of the eight programs ({label(order, allocator)}, median of {len(warm_start[(mode, True)])},"
+                f"warm start of {len(programs)} programs ({label(order, allocator)}, median of {len(warm_start[(mode, True)])},"
                 f" alternating), {mode:<7}: without {w0:.2f} s, with {w1:.2f} s ({w1 / w0:.2f}x without, limit 1.0x)"
             )
 
@@ -224,6 +227,12 @@ def warm_start_ratios(warm_start: dict[tuple[str, bool], list[float]]) -> tuple[
         ok &= within
         print(f"warm start with the adapter, {name}: {ratios[name]:.2f} (limit {limit}){'' if within else '  EXCEEDED'}")
     return ratios, ok
+
+
+#: The programs of ``--reduced`` (CI, 2 cores): three of the eight, one per kind of neighbour table use (a sum over a
+#: cell's edges ``C2E``; over a vertex's edges ``V2E``, whose pentagon rows hold skip values; over a cell's neighbours
+#: through its edges ``C2E2C``), so the seed builds three extensions instead of eight.
+REDUCED_PROGRAMS = ["div", "rot", "c2e2c_avg"]
 
 
 def list_programs() -> list[str]:
@@ -310,7 +319,7 @@ def warm_only(args, seed: pathlib.Path, started: float) -> int:
             print(f"  filled {kept.name} in {fill['compile_seconds']:.1f} s", flush=True)
     warm_start, warm_ok = warm_starts(args, args.warm_repeats, seed)
     ok &= warm_ok
-    print_warm_starts(warm_start)
+    print_warm_starts(warm_start, args.programs)
     results = {
         "warm_start_seconds": {f"{m} {'with' if a else 'without'}": s for (m, a), s in warm_start.items()},
         "seconds": time.perf_counter() - started,
@@ -340,6 +349,13 @@ def main() -> int:
         help="the programs of the N-ranks part under --reduced (full: all eight)",
     )
     parser.add_argument(
+        "--programs",
+        nargs="+",
+        default=None,
+        help=f"the programs of the matrix, the seed and the warm starts (default: {' '.join(REDUCED_PROGRAMS)} under"
+        " --reduced, else all eight)",
+    )
+    parser.add_argument(
         "--warm-only",
         action="store_true",
         help="only the warm-start benchmark, on caches filled here from the seed (one per mode and setting)",
@@ -348,6 +364,11 @@ def main() -> int:
     args.grid = args.grid.resolve()
     args.work = args.work.resolve()
     args.work.mkdir(parents=True, exist_ok=True)
+    if args.programs is None:
+        args.programs = REDUCED_PROGRAMS if args.reduced else list_programs()
+    unknown = sorted(set(args.programs) - set(list_programs()))
+    if unknown:
+        parser.error(f"unknown programs {unknown}: the programs are {' '.join(list_programs())}")
     import gt4py
 
     print(f"gt4py proof: GT4Py {gt4py.__version__}, Python {sys.version.split()[0]}, grid {args.grid.name}")
@@ -407,14 +428,14 @@ def main() -> int:
                     ok &= cell["verified"]
                     print(
                         f"  {label(order, allocator):<30} {'with' if adapter else 'without':<8} {a:>7} -> {b:<7}"
-                        f" re-translated {warm['new_translations']}/8  (fill {fill['new_translations']}/8,"
+                        f" re-translated {warm['new_translations']}/{len(args.programs)}  (fill {fill['new_translations']}/{len(args.programs)},"
                         f" {warm['compile_seconds']:.1f} s, new builds {len(new_builds)},"
                         f" {'verified' if cell['verified'] else 'NOT VERIFIED'})",
                         flush=True,
                     )
 
     # The matrix, one block per variant and adapter setting.
-    print("\nre-translations in mode B of a cache filled in mode A (of 8 programs)")
+    print(f"\nre-translations in mode B of a cache filled in mode A (of {len(args.programs)} programs)")
     run_modes = [m for m in MODES if any(b == m for _, b in wanted)]
     for order, allocator in variants(args.reduced):
         for adapter in (False, True):
@@ -463,7 +484,7 @@ def main() -> int:
     ratios, ratios_ok = warm_start_ratios(warm_start)
 
     # N ranks cold on one cache.
-    rank_programs = args.ranks_programs if args.reduced else list_programs()
+    rank_programs = args.ranks_programs if args.reduced else args.programs
     ranks_results = {}
     one = ranks(args, 1, rank_programs)
     for n in (4,) if args.reduced else (4, 8):
@@ -482,7 +503,7 @@ def main() -> int:
         f"  converting the provider once (digest, store, map; not part of a key): R02B04 {key['R02B04 convert'] * 1e3:.1f} ms,"
         f" {tiled} {key[tiled + ' convert'] * 1e3:.1f} ms"
     )
-    print_warm_starts(warm_start)
+    print_warm_starts(warm_start, args.programs)
     for name, value in ratios.items():
         print(f"  {name}: {value:.2f}")
     print(

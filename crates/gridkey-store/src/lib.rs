@@ -14,7 +14,7 @@
 //! the digest. It knows nothing of connectivities, keys or runners.
 //!
 //! Crash consistency and hostile files (ADR 0012): every file is written through
-//! [`gridkey_fs`] (temp file, `sync_all`, read-only, rename, directory sync), so a writer killed
+//! [`gridkey_fs`] (temp file, `sync_all`, read-only, rename; ADR 0047), so a writer killed
 //! at any point leaves at most a temp file, which [`gridkey_fs::remove_stale_temps`] removes
 //! once no process holds its lock; a mapped table is locked shared
 //! ([`gridkey_fs::lock::open_shared`]) so that `gridkey cache gc` never removes it (ADR 0009).
