@@ -16,6 +16,7 @@ mod messages;
 mod no_poisoned_entry;
 mod output;
 mod process_runner;
+mod readme;
 mod remote;
 mod run_signals;
 mod settings_travel;
