@@ -234,11 +234,13 @@ pub struct StencilHandler;
 impl TaskHandler for StencilHandler {
     type Output = CompileOutcome;
 
-    fn handle(&self, task: &CompilationTask) -> Result<CompileOutcome, String> {
-        let program = Program::decode(&task.encoding).map_err(|e| e.to_string())?;
-        let mut config = CompileConfig::from_settings(&task.settings).map_err(|e| e.to_string())?;
+    type Error = gridkey_stencil::StencilError;
+
+    fn handle(&self, task: &CompilationTask) -> Result<CompileOutcome, gridkey_stencil::StencilError> {
+        let program = Program::decode(&task.encoding)?;
+        let mut config = CompileConfig::from_settings(&task.settings)?;
         config.lock_wait.notice = LOCK_NOTICE.get().copied();
-        gridkey_stencil::compile(&program, &task.provider, &task.options, &config).map_err(|e| e.to_string())
+        gridkey_stencil::compile(&program, &task.provider, &task.options, &config)
     }
 }
 
