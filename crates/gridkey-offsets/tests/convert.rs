@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use gridkey_digest::{digest_table, Dtype};
 use gridkey_offsets::{
-    compile_time_offset_provider, CompileTimeTable, Connectivity, Dimension, DimensionKind, Entry, HostCopySource,
-    IndexTable, OffsetProvider, OffsetsError, TableSource,
+    compile_time_offset_provider, CompileTimeTable, Connectivity, ConversionMemo, Dimension, DimensionKind, Entry,
+    HostCopySource, IndexTable, OffsetProvider, OffsetsError, TableSource,
 };
 use gridkey_store::{TableSpec, TableStore};
 use ndarray::{s, Array2, ShapeBuilder};
@@ -109,11 +109,13 @@ fn the_view_keeps_every_entry_in_order() {
 fn a_reused_address_is_not_mistaken_for_the_old_connectivity() {
     let dir = tempfile::tempdir().unwrap();
     let store = TableStore::open(dir.path()).unwrap();
+    // One memo for every round: a dropped connectivity's address, reused, must not hit.
+    let memo = ConversionMemo::new();
     for round in 0..20 {
         let t = Array2::from_elem((4, 2), round);
         let mut p = OffsetProvider::new();
         p.push("E2C", Entry::Gather(conn(Arc::new(IndexTable::I32(t.clone().into_shared()))))).unwrap();
-        let ct = compile_time_offset_provider(&p, &store).unwrap();
+        let ct = memo.provider(&p, &store).unwrap();
         assert_eq!(ct.gather("E2C").unwrap().digest(), digest_table(t.view()), "round {round}");
     }
 }

@@ -23,7 +23,7 @@ use gridkey_fingerprint::{FingerprintError, KeyInputs, TranslationCache, Transla
 use gridkey_fs::Fault;
 use gridkey_grid::{read_grid, Grid, GridError};
 use gridkey_jobs::{CompilationTask, NoProgress, Progress, Runner, TaskHandler, WorkerCommand};
-use gridkey_offsets::{compile_time_offset_provider, CompileTimeOffsetProvider, Entry, OffsetsError};
+use gridkey_offsets::{CompileTimeOffsetProvider, ConversionMemo, Entry, OffsetsError};
 use gridkey_settings::SettingsError;
 pub use gridkey_settings::{Settings, TaskSettings};
 use gridkey_stencil::{CompileConfig, CompileOutcome, Program};
@@ -397,52 +397,107 @@ pub fn tasks_for(
         .collect()
 }
 
-/// Runs the main job: every program of [`gridkey_stencil::icon_programs`] on the grid.
+/// What a caller of [`run`] already holds and lends to the run; the run makes each one left out
+/// for itself. Built from [`RunOptions::new`] with one method per part.
+#[derive(Clone, Copy, Default)]
+pub struct RunOptions<'a> {
+    grid: Option<&'a Grid>,
+    programs: Option<&'a [Program]>,
+    runner: Option<&'a Runner<StencilHandler>>,
+    progress: Option<&'a dyn Progress>,
+    memo: Option<&'a ConversionMemo>,
+}
+
+impl<'a> RunOptions<'a> {
+    /// Nothing lent: the run reads [`RunConfig::grid`] (timed as [`RunReport::read_seconds`]),
+    /// runs [`gridkey_stencil::icon_programs`] with a runner of the settings' build jobs, tells
+    /// no one of its progress and converts through a memo of its own.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The grid, already read (a run reused on one grid value); [`RunReport::read_seconds`] is
+    /// then 0. [`RunConfig::grid`] still names it in the report.
+    pub fn grid(self, grid: &'a Grid) -> Self {
+        Self { grid: Some(grid), ..self }
+    }
+
+    /// The programs to run instead of [`gridkey_stencil::icon_programs`].
+    pub fn programs(self, programs: &'a [Program]) -> Self {
+        Self { programs: Some(programs), ..self }
+    }
+
+    /// The build jobs, reused across runs (a process pool keeps its workers); its mode wins over
+    /// the settings' build jobs.
+    pub fn runner(self, runner: &'a Runner<StencilHandler>) -> Self {
+        Self { runner: Some(runner), ..self }
+    }
+
+    /// Told when each program's compilation starts and ends.
+    pub fn progress(self, progress: &'a dyn Progress) -> Self {
+        Self { progress: Some(progress), ..self }
+    }
+
+    /// The conversion memo: a runtime connectivity this memo converted into the run's store
+    /// before, and that still lives, is not converted again, and the run uses that view
+    /// ([`ConversionMemo::connectivity`]).
+    pub fn memo(self, memo: &'a ConversionMemo) -> Self {
+        Self { memo: Some(memo), ..self }
+    }
+}
+
+/// Runs the main job: the programs (by default every program of
+/// [`gridkey_stencil::icon_programs`]) on the grid, with what `options` lends. Programs that need
+/// an offset the grid lacks are not run: they are listed in [`RunReport::skipped`].
 ///
 /// Errors: an unreadable grid, an unusable cache directory ([`cache::check_cache_dir`]), a
-/// failed conversion. A program that
-/// fails to compile or verify does not make this an error: it is reported in its
-/// [`ProgramReport`].
-pub fn run(config: &RunConfig) -> Result<RunReport, AppError> {
-    run_observed(config, &NoProgress)
+/// misconfigured shared tier, a failed conversion. A program that fails to compile or verify
+/// does not make this an error: it is reported in its [`ProgramReport`].
+pub fn run(config: &RunConfig, options: RunOptions<'_>) -> Result<RunReport, AppError> {
+    let read;
+    let (grid, read_seconds) = match options.grid {
+        Some(grid) => (grid, 0.0),
+        None => {
+            let t = Instant::now();
+            read = read_grid(&config.grid)?;
+            (&read, t.elapsed().as_secs_f64())
+        }
+    };
+    let icon;
+    let programs = match options.programs {
+        Some(programs) => programs,
+        None => {
+            icon = gridkey_stencil::icon_programs();
+            icon.as_slice()
+        }
+    };
+    let own_runner;
+    let runner = match options.runner {
+        Some(runner) => runner,
+        None => {
+            own_runner = Runner::new(config.settings.build_jobs, Arc::new(StencilHandler), config.worker.clone());
+            &own_runner
+        }
+    };
+    let own_memo;
+    let memo = match options.memo {
+        Some(memo) => memo,
+        None => {
+            own_memo = ConversionMemo::new();
+            &own_memo
+        }
+    };
+    run_with_progress(grid, programs, runner, config, read_seconds, options.progress.unwrap_or(&NoProgress), memo)
 }
 
-/// [`run`], telling `progress` when each program's compilation starts and ends.
-///
-/// Errors: as [`run`].
-pub fn run_observed(config: &RunConfig, progress: &dyn Progress) -> Result<RunReport, AppError> {
-    let t = Instant::now();
-    let grid = read_grid(&config.grid)?;
-    let read_seconds = t.elapsed().as_secs_f64();
-    let programs = gridkey_stencil::icon_programs();
-    let runner = Runner::new(config.settings.build_jobs, Arc::new(StencilHandler), config.worker.clone());
-    run_with_progress(&grid, &programs, &runner, config, read_seconds, progress)
-}
-
-/// The main job on an already-read grid with an existing runner (reused across calls).
-///
-/// Errors: as [`run`].
-pub fn run_with(
-    grid: &Grid,
-    programs: &[Program],
-    runner: &Runner<StencilHandler>,
-    config: &RunConfig,
-    read_seconds: f64,
-) -> Result<RunReport, AppError> {
-    run_with_progress(grid, programs, runner, config, read_seconds, &NoProgress)
-}
-
-/// [`run_with`], telling `progress` when each program's compilation starts and ends. Programs
-/// that need an offset the grid lacks are not run: they are listed in [`RunReport::skipped`].
-///
-/// Errors: as [`run`].
-pub fn run_with_progress(
+fn run_with_progress(
     grid: &Grid,
     programs: &[Program],
     runner: &Runner<StencilHandler>,
     config: &RunConfig,
     read_seconds: f64,
     progress: &dyn Progress,
+    memo: &ConversionMemo,
 ) -> Result<RunReport, AppError> {
     let (programs, skipped) = supported::split(programs, grid);
     let programs = programs.as_slice();
@@ -490,7 +545,7 @@ pub fn run_with_progress(
         .with_fault(fault);
     let cache_dir = settings.cache_dir().to_path_buf();
     let t = Instant::now();
-    let mut ct = Arc::new(compile_time_offset_provider(grid.provider(), &store)?);
+    let mut ct = Arc::new(memo.provider(grid.provider(), &store)?);
     let convert_seconds = t.elapsed().as_secs_f64();
     warnings.extend(store.repaired().into_iter().map(cache::CacheWarning::repaired_table));
 
@@ -539,6 +594,7 @@ pub fn run_with_progress(
         runner,
         settings: &settings,
         store: &store,
+        memo,
         late_repairs: std::cell::RefCell::new(Vec::new()),
     };
     let mut reports: Vec<Option<ProgramReport>> = programs.iter().map(|_| None).collect();
@@ -592,7 +648,7 @@ pub fn run_with_progress(
         if failed.is_empty() {
             break;
         }
-        let (repaired, repairs) = repair_tables(grid, &ct, &store);
+        let (repaired, repairs) = repair_tables(grid, &ct, &store, memo);
         if repairs.is_empty() {
             break;
         }
@@ -771,6 +827,7 @@ fn repair_tables(
     grid: &Grid,
     ct: &CompileTimeOffsetProvider,
     store: &TableStore,
+    memo: &ConversionMemo,
 ) -> (CompileTimeOffsetProvider, Vec<cache::CacheWarning>) {
     let mut repaired = CompileTimeOffsetProvider::new();
     let mut warnings = Vec::new();
@@ -781,11 +838,7 @@ fn repair_tables(
             // open) no longer holds the table: a concurrent writer may have renamed identical
             // content over the name, and that file was changed.
             Entry::Gather(c) if c.verify().is_err() || verifying.open_table(c.spec()).is_err() => {
-                match grid
-                    .provider()
-                    .gather(name)
-                    .map(|runtime| gridkey_offsets::reconvert_connectivity(name, runtime, store))
-                {
+                match grid.provider().gather(name).map(|runtime| memo.reconvert(name, runtime, store)) {
                     Some(Ok(fresh)) => {
                         warnings.push(cache::CacheWarning {
                             path: c.table_path().to_path_buf(),
@@ -859,6 +912,8 @@ struct Checker<'a> {
     runner: &'a Runner<StencilHandler>,
     settings: &'a Arc<TaskSettings>,
     store: &'a TableStore,
+    /// The run's conversion memo, which a repair converts through again.
+    memo: &'a ConversionMemo,
     /// Tables repaired by a rebuild in the parent (ADR 0024), reported as warnings.
     late_repairs: std::cell::RefCell<Vec<cache::CacheWarning>>,
 }
@@ -886,7 +941,7 @@ impl Checker<'_> {
             if first.is_ok() {
                 return first;
             }
-            let (repaired, repairs) = repair_tables(self.grid, ct, self.store);
+            let (repaired, repairs) = repair_tables(self.grid, ct, self.store, self.memo);
             if repairs.is_empty() {
                 return first;
             }

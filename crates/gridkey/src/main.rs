@@ -374,7 +374,7 @@ fn dispatch(command: Command) -> Result<ExitCode> {
             }
             let reporter =
                 progress::Reporter::for_stderr(gridkey_stencil::icon_programs().len(), settings::plain_progress());
-            let report = gridkey::run_observed(&config, &reporter);
+            let report = gridkey::run(&config, gridkey::RunOptions::new().progress(&reporter));
             reporter.finish();
             let report = report?;
             for w in &report.warnings {
