@@ -122,7 +122,9 @@ pub const ENTRY_MAGIC: &[u8; 4] = b"GKTE";
 #[derive(Debug, thiserror::Error)]
 pub enum FingerprintError {
     /// The cache directory could not be created.
-    #[error("cannot use translation cache directory {path}: {source}; point GRIDKEY_CACHE_DIR (or --cache-dir) at a writable directory")]
+    #[error(
+        "cannot use translation cache directory {path}: {source}; point the cache directory at a writable directory"
+    )]
     Directory {
         /// The directory.
         path: PathBuf,

@@ -180,7 +180,7 @@ pub enum TaskFailure {
         stderr_tail: String,
     },
     /// The task ran past the per-task timeout; its worker was killed and replaced.
-    #[error("build worker (pid {pid}) ran past the timeout of {seconds} s ({var}) and was killed; its stderr ended with: {stderr_tail}", var = gridkey_settings::ENV_TIMEOUT)]
+    #[error("build worker (pid {pid}) ran past the per-task timeout of {seconds} s and was killed; its stderr ended with: {stderr_tail}")]
     Timeout {
         /// Process id of the worker.
         pid: u32,
