@@ -135,6 +135,22 @@ pub enum OffsetsError {
         /// Elements given.
         len: usize,
     },
+    /// A neighbour table holds a negative entry that is not the connectivity's skip value (a
+    /// table with missing neighbours and no skip value, or another marker than the declared
+    /// one): found when it is converted, before anything is stored, so no translation reads it.
+    #[error("offset {offset}: its neighbour table has entry {value} at ({row}, {col}), below 0 and not its skip value ({}); declare the skip value that marks a missing neighbour (Some(-1)) or fix the table", skip_value.map_or("it has none".to_owned(), |v| v.to_string()))]
+    NegativeEntry {
+        /// The offset name (`E2C`).
+        offset: String,
+        /// Row of the first such entry (C order).
+        row: usize,
+        /// Column of the first such entry.
+        col: usize,
+        /// The entry.
+        value: i64,
+        /// The connectivity's skip value.
+        skip_value: Option<i64>,
+    },
     /// A domain or codomain dimension of the wrong kind.
     #[error("connectivity {what} dimension {name} must be a {expected:?} dimension")]
     DimensionKind {
@@ -732,7 +748,8 @@ impl ConversionMemo {
     ///
     /// Errors: [`OffsetsError::Store`] naming the offset whose table could not be stored or
     /// mapped; [`OffsetsError::HostCopy`] and [`OffsetsError::HostCopyShape`] naming the offset
-    /// whose table could not be copied to the host.
+    /// whose table could not be copied to the host; [`OffsetsError::NegativeEntry`] naming the
+    /// offset whose table has a negative entry that is not its skip value.
     pub fn provider(
         &self,
         provider: &OffsetProvider,
@@ -754,8 +771,10 @@ impl ConversionMemo {
     /// canonicalised (C order, int32 when every index fits), hashed once, stored and mapped. A
     /// host table ([`TableSource::host`]) is read in place; any other source is copied once.
     ///
-    /// Errors: [`OffsetsError::Store`], [`OffsetsError::HostCopy`] and
-    /// [`OffsetsError::HostCopyShape`] naming `offset`; a failed conversion memoises nothing.
+    /// Errors: [`OffsetsError::Store`], [`OffsetsError::HostCopy`],
+    /// [`OffsetsError::HostCopyShape`] and [`OffsetsError::NegativeEntry`] (a negative entry
+    /// that is not the skip value) naming `offset`; a failed conversion stores and memoises
+    /// nothing.
     pub fn connectivity(
         &self,
         offset: &str,
@@ -771,6 +790,14 @@ impl ConversionMemo {
         }
         let store_err = |source| OffsetsError::Store { offset: offset.to_owned(), source };
         let host = connectivity.host_table(offset)?;
+        let skip_value = connectivity.skip_value;
+        let bad = match &host {
+            IndexTable::I32(a) => first_bad_entry(a.view(), skip_value),
+            IndexTable::I64(a) => first_bad_entry(a.view(), skip_value),
+        };
+        if let Some((row, col, value)) = bad {
+            return Err(OffsetsError::NegativeEntry { offset: offset.to_owned(), row, col, value, skip_value });
+        }
         let table = stored_and_mapped(store, |store| {
             let spec = match &host {
                 IndexTable::I32(a) => store_as_is(store, a.view()),
@@ -868,6 +895,19 @@ fn stored_and_mapped(
             }
         }
     }
+}
+
+/// The first entry of `table` in C order (row, column, value) that is negative and not
+/// `skip_value`; `None` when every negative entry is the skip value. One pass when there is none.
+fn first_bad_entry<T: Copy + Into<i64>>(
+    table: ArrayView2<'_, T>,
+    skip_value: Option<i64>,
+) -> Option<(usize, usize, i64)> {
+    let bad = |x: i64| x < 0 && Some(x) != skip_value;
+    if !table.iter().any(|&x| bad(x.into())) {
+        return None;
+    }
+    table.indexed_iter().map(|((r, c), &x)| (r, c, x.into())).find(|&(_, _, x)| bad(x))
 }
 
 fn fits_i32(table: ArrayView2<'_, i64>) -> bool {
