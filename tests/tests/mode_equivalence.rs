@@ -21,7 +21,11 @@ fn run(grid: &gridkey_grid::Grid, runner: &Runner<StencilHandler>, cache: &Path)
         worker: WorkerCommand::gridkey(gridkey_binary()),
         options: TranslationOptions::new(),
     };
-    let report = gridkey::run_with(grid, &gridkey_stencil::icon_programs(), runner, &config, 0.0).unwrap();
+    let report = gridkey::run(
+        &config,
+        gridkey::RunOptions::new().grid(grid).programs(&gridkey_stencil::icon_programs()).runner(runner),
+    )
+    .unwrap();
     if let Some(p) = report.programs.iter().find(|p| !p.verified) {
         panic!("{} mode: {} did not verify: {:?}", report.mode, p.program, p.error);
     }

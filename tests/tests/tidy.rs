@@ -13,6 +13,8 @@
 //!   when it was written. An ADR that another amends or supersedes says so in its status, and
 //!   the index has one row per ADR.
 //! - Each versioned bucket of a cache directory carries its format's version (ADR 0043).
+//! - A crate below the entry points names no variable of theirs in a message: it names the
+//!   setting by its role, and the entry point names the variable (ADR 0013).
 
 use std::path::{Path, PathBuf};
 
@@ -573,4 +575,90 @@ fn every_versioned_bucket_carries_its_formats_version() {
     names.sort();
     names.dedup();
     assert_eq!(names.len(), CacheBucket::ALL.len());
+}
+
+/// The crates that read or parse the environment, and so may name its variables in messages:
+/// the binary, the settings, and the Python package (whose `Settings.from_vars` is its edge).
+const EDGE_CRATES: &[&str] = &["gridkey", "gridkey-settings", "gridkey-python"];
+
+/// Each `#[error(...)]` attribute of `text`, with its first and last line (1-based): from
+/// `#[error(` to the first `)]` after it, which may span lines.
+fn error_attributes(text: &str) -> Vec<(usize, usize, &str)> {
+    let line_of = |at: usize| text[..at].matches('\n').count() + 1;
+    text.match_indices("#[error(")
+        .map(|(at, _)| {
+            let end = text[at..].find(")]").map_or(text.len(), |e| at + e + 2);
+            (line_of(at), line_of(end), &text[at..end])
+        })
+        .collect()
+}
+
+/// What names a variable of an entry point in `text`, a lower crate's source file: any
+/// `#[error(...)]` that names a `GRIDKEY_` variable or an `ENV_` constant, and any other line
+/// outside a comment that names a `GRIDKEY_` variable (a message built with `format!`), except
+/// `env!` of a build-time variable.
+fn variable_problems(file: &str, text: &str) -> Vec<String> {
+    let attributes = error_attributes(text);
+    let mut out: Vec<String> = attributes
+        .iter()
+        .filter(|(_, _, attr)| attr.contains("GRIDKEY_") || attr.contains("ENV_"))
+        .map(|(line, _, _)| format!("{file}:{line}: this #[error] names a variable of an entry point"))
+        .collect();
+    for (i, line) in text.lines().enumerate() {
+        let code = line.trim_start();
+        let in_attribute = attributes.iter().any(|&(first, last, _)| (first..=last).contains(&(i + 1)));
+        if in_attribute || code.starts_with("//") || !code.contains("GRIDKEY_") || code.contains("env!(\"GRIDKEY_") {
+            continue;
+        }
+        out.push(format!("{file}:{}: this message names a variable of an entry point", i + 1));
+    }
+    out
+}
+
+/// Lower crates take arguments and read no environment (ADR 0013), so their messages name a
+/// setting by its role (`the cache directory`, `gridkey_settings::SETTING_ROLES`) and the entry
+/// point that set it names its variable (`gridkey_settings::name_settings`).
+#[test]
+fn lower_crates_name_no_variable_of_an_entry_point_in_their_messages() {
+    // The checker finds what it must: a planted attribute over two lines, and a format string.
+    let planted = "#[error(\"cannot use {path}; \\\n point GRIDKEY_CACHE_DIR at it\")]\nA,\n";
+    assert_eq!(variable_problems("x.rs", planted).len(), 1, "{planted}");
+    assert_eq!(variable_problems("x.rs", "#[error(\"{0}\", var = ENV_TIMEOUT)]").len(), 1);
+    assert_eq!(variable_problems("x.rs", "let m = format!(\"raise GRIDKEY_LOCK_WAIT\");").len(), 1);
+    assert!(variable_problems("x.rs", "// GRIDKEY_CACHE_DIR\nconst F: &str = env!(\"GRIDKEY_X\");").is_empty());
+
+    let mut problems = Vec::new();
+    for member in members() {
+        let name = member.file_name().unwrap().to_string_lossy().into_owned();
+        if !member.starts_with(root().join("crates")) || EDGE_CRATES.contains(&name.as_str()) {
+            continue;
+        }
+        let mut files = Vec::new();
+        rust_files(&member.join("src"), &mut files);
+        for file in files {
+            let rel = file.strip_prefix(root()).unwrap_or(&file).display().to_string();
+            problems.extend(variable_problems(&rel, &std::fs::read_to_string(&file).unwrap()));
+        }
+    }
+    assert!(
+        problems.is_empty(),
+        "name the setting by its role (gridkey_settings::SETTING_ROLES) and let the entry point name the variable:\n{}",
+        problems.join("\n")
+    );
+    // Every role is one a lower crate uses, so the table does not outlive its messages.
+    let mut lower = String::new();
+    for member in members().into_iter().filter(|m| m.starts_with(root().join("crates"))) {
+        let name = member.file_name().unwrap().to_string_lossy().into_owned();
+        if EDGE_CRATES.contains(&name.as_str()) {
+            continue;
+        }
+        let mut files = Vec::new();
+        rust_files(&member.join("src"), &mut files);
+        for file in files {
+            lower.push_str(&std::fs::read_to_string(&file).unwrap());
+        }
+    }
+    for role in gridkey_settings::SETTING_ROLES {
+        assert!(lower.contains(role.phrase), "no lower crate names {:?}; remove its role", role.phrase);
+    }
 }

@@ -87,9 +87,10 @@ pub fn bench(args: &[String]) -> Result<bool> {
     eprintln!("bench: view_memo, key");
     let tiled = tiled_provider(grid.provider(), TILES)?;
     let store = TableStore::open(&scratch.join("cache-keys"))?;
-    let icon_ct = compile_time_offset_provider(grid.provider(), &store)?;
-    let tiled_ct = compile_time_offset_provider(&tiled, &store)?;
-    cases.push(view_memo(grid.provider(), &tiled, &store, reps.small_batches)?);
+    let memo = gridkey_offsets::ConversionMemo::new();
+    let icon_ct = memo.provider(grid.provider(), &store)?;
+    let tiled_ct = memo.provider(&tiled, &store)?;
+    cases.push(view_memo(&memo, grid.provider(), &tiled, &store, reps.small_batches)?);
     cases.push(key_case(&icon_ct, &tiled_ct, reps.small_batches)?);
     drop((tiled, tiled_ct));
     eprintln!("bench: payload (R2B9-size provider)");
@@ -496,14 +497,20 @@ fn gathers<G>(p: &gridkey_offsets::Provider<G>) -> usize {
     p.entries().iter().filter(|(_, e)| matches!(e, Entry::Gather(_))).count()
 }
 
-fn view_memo(icon: &OffsetProvider, tiled: &OffsetProvider, store: &TableStore, batches: usize) -> Result<Value> {
+fn view_memo(
+    memo: &gridkey_offsets::ConversionMemo,
+    icon: &OffsetProvider,
+    tiled: &OffsetProvider,
+    store: &TableStore,
+    batches: usize,
+) -> Result<Value> {
     let n = gathers(icon);
-    let icon_s = time_small(batches, || compile_time_offset_provider(icon, store).expect("memo hit")) / n as f64;
-    let tiled_s = time_small(batches, || compile_time_offset_provider(tiled, store).expect("memo hit")) / n as f64;
+    let icon_s = time_small(batches, || memo.provider(icon, store).expect("memo hit")) / n as f64;
+    let tiled_s = time_small(batches, || memo.provider(tiled, store).expect("memo hit")) / n as f64;
     let worst = icon_s.max(tiled_s);
     Ok(json!({
         "name": "view_memo",
-        "what": "compile_time_offset_provider of the same runtime provider again (memo hits), per connectivity",
+        "what": "ConversionMemo::provider of the same runtime provider again (memo hits), per connectivity",
         "connectivities": n,
         "bytes": runtime_bytes(icon), "seconds": icon_s,
         "tiled_bytes": runtime_bytes(tiled), "tiled_seconds": tiled_s,
@@ -605,16 +612,15 @@ fn child(kind: &str, cache: &Path) -> Result<bool> {
         "convert" => {
             // As `gridkey run` opens it: its translations check what they read (ADR 0028).
             let store = TableStore::open(cache)?.checked_by_readers(true);
-            let before = gridkey_offsets::conversion_stats();
+            let memo = gridkey_offsets::ConversionMemo::new();
             let t = Instant::now();
-            let ct = compile_time_offset_provider(&r2b9, &store)?;
+            let ct = memo.provider(&r2b9, &store)?;
             let seconds = t.elapsed().as_secs_f64();
-            let after = gridkey_offsets::conversion_stats();
             black_box(&ct);
             json!({
                 "seconds": seconds, "tables": tables.len(), "bytes": bytes,
-                "tables_hashed": after.tables_hashed - before.tables_hashed,
-                "bytes_hashed": after.bytes_hashed - before.bytes_hashed,
+                "tables_hashed": memo.stats().tables_hashed,
+                "bytes_hashed": memo.stats().bytes_hashed,
                 "repaired": store.repaired().len(),
             })
         }
@@ -773,7 +779,8 @@ fn process_speedup(grid: &Grid, grid_path: &Path, gridkey_bin: &Path, scratch: &
                 worker: WorkerCommand::gridkey(gridkey_bin.to_path_buf()),
                 options: TranslationOptions::new(),
             };
-            let report = gridkey::run_with(grid, &programs, &runner, &config, 0.0)?;
+            let report =
+                gridkey::run(&config, gridkey::RunOptions::new().grid(grid).programs(&programs).runner(&runner))?;
             if !report.all_verified() || report.translations() != programs.len() {
                 bail!(
                     "{mode} mode: {} of {} programs verified, {} translated",

@@ -618,13 +618,15 @@ impl Matrix {
         let programs = gridkey_stencil::icon_programs();
         let options = gridkey_fingerprint::TranslationOptions::new();
         let cache = fs::canonicalize(&cache)?;
-        let ct = compile_time_offset_provider(grid.provider(), &TableStore::open(&cache)?)?;
+        // The run is lent this memo, so it holds this view's mapping.
+        let memo = gridkey_offsets::ConversionMemo::new();
+        let ct = memo.provider(grid.provider(), &TableStore::open(&cache)?)?;
         let Some((_, Entry::Gather(c2e))) = ct.entries().iter().find(|(n, _)| n == "C2E") else { bail!("C2E") };
         let path = c2e.table_path().to_path_buf();
         let gridkey_store::TableView::I32(table) = c2e.table() else { bail!("grid tables are int32") };
         let max = table.iter().copied().max().context("an element")?;
         let elements = table.len();
-        // Same inode, so the run's mapping (the memo keeps this view) sees it: a larger index
+        // Same inode, so the run's mapping (the lent memo keeps this view) sees it: a larger index
         // than any real one, which domain inference would read as another codomain extent.
         let mut perms = fs::metadata(&path)?.permissions();
         perms.set_mode(0o644);
@@ -647,7 +649,8 @@ impl Matrix {
             worker,
             options: options.clone(),
         };
-        let report = gridkey::run_with(&grid, &programs, &runner, &config, 0.0)?;
+        let lent = gridkey::RunOptions::new().grid(&grid).programs(&programs).runner(&runner).memo(&memo);
+        let report = gridkey::run(&config, lent)?;
         drop(ct);
         let verified = report.programs.iter().filter(|p| p.verified).count();
         let warned = report.warnings.iter().any(|w| w.path == path);

@@ -270,7 +270,7 @@ fn run_mode(
         worker: WorkerCommand::gridkey(PathBuf::new()),
         options: options.clone(),
     };
-    Ok(gridkey::run_with(grid, programs, runner, &config, 0.0)?)
+    Ok(gridkey::run(&config, gridkey::RunOptions::new().grid(grid).programs(programs).runner(runner))?)
 }
 
 /// The settings of an xtask driver: the caller's compiler (`CC` and the variables that reach

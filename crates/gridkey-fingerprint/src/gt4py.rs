@@ -228,7 +228,7 @@ impl Gt4pyStore {
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(Miss::Absent),
             Err(e) => return Err(Miss::Invalid(format!("{}: {e}", path.display()))),
         };
-        let checked = decode_entry(key, &bytes).and_then(|payload| match kind {
+        let checked = decode_entry(key, &bytes).map_err(|e| e.to_string()).and_then(|payload| match kind {
             Gt4pyKind::Extension => decode_bundle(payload).map(|_| payload),
             Gt4pyKind::Translation => Ok(payload),
         });

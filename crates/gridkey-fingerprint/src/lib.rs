@@ -122,7 +122,9 @@ pub const ENTRY_MAGIC: &[u8; 4] = b"GKTE";
 #[derive(Debug, thiserror::Error)]
 pub enum FingerprintError {
     /// The cache directory could not be created.
-    #[error("cannot use translation cache directory {path}: {source}; point GRIDKEY_CACHE_DIR (or --cache-dir) at a writable directory")]
+    #[error(
+        "cannot use translation cache directory {path}: {source}; point the cache directory at a writable directory"
+    )]
     Directory {
         /// The directory.
         path: PathBuf,
@@ -148,12 +150,67 @@ pub enum FingerprintError {
         /// Why, with what to do.
         reason: String,
     },
+    /// Translation-entry bytes that do not hold the entry of `key` ([`decode_entry`]): too
+    /// short, another magic or format version, another key, a length or checksum that does not
+    /// match. A lookup makes it a [`Miss::Invalid`] with the entry's path.
+    #[error("translation entry {key} {problem}; it is a miss, and the next translation of the key writes it again")]
+    BadEntry {
+        /// The key the bytes were read for.
+        key: TranslationKey,
+        /// What is wrong with them.
+        problem: EntryProblem,
+    },
     /// A key text is not 32 hex digits.
     #[error("{text:?} is not a translation key: expected 32 hex digits")]
     ParseKey {
         /// The text.
         text: String,
     },
+}
+
+/// What [`decode_entry`] found wrong with an entry's bytes ([`FingerprintError::BadEntry`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EntryProblem {
+    /// Fewer bytes than the header and checksum take.
+    TooShort {
+        /// The bytes there are.
+        len: u64,
+    },
+    /// The bytes do not start with [`ENTRY_MAGIC`].
+    Magic,
+    /// Another entry format version than [`ENTRY_FORMAT_VERSION`].
+    Version {
+        /// The version found.
+        found: u32,
+    },
+    /// The header names another key.
+    OtherKey,
+    /// The announced payload length is not the payload's.
+    Length {
+        /// The length the header announces, in bytes.
+        announced: u64,
+        /// The payload bytes there are.
+        holds: u64,
+    },
+    /// The xxh3_64 checksum does not match: the bytes were damaged.
+    Checksum,
+}
+
+impl fmt::Display for EntryProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            EntryProblem::TooShort { len } => write!(f, "is {len} bytes, shorter than its header"),
+            EntryProblem::Magic => write!(f, "is not a translation entry (bad magic)"),
+            EntryProblem::Version { found } => {
+                write!(f, "has entry format version {found}, this gridkey reads {ENTRY_FORMAT_VERSION}")
+            }
+            EntryProblem::OtherKey => write!(f, "holds another key"),
+            EntryProblem::Length { announced, holds } => {
+                write!(f, "announces {announced} payload bytes, holds {holds}")
+            }
+            EntryProblem::Checksum => write!(f, "fails its checksum (corrupted)"),
+        }
+    }
 }
 
 /// The explicit, stable encoding of key inputs (translation key format v1, ADR 0003):
@@ -636,31 +693,35 @@ pub fn encode_entry(key: &TranslationKey, payload: &[u8]) -> Vec<u8> {
 /// The payload of entry bytes from [`encode_entry`], checked against `key`: magic, version,
 /// key, length and checksum.
 ///
-/// Errors: a text saying what is wrong (too short, bad magic, another version or key, a length
-/// that does not match, a checksum mismatch); [`TranslationCache::get`] makes it a
-/// [`Miss::Invalid`].
-pub fn decode_entry<'a>(key: &TranslationKey, bytes: &'a [u8]) -> Result<&'a [u8], String> {
+/// Errors: [`FingerprintError::BadEntry`] with the [`EntryProblem`] (too short, bad magic,
+/// another version or key, a length that does not match, a checksum mismatch);
+/// [`TranslationCache::get`] makes it a [`Miss::Invalid`].
+pub fn decode_entry<'a>(key: &TranslationKey, bytes: &'a [u8]) -> Result<&'a [u8], FingerprintError> {
     const HEAD: usize = 4 + 4 + 16 + 8;
+    let bad = |problem| FingerprintError::BadEntry { key: *key, problem };
     if bytes.len() < HEAD + 8 {
-        return Err(format!("entry is {} bytes, shorter than its header", bytes.len()));
+        return Err(bad(EntryProblem::TooShort { len: bytes.len() as u64 }));
     }
     if &bytes[..4] != ENTRY_MAGIC {
-        return Err("not a translation entry (bad magic)".into());
+        return Err(bad(EntryProblem::Magic));
     }
-    let version = u32::from_le_bytes(bytes[4..8].try_into().expect("4 bytes"));
+    let version = u32::from_le_bytes([bytes[4], bytes[5], bytes[6], bytes[7]]);
     if version != ENTRY_FORMAT_VERSION {
-        return Err(format!("entry format version {version}, this gridkey reads {ENTRY_FORMAT_VERSION}"));
+        return Err(bad(EntryProblem::Version { found: version }));
     }
     if bytes[8..24] != key.0 {
-        return Err("entry holds another key".into());
+        return Err(bad(EntryProblem::OtherKey));
     }
-    let len = u64::from_le_bytes(bytes[24..32].try_into().expect("8 bytes"));
-    if len != (bytes.len() - HEAD - 8) as u64 {
-        return Err(format!("entry announces {len} payload bytes, holds {}", bytes.len() - HEAD - 8));
+    let mut len = [0u8; 8];
+    len.copy_from_slice(&bytes[24..32]);
+    let len = u64::from_le_bytes(len);
+    let holds = (bytes.len() - HEAD - 8) as u64;
+    if len != holds {
+        return Err(bad(EntryProblem::Length { announced: len, holds }));
     }
     let (body, check) = bytes.split_at(bytes.len() - 8);
     if xxh3_64(body).to_le_bytes() != check {
-        return Err("entry checksum mismatch (corrupted)".into());
+        return Err(bad(EntryProblem::Checksum));
     }
     Ok(&body[HEAD..])
 }

@@ -285,7 +285,7 @@ pub fn translate_cached<E: std::error::Error + 'static>(
                 let why = format!(
                     "lock of translation key {key} held by another process (stopped or slow) for {:.1} s, the \
                      longest wait; translated without it: if this repeats, find the holder (`fuser` on the lock \
-                     file) or raise GRIDKEY_LOCK_WAIT",
+                     file) or raise the lock wait",
                     wait.as_secs_f64()
                 );
                 unlocked = Some((path, why));

@@ -4,8 +4,8 @@
 use std::sync::Arc;
 
 use gridkey_fingerprint::{
-    decode_entry, encode_entry, Frontend, KeyInputs, Miss, OffsetInput, TranslationCache, TranslationKey,
-    TranslationOptions, ENTRY_FORMAT_VERSION, KEY_FORMAT_VERSION, TRANSLATION_DIR,
+    decode_entry, encode_entry, EntryProblem, FingerprintError, Frontend, KeyInputs, Miss, OffsetInput,
+    TranslationCache, TranslationKey, TranslationOptions, ENTRY_FORMAT_VERSION, KEY_FORMAT_VERSION, TRANSLATION_DIR,
 };
 use gridkey_offsets::{
     compile_time_offset_provider, CompileTimeOffsetProvider, Connectivity, Dimension, DimensionKind, Entry, IndexTable,
@@ -294,6 +294,28 @@ fn bad_entries_are_misses_and_are_rebuilt() {
     check_miss("another key's entry", |_| encode_entry(&key_from([7; 16]), b"payload"), "another key");
 }
 
+#[test]
+fn decode_entry_says_which_problem_it_found() {
+    let key = key_from([9; 16]);
+    let good = encode_entry(&key, b"payload");
+    let check = |what: &str, bytes: &[u8], want: EntryProblem| match decode_entry(&key, bytes) {
+        Err(FingerprintError::BadEntry { key: k, problem }) => {
+            assert_eq!((k, problem), (key, want), "{what}");
+        }
+        other => panic!("{what}: expected a bad entry, got {other:?}"),
+    };
+    check("empty", &[], EntryProblem::TooShort { len: 0 });
+    check("not an entry", &vec![b'x'; good.len()], EntryProblem::Magic);
+    let mut version = good.clone();
+    version[4..8].copy_from_slice(&7u32.to_le_bytes());
+    check("another version", &version, EntryProblem::Version { found: 7 });
+    check("another key", &encode_entry(&key_from([1; 16]), b"payload"), EntryProblem::OtherKey);
+    check("cut", &good[..good.len() - 3], EntryProblem::Length { announced: 7, holds: 4 });
+    let mut flipped = good.clone();
+    flipped[34] ^= 0x20;
+    check("flipped", &flipped, EntryProblem::Checksum);
+}
+
 fn key_from(bytes: [u8; 16]) -> TranslationKey {
     bytes.iter().map(|b| format!("{b:02x}")).collect::<String>().parse().unwrap()
 }
@@ -305,7 +327,8 @@ fn a_cache_path_that_is_a_file_is_an_error_naming_it() {
     std::fs::write(&file, b"").unwrap();
     let err = TranslationCache::open(&file).unwrap_err();
     assert!(
-        err.to_string().contains(&file.display().to_string()) && err.to_string().contains("GRIDKEY_CACHE_DIR"),
+        err.to_string().contains(&file.display().to_string())
+            && err.to_string().contains("point the cache directory at a writable directory"),
         "{err}"
     );
 }

@@ -31,10 +31,16 @@
 //! /// The frontend's compile step; this one reports what it sees of the compile-time view.
 //! struct Describe;
 //!
+//! /// Its one failure: an input it cannot compile.
+//! #[derive(Debug, thiserror::Error)]
+//! #[error("program {0}: the offset provider has no C2E; give the grid's C2E table")]
+//! struct NoC2e(String);
+//!
 //! impl TaskHandler for Describe {
 //!     type Output = String;
-//!     fn handle(&self, task: &CompilationTask) -> Result<String, String> {
-//!         let c2e = task.provider.gather("C2E").ok_or("no C2E in the provider")?;
+//!     type Error = NoC2e;
+//!     fn handle(&self, task: &CompilationTask) -> Result<String, NoC2e> {
+//!         let c2e = task.provider.gather("C2E").ok_or_else(|| NoC2e(task.program.clone()))?;
 //!         Ok(format!("{}: C2E {:?} {}", task.program, c2e.shape(), c2e.digest()))
 //!     }
 //! }
@@ -117,8 +123,14 @@ pub struct CompilationTask {
 pub trait TaskHandler: Send + Sync {
     /// What a task produces (serialised with postcard across the process boundary).
     type Output: Serialize + DeserializeOwned + Send;
-    /// Compiles one task; the error text is reported as the task's failure.
-    fn handle(&self, task: &CompilationTask) -> Result<Self::Output, String>;
+    /// Why a task fails: the frontend's own error enum. The runner reports its message as
+    /// [`TaskFailure::Handler`], the same in every mode, since a worker's error reaches the
+    /// parent as the text of its frame (ADR 0010).
+    type Error: std::error::Error;
+    /// Compiles one task.
+    ///
+    /// Errors: [`Self::Error`], whatever the frontend's compile step returns.
+    fn handle(&self, task: &CompilationTask) -> Result<Self::Output, Self::Error>;
 }
 
 /// Why a task failed (ADR 0010): the handler's own failure, or what happened to its worker.
@@ -168,7 +180,7 @@ pub enum TaskFailure {
         stderr_tail: String,
     },
     /// The task ran past the per-task timeout; its worker was killed and replaced.
-    #[error("build worker (pid {pid}) ran past the timeout of {seconds} s ({var}) and was killed; its stderr ended with: {stderr_tail}", var = gridkey_settings::ENV_TIMEOUT)]
+    #[error("build worker (pid {pid}) ran past the per-task timeout of {seconds} s and was killed; its stderr ended with: {stderr_tail}")]
     Timeout {
         /// Process id of the worker.
         pid: u32,
@@ -230,7 +242,7 @@ impl Progress for NoProgress {
 pub(crate) fn run_guarded<H: TaskHandler>(handler: &H, task: &CompilationTask) -> Result<H::Output, TaskFailure> {
     match catch_unwind(AssertUnwindSafe(|| handler.handle(task))) {
         Ok(Ok(out)) => Ok(out),
-        Ok(Err(e)) => Err(TaskFailure::Handler(e)),
+        Ok(Err(e)) => Err(TaskFailure::Handler(e.to_string())),
         Err(panic) => Err(TaskFailure::Panic(panic_text(&panic))),
     }
 }

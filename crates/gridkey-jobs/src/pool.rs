@@ -29,7 +29,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError};
 use serde::de::DeserializeOwned;
 
 use crate::protocol::{
-    read_frame, write_frame, FromWorker, ToWorker, WireFailure, WireTask, PROGRESS_MARK, PROTOCOL_VERSION,
+    read_frame, write_frame, FromWorker, ToWorker, WireError, WireFailure, WireTask, PROGRESS_MARK, PROTOCOL_VERSION,
 };
 use crate::{CompilationTask, NoProgress, Progress, TaskError, TaskFailure};
 
@@ -153,7 +153,7 @@ impl<O: DeserializeOwned + Send> ProcessPool<O> {
     /// [`Self::run_all`], telling `progress` when each task starts and ends (from the threads
     /// that drive the workers).
     pub fn run_all_with(&self, tasks: &[CompilationTask], progress: &dyn Progress) -> Vec<Result<O, TaskError>> {
-        let wires: Vec<Result<WireTask, String>> = tasks.iter().map(WireTask::from_task).collect();
+        let wires: Vec<Result<WireTask, WireError>> = tasks.iter().map(WireTask::from_task).collect();
         let (task_tx, task_rx) = crossbeam_channel::unbounded::<usize>();
         for (i, w) in wires.iter().enumerate() {
             if w.is_ok() {
@@ -189,7 +189,7 @@ impl<O: DeserializeOwned + Send> ProcessPool<O> {
         });
         drop(done_tx);
         let mut results: Vec<Option<Result<O, TaskFailure>>> =
-            wires.iter().map(|w| w.as_ref().err().map(|e| Err(TaskFailure::Start(e.clone())))).collect();
+            wires.iter().map(|w| w.as_ref().err().map(|e| Err(TaskFailure::Start(e.to_string())))).collect();
         for (i, r) in done_rx {
             results[i] = Some(r);
         }

@@ -21,13 +21,14 @@
 
 use std::collections::BTreeMap;
 use std::io::{self, BufRead, Read, Write};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use gridkey_digest::{Dtype, TableDigest};
 use gridkey_offsets::{
     CompileTimeConnectivity, CompileTimeOffsetProvider, Dimension, DimensionKind, Entry, OffsetsError,
 };
-use gridkey_store::{TableSpec, TableStore};
+use gridkey_store::{StoreError, TableSpec, TableStore};
 use serde::{Deserialize, Serialize};
 
 use crate::{CompilationTask, TaskSettings};
@@ -53,6 +54,44 @@ pub const PROTOCOL_VERSION: u32 = 5;
 /// Largest frame accepted, in bytes; anything longer is a protocol error, not an allocation.
 pub const MAX_FRAME_BYTES: u64 = 64 << 20;
 
+/// Why a task cannot cross the process boundary: the parent cannot put it on the wire
+/// ([`WireTask::from_task`]) or the worker cannot rehydrate it ([`WireTask::rehydrate`]). The
+/// frames carry its message ([`WireFailure::Rehydrate`]), not the value: a worker's failure
+/// reaches the parent as text (ADR 0010).
+#[derive(Debug, thiserror::Error)]
+pub enum WireError {
+    /// The cache directory, where a worker finds the tables, is not valid UTF-8 and cannot
+    /// travel in a task frame.
+    #[error("cache directory {} is not valid UTF-8, so a build worker cannot be told where it is; choose a cache directory whose path is UTF-8", path.display())]
+    CacheDirNotUtf8 {
+        /// The cache directory.
+        path: PathBuf,
+    },
+    /// A dimension's kind byte is none of those [`WireDimension`] knows.
+    #[error("dimension {name} has unknown kind {kind} in the task frame; run the parent and its workers from the same gridkey")]
+    DimensionKind {
+        /// The dimension's name.
+        name: String,
+        /// The kind byte found.
+        kind: u8,
+    },
+    /// A gather's dtype typestr is none of those [`Dtype`] knows.
+    #[error("offset {offset}: unknown dtype {dtype:?} in the task frame; run the parent and its workers from the same gridkey")]
+    Dtype {
+        /// The offset name.
+        offset: String,
+        /// The typestr found.
+        dtype: String,
+    },
+    /// The worker cannot open the table store of the task's cache directory.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// A table cannot be opened from the store, or the provider cannot be rebuilt (an offset
+    /// twice); names the offset and the table file.
+    #[error(transparent)]
+    Offsets(#[from] OffsetsError),
+}
+
 /// A dimension on the wire: its name and kind as one byte.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WireDimension {
@@ -72,12 +111,12 @@ impl WireDimension {
         Self { name: d.name().to_owned(), kind }
     }
 
-    fn to_dimension(&self) -> Result<Dimension, String> {
+    fn to_dimension(&self) -> Result<Dimension, WireError> {
         let kind = match self.kind {
             0 => DimensionKind::Horizontal,
             1 => DimensionKind::Vertical,
             2 => DimensionKind::Local,
-            k => return Err(format!("dimension {} has unknown kind {k}", self.name)),
+            kind => return Err(WireError::DimensionKind { name: self.name.clone(), kind }),
         };
         Ok(Dimension::new(self.name.clone(), kind))
     }
@@ -197,14 +236,11 @@ pub enum FromWorker {
 impl WireTask {
     /// The wire form of `task`: tables by digest, no table bytes.
     ///
-    /// Errors: the cache directory is not valid UTF-8 (a text naming it).
-    pub fn from_task(task: &CompilationTask) -> Result<Self, String> {
+    /// Errors: [`WireError::CacheDirNotUtf8`] naming the cache directory.
+    pub fn from_task(task: &CompilationTask) -> Result<Self, WireError> {
         let settings = &task.settings;
         if settings.cache_dir().to_str().is_none() {
-            return Err(format!(
-                "cache directory {} is not valid UTF-8; choose another GRIDKEY_CACHE_DIR",
-                settings.cache_dir().display()
-            ));
+            return Err(WireError::CacheDirNotUtf8 { path: settings.cache_dir().to_path_buf() });
         }
         let offsets = task
             .provider
@@ -239,18 +275,18 @@ impl WireTask {
     /// open: header, dtype, shape, length), or from its site cache's, verified (ADR 0036). The digest check of `verify_tables` is the
     /// handler's, the same in every mode.
     ///
-    /// Errors: a text naming the offset and the table file that could not be opened.
-    pub fn rehydrate(self) -> Result<CompilationTask, String> {
-        let store = TableStore::open(self.settings.cache_dir())
-            .map_err(|e| e.to_string())?
-            .with_site(self.settings.site_cache());
+    /// Errors: [`WireError::Offsets`] naming the offset and the table file that could not be
+    /// opened, [`WireError::Store`] for a store that cannot be opened, [`WireError::Dtype`] and
+    /// [`WireError::DimensionKind`] for a frame of another protocol.
+    pub fn rehydrate(self) -> Result<CompilationTask, WireError> {
+        let store = TableStore::open(self.settings.cache_dir())?.with_site(self.settings.site_cache());
         let mut provider = CompileTimeOffsetProvider::new();
         for wire in &self.offsets {
             let (offset, entry) = match wire {
                 WireOffset::Dimension { offset, dimension } => (offset, Entry::Dimension(dimension.to_dimension()?)),
                 WireOffset::Gather { offset, digest, dtype, shape, domain, local, codomain, skip_value } => {
-                    let dtype =
-                        Dtype::from_typestr(dtype).ok_or_else(|| format!("offset {offset}: unknown dtype {dtype}"))?;
+                    let dtype = Dtype::from_typestr(dtype)
+                        .ok_or_else(|| WireError::Dtype { offset: offset.clone(), dtype: dtype.clone() })?;
                     let spec = TableSpec {
                         digest: TableDigest::from_bytes(*digest),
                         dtype,
@@ -264,12 +300,11 @@ impl WireTask {
                         local.to_dimension()?,
                         codomain.to_dimension()?,
                         *skip_value,
-                    )
-                    .map_err(|e: OffsetsError| e.to_string())?;
+                    )?;
                     (offset, Entry::Gather(Arc::new(c)))
                 }
             };
-            provider.push(offset.clone(), entry).map_err(|e| e.to_string())?;
+            provider.push(offset.clone(), entry)?;
         }
         Ok(CompilationTask {
             program: self.program,

@@ -38,7 +38,7 @@ pub fn serve<H: TaskHandler>(handler: &H, parent: Option<i32>) -> io::Result<()>
             Some(ToWorker::Task { id, task }) => (id, task),
         };
         let result = match wire.rehydrate() {
-            Err(e) => Err(WireFailure::Rehydrate(e)),
+            Err(e) => Err(WireFailure::Rehydrate(e.to_string())),
             Ok(task) => match run_guarded(handler, &task) {
                 Ok(output) => postcard::to_stdvec(&output)
                     .map_err(|e| WireFailure::Handler(format!("cannot encode the task's output: {e}"))),

@@ -5,7 +5,9 @@ use std::io::Cursor;
 use std::path::Path;
 use std::sync::Arc;
 
-use gridkey_jobs::protocol::{read_frame, write_frame, FromWorker, ToWorker, WireFailure, WireTask};
+use gridkey_jobs::protocol::{
+    read_frame, write_frame, FromWorker, ToWorker, WireError, WireFailure, WireOffset, WireTask,
+};
 use gridkey_jobs::{CompilationTask, Settings, TaskSettings};
 use gridkey_offsets::{
     compile_time_offset_provider, Connectivity, Dimension, DimensionKind, Entry, IndexTable, OffsetProvider,
@@ -111,7 +113,32 @@ fn a_missing_table_fails_rehydration_naming_the_offset() {
     let path = TableStore::open(dir.path()).unwrap().path_of(&spec.digest);
     std::fs::remove_file(&path).unwrap();
     let err = WireTask::from_task(&t).unwrap().rehydrate().unwrap_err();
-    assert!(err.contains("offset C2E") && err.contains(&path.display().to_string()), "{err}");
+    assert!(
+        matches!(&err, WireError::Offsets(gridkey_offsets::OffsetsError::Store { offset, .. }) if offset == "C2E"),
+        "{err:?}"
+    );
+    let text = err.to_string();
+    assert!(text.contains("offset C2E") && text.contains(&path.display().to_string()), "{text}");
+}
+
+#[test]
+fn a_frame_of_another_protocol_fails_rehydration_with_what_it_holds() {
+    let dir = tempfile::tempdir().unwrap();
+    let wire = WireTask::from_task(&task(dir.path(), 100)).unwrap();
+    let mut bad_dtype = wire.clone();
+    let mut bad_kind = wire;
+    match (&mut bad_dtype.offsets[0], &mut bad_kind.offsets[0]) {
+        (WireOffset::Gather { dtype, .. }, WireOffset::Gather { local, .. }) => {
+            *dtype = "<f8".into();
+            local.kind = 7;
+        }
+        other => panic!("C2E travels as a gather: {other:?}"),
+    }
+    let err = bad_dtype.rehydrate().unwrap_err();
+    assert!(matches!(&err, WireError::Dtype { offset, dtype } if offset == "C2E" && dtype == "<f8"), "{err:?}");
+    let err = bad_kind.rehydrate().unwrap_err();
+    assert!(matches!(&err, WireError::DimensionKind { name, kind: 7 } if name == "C2EDim"), "{err:?}");
+    assert!(err.to_string().ends_with("run the parent and its workers from the same gridkey"), "{err}");
 }
 
 #[test]

@@ -12,12 +12,18 @@ use gridkey_settings::{CompilerSettings, IdentifiedCompiler, ResolvedCompiler};
 /// Echoes the program name; fails on `bad`, panics on `boom`; sleeps a little to interleave.
 struct Echo;
 
+/// Echo's one failure.
+#[derive(Debug, thiserror::Error)]
+#[error("no such stencil")]
+struct NoSuchStencil;
+
 impl TaskHandler for Echo {
     type Output = String;
-    fn handle(&self, task: &CompilationTask) -> Result<String, String> {
+    type Error = NoSuchStencil;
+    fn handle(&self, task: &CompilationTask) -> Result<String, NoSuchStencil> {
         std::thread::sleep(std::time::Duration::from_millis((task.encoding[0] % 5) as u64));
         match task.program.as_str() {
-            "bad" => Err("no such stencil".into()),
+            "bad" => Err(NoSuchStencil),
             "boom" => panic!("index out of bounds in the compile step"),
             name => Ok(format!("{name}@{}", task.settings.compiler().command_line())),
         }

@@ -19,8 +19,8 @@
 //! ```
 //! use std::sync::Arc;
 //! use gridkey_offsets::{
-//!     compile_time_offset_provider, Connectivity, Dimension, DimensionKind, Dtype, Entry, IndexTable,
-//!     OffsetProvider, TableStore,
+//!     compile_time_offset_provider, Connectivity, ConversionMemo, Dimension, DimensionKind, Dtype, Entry,
+//!     IndexTable, OffsetProvider, TableStore,
 //! };
 //!
 //! // Two cells with three edges each, in C order; an int64 table whose indices fit is stored
@@ -36,7 +36,9 @@
 //!
 //! let dir = tempfile::tempdir()?;
 //! let store = TableStore::open(dir.path())?;
-//! let view = compile_time_offset_provider(&provider, &store)?;
+//! // The conversion memo is the caller's: converting through it again reuses what it holds.
+//! let memo = ConversionMemo::new();
+//! let view = memo.provider(&provider, &store)?;
 //! assert_eq!(view.len(), 3); // every entry, in the same order
 //! let c2e = view.gather("C2E").expect("a gather");
 //! assert_eq!((c2e.dtype(), c2e.shape()), (Dtype::I32, [2, 3]));
@@ -44,8 +46,12 @@
 //! println!("C2E is table {}", c2e.digest());
 //!
 //! // Converting the same runtime provider again copies and hashes nothing (the memo).
-//! let again = compile_time_offset_provider(&provider, &store)?;
+//! let again = memo.provider(&provider, &store)?;
 //! assert!(Arc::ptr_eq(again.gather("C2E").unwrap(), c2e));
+//! assert_eq!((memo.stats().tables_hashed, memo.stats().memo_hits), (2, 2));
+//! // Without a memo, every call converts (a table already stored is found, not written again).
+//! let fresh = compile_time_offset_provider(&provider, &store)?;
+//! assert!(!Arc::ptr_eq(fresh.gather("C2E").unwrap(), c2e));
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
@@ -53,9 +59,9 @@
 //!
 //! The compile-time view keeps every entry of the runtime provider, in the same order. Runtime
 //! tables (host or device) are read only during conversion, and each runtime connectivity is
-//! converted once per process and store while it lives: the memo is keyed by the identity of
-//! its `Arc` and validated by a `Weak`, so a reused address is never mistaken for the old
-//! connectivity. Compile-time tables are canonical: C order, little-endian, int32 whenever every
+//! converted once per [`ConversionMemo`] and store while it lives: the memo is a value its caller
+//! holds (no process-wide state), keyed by the identity of the `Arc` and validated by a `Weak`,
+//! so a reused address is never mistaken for the old connectivity. Compile-time tables are canonical: C order, little-endian, int32 whenever every
 //! index fits (ADR 0006), so neither the layout nor the integer width of the runtime table
 //! reaches a digest or a key.
 
@@ -64,7 +70,7 @@ use std::fmt;
 use std::io::{self, Write};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::{Arc, Mutex, Weak};
 
 use gridkey_digest::{digest_table, TableElement, TableHasher, BUFFER_BYTES};
 use gridkey_store::{MappedTable, TableView};
@@ -128,6 +134,22 @@ pub enum OffsetsError {
         cols: usize,
         /// Elements given.
         len: usize,
+    },
+    /// A neighbour table holds a negative entry that is not the connectivity's skip value (a
+    /// table with missing neighbours and no skip value, or another marker than the declared
+    /// one): found when it is converted, before anything is stored, so no translation reads it.
+    #[error("offset {offset}: its neighbour table has entry {value} at ({row}, {col}), below 0 and not its skip value ({}); declare the skip value that marks a missing neighbour (Some(-1)) or fix the table", skip_value.map_or("it has none".to_owned(), |v| v.to_string()))]
+    NegativeEntry {
+        /// The offset name (`E2C`).
+        offset: String,
+        /// Row of the first such entry (C order).
+        row: usize,
+        /// Column of the first such entry.
+        col: usize,
+        /// The entry.
+        value: i64,
+        /// The connectivity's skip value.
+        skip_value: Option<i64>,
     },
     /// A domain or codomain dimension of the wrong kind.
     #[error("connectivity {what} dimension {name} must be a {expected:?} dimension")]
@@ -653,10 +675,11 @@ impl<G> Provider<G> {
     }
 }
 
-/// Process-wide counts of conversion work, for tests and benchmarks.
+/// Counts of the conversion work one [`ConversionMemo`] has done ([`ConversionMemo::stats`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ConversionStats {
-    /// Runtime connectivities converted (memo misses): each one hashed its table once.
+    /// Tables hashed and stored (memo misses, and the puts again of a table whose stored file
+    /// failed its open): each one hashed its table once.
     pub tables_hashed: u64,
     /// Bytes of canonical table content hashed (`n * k * itemsize` per table).
     pub bytes_hashed: u64,
@@ -664,115 +687,185 @@ pub struct ConversionStats {
     pub memo_hits: u64,
 }
 
-static TABLES_HASHED: AtomicU64 = AtomicU64::new(0);
-static BYTES_HASHED: AtomicU64 = AtomicU64::new(0);
-static MEMO_HITS: AtomicU64 = AtomicU64::new(0);
-
-/// The conversion counters of this process so far.
-pub fn conversion_stats() -> ConversionStats {
-    ConversionStats {
-        tables_hashed: TABLES_HASHED.load(Ordering::SeqCst),
-        bytes_hashed: BYTES_HASHED.load(Ordering::SeqCst),
-        memo_hits: MEMO_HITS.load(Ordering::SeqCst),
-    }
-}
-
 struct MemoEntry {
     runtime: Weak<Connectivity>,
     compile_time: Arc<CompileTimeConnectivity>,
 }
 
+/// The identity of a runtime connectivity's `Arc` and the store it was converted into.
 type MemoKey = (usize, PathBuf);
 
-fn memo() -> &'static Mutex<HashMap<MemoKey, MemoEntry>> {
-    static MEMO: OnceLock<Mutex<HashMap<MemoKey, MemoEntry>>> = OnceLock::new();
-    MEMO.get_or_init(Default::default)
+/// The conversion memo, owned by the caller that converts (a run, a frontend's session): each
+/// runtime connectivity is converted once per memo and store while it lives, and later
+/// conversions of the same `Arc` into the same store return the same compile-time view, copying
+/// and hashing nothing (docs/design.md "Contracts"). Keyed by the identity of the `Arc` and
+/// validated by a `Weak`, so a reused address is never mistaken for the old connectivity.
+/// Counts its work ([`Self::stats`]), so two memos never see each other's counts. Holds the
+/// mapped views it returned until it is dropped. Shared between threads by reference.
+#[derive(Default)]
+pub struct ConversionMemo {
+    entries: Mutex<HashMap<MemoKey, MemoEntry>>,
+    tables_hashed: AtomicU64,
+    bytes_hashed: AtomicU64,
+    memo_hits: AtomicU64,
 }
 
-/// The compile-time view of `provider`: every entry, in order, with each gather replaced by its
-/// [`CompileTimeConnectivity`] in `store` (converted at most once per connectivity and store,
-/// see [`compile_time_connectivity`]).
+impl fmt::Debug for ConversionMemo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ConversionMemo").field("stats", &self.stats()).finish_non_exhaustive()
+    }
+}
+
+impl ConversionMemo {
+    /// An empty memo with zero counts.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The conversion work of this memo so far.
+    pub fn stats(&self) -> ConversionStats {
+        ConversionStats {
+            tables_hashed: self.tables_hashed.load(Ordering::SeqCst),
+            bytes_hashed: self.bytes_hashed.load(Ordering::SeqCst),
+            memo_hits: self.memo_hits.load(Ordering::SeqCst),
+        }
+    }
+
+    fn entries(&self) -> std::sync::MutexGuard<'_, HashMap<MemoKey, MemoEntry>> {
+        // A panic while the lock was held left the map whole: every change is one insert or remove.
+        self.entries.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn counted(&self, spec: TableSpec) -> TableSpec {
+        self.tables_hashed.fetch_add(1, Ordering::SeqCst);
+        self.bytes_hashed.fetch_add((spec.shape[0] * spec.shape[1] * spec.dtype.itemsize()) as u64, Ordering::SeqCst);
+        spec
+    }
+
+    /// The compile-time view of `provider`: every entry, in order, with each gather replaced by
+    /// its [`CompileTimeConnectivity`] in `store` (converted at most once per connectivity and
+    /// store in this memo, see [`Self::connectivity`]).
+    ///
+    /// Errors: [`OffsetsError::Store`] naming the offset whose table could not be stored or
+    /// mapped; [`OffsetsError::HostCopy`] and [`OffsetsError::HostCopyShape`] naming the offset
+    /// whose table could not be copied to the host; [`OffsetsError::NegativeEntry`] naming the
+    /// offset whose table has a negative entry that is not its skip value.
+    pub fn provider(
+        &self,
+        provider: &OffsetProvider,
+        store: &TableStore,
+    ) -> Result<CompileTimeOffsetProvider, OffsetsError> {
+        let mut out = CompileTimeOffsetProvider::new();
+        for (name, entry) in provider.entries() {
+            let entry = match entry {
+                Entry::Dimension(d) => Entry::Dimension(d.clone()),
+                Entry::Gather(c) => Entry::Gather(self.connectivity(name, c, store)?),
+            };
+            out.entries.push((name.clone(), entry));
+        }
+        Ok(out)
+    }
+
+    /// The compile-time view of one runtime connectivity, from this memo when this `Arc` was
+    /// converted into `store` before and still lives; otherwise copied to the host if needed,
+    /// canonicalised (C order, int32 when every index fits), hashed once, stored and mapped. A
+    /// host table ([`TableSource::host`]) is read in place; any other source is copied once.
+    ///
+    /// Errors: [`OffsetsError::Store`], [`OffsetsError::HostCopy`],
+    /// [`OffsetsError::HostCopyShape`] and [`OffsetsError::NegativeEntry`] (a negative entry
+    /// that is not the skip value) naming `offset`; a failed conversion stores and memoises
+    /// nothing.
+    pub fn connectivity(
+        &self,
+        offset: &str,
+        connectivity: &Arc<Connectivity>,
+        store: &TableStore,
+    ) -> Result<Arc<CompileTimeConnectivity>, OffsetsError> {
+        let key = (Arc::as_ptr(connectivity) as usize, store.dir().to_path_buf());
+        if let Some(entry) = self.entries().get(&key) {
+            if entry.runtime.upgrade().is_some_and(|live| Arc::ptr_eq(&live, connectivity)) {
+                self.memo_hits.fetch_add(1, Ordering::SeqCst);
+                return Ok(entry.compile_time.clone());
+            }
+        }
+        let store_err = |source| OffsetsError::Store { offset: offset.to_owned(), source };
+        let host = connectivity.host_table(offset)?;
+        let skip_value = connectivity.skip_value;
+        let bad = match &host {
+            IndexTable::I32(a) => first_bad_entry(a.view(), skip_value),
+            IndexTable::I64(a) => first_bad_entry(a.view(), skip_value),
+        };
+        if let Some((row, col, value)) = bad {
+            return Err(OffsetsError::NegativeEntry { offset: offset.to_owned(), row, col, value, skip_value });
+        }
+        let table = stored_and_mapped(store, |store| {
+            let spec = match &host {
+                IndexTable::I32(a) => store_as_is(store, a.view()),
+                IndexTable::I64(a) if fits_i32(a.view()) => store_converted(store, a.view(), |x| x as i32),
+                IndexTable::I64(a) => store_as_is(store, a.view()),
+            }?;
+            Ok(self.counted(spec))
+        })
+        .map_err(store_err)?;
+        let compile_time = Arc::new(CompileTimeConnectivity {
+            domain: connectivity.domain.clone(),
+            local: connectivity.local.clone(),
+            codomain: connectivity.codomain.clone(),
+            skip_value: connectivity.skip_value,
+            table,
+        });
+        let mut entries = self.entries();
+        entries.retain(|_, e| e.runtime.strong_count() > 0);
+        let entry = entries
+            .entry(key)
+            .or_insert_with(|| MemoEntry { runtime: Arc::downgrade(connectivity), compile_time: compile_time.clone() });
+        if !entry.runtime.upgrade().is_some_and(|live| Arc::ptr_eq(&live, connectivity)) {
+            *entry = MemoEntry { runtime: Arc::downgrade(connectivity), compile_time: compile_time.clone() };
+        }
+        Ok(entry.compile_time.clone())
+    }
+
+    /// Converts `connectivity` into `store` again, past this memo, with every open of the
+    /// stored file recomputing its digest: a stored table whose content no longer matches its
+    /// name (changed in place after it was stored) is rewritten from the runtime table and
+    /// mapped anew, and the memo holds the new view (ADR 0024). Reads the runtime table and the
+    /// stored file once more.
+    ///
+    /// Errors: as [`Self::connectivity`].
+    pub fn reconvert(
+        &self,
+        offset: &str,
+        connectivity: &Arc<Connectivity>,
+        store: &TableStore,
+    ) -> Result<Arc<CompileTimeConnectivity>, OffsetsError> {
+        self.entries().remove(&(Arc::as_ptr(connectivity) as usize, store.dir().to_path_buf()));
+        self.connectivity(offset, connectivity, &store.clone().verifying(true))
+    }
+}
+
+/// The compile-time view of `provider` through a memo of its own, dropped on return: every
+/// gather is copied, hashed and stored (a stored file found under its name is kept, ADR 0027).
+/// A caller that converts the same provider again holds a [`ConversionMemo`] and calls
+/// [`ConversionMemo::provider`] instead.
 ///
-/// Errors: [`OffsetsError::Store`] naming the offset whose table could not be stored or mapped;
-/// [`OffsetsError::HostCopy`] and [`OffsetsError::HostCopyShape`] naming the offset whose
-/// table could not be copied to the host.
+/// Errors: as [`ConversionMemo::provider`].
 pub fn compile_time_offset_provider(
     provider: &OffsetProvider,
     store: &TableStore,
 ) -> Result<CompileTimeOffsetProvider, OffsetsError> {
-    let mut out = CompileTimeOffsetProvider::new();
-    for (name, entry) in provider.entries() {
-        let entry = match entry {
-            Entry::Dimension(d) => Entry::Dimension(d.clone()),
-            Entry::Gather(c) => Entry::Gather(compile_time_connectivity(name, c, store)?),
-        };
-        out.entries.push((name.clone(), entry));
-    }
-    Ok(out)
+    ConversionMemo::new().provider(provider, store)
 }
 
-/// The compile-time view of one runtime connectivity, from the memo when this `Arc` was
-/// converted into `store` before and still lives; otherwise copied to the host if needed,
-/// canonicalised (C order, int32 when every index fits), hashed once, stored and mapped. A
-/// host table ([`TableSource::host`]) is read in place; any other source is copied once.
+/// The compile-time view of one runtime connectivity through a memo of its own
+/// ([`ConversionMemo::connectivity`]).
 ///
-/// Errors: [`OffsetsError::Store`], [`OffsetsError::HostCopy`] and
-/// [`OffsetsError::HostCopyShape`] naming `offset`; a failed conversion memoises nothing.
+/// Errors: as [`ConversionMemo::connectivity`].
 pub fn compile_time_connectivity(
     offset: &str,
     connectivity: &Arc<Connectivity>,
     store: &TableStore,
 ) -> Result<Arc<CompileTimeConnectivity>, OffsetsError> {
-    let key = (Arc::as_ptr(connectivity) as usize, store.dir().to_path_buf());
-    {
-        let memo = memo().lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(entry) = memo.get(&key) {
-            if entry.runtime.upgrade().is_some_and(|live| Arc::ptr_eq(&live, connectivity)) {
-                MEMO_HITS.fetch_add(1, Ordering::SeqCst);
-                return Ok(entry.compile_time.clone());
-            }
-        }
-    }
-    let store_err = |source| OffsetsError::Store { offset: offset.to_owned(), source };
-    let host = connectivity.host_table(offset)?;
-    let table = stored_and_mapped(store, |store| match &host {
-        IndexTable::I32(a) => store_as_is(store, a.view()),
-        IndexTable::I64(a) if fits_i32(a.view()) => store_converted(store, a.view(), |x| x as i32),
-        IndexTable::I64(a) => store_as_is(store, a.view()),
-    })
-    .map_err(store_err)?;
-    let compile_time = Arc::new(CompileTimeConnectivity {
-        domain: connectivity.domain.clone(),
-        local: connectivity.local.clone(),
-        codomain: connectivity.codomain.clone(),
-        skip_value: connectivity.skip_value,
-        table,
-    });
-    let mut memo = memo().lock().unwrap_or_else(|p| p.into_inner());
-    memo.retain(|_, e| e.runtime.strong_count() > 0);
-    let entry = memo
-        .entry(key)
-        .or_insert_with(|| MemoEntry { runtime: Arc::downgrade(connectivity), compile_time: compile_time.clone() });
-    if !entry.runtime.upgrade().is_some_and(|live| Arc::ptr_eq(&live, connectivity)) {
-        *entry = MemoEntry { runtime: Arc::downgrade(connectivity), compile_time: compile_time.clone() };
-    }
-    Ok(entry.compile_time.clone())
-}
-
-/// Converts `connectivity` into `store` again, past the memo, with every open of the stored
-/// file recomputing its digest: a stored table whose content no longer matches its name (changed
-/// in place after it was stored) is rewritten from the runtime table and mapped anew, and the
-/// memo holds the new view (ADR 0024). Reads the runtime table and the stored file once more.
-///
-/// Errors: as [`compile_time_connectivity`].
-pub fn reconvert_connectivity(
-    offset: &str,
-    connectivity: &Arc<Connectivity>,
-    store: &TableStore,
-) -> Result<Arc<CompileTimeConnectivity>, OffsetsError> {
-    let key = (Arc::as_ptr(connectivity) as usize, store.dir().to_path_buf());
-    memo().lock().unwrap_or_else(|p| p.into_inner()).remove(&key);
-    compile_time_connectivity(offset, connectivity, &store.clone().verifying(true))
+    ConversionMemo::new().connectivity(offset, connectivity, store)
 }
 
 /// How many times [`stored_and_mapped`] stores a table whose file failed the open after the put.
@@ -804,6 +897,19 @@ fn stored_and_mapped(
     }
 }
 
+/// The first entry of `table` in C order (row, column, value) that is negative and not
+/// `skip_value`; `None` when every negative entry is the skip value. One pass when there is none.
+fn first_bad_entry<T: Copy + Into<i64>>(
+    table: ArrayView2<'_, T>,
+    skip_value: Option<i64>,
+) -> Option<(usize, usize, i64)> {
+    let bad = |x: i64| x < 0 && Some(x) != skip_value;
+    if !table.iter().any(|&x| bad(x.into())) {
+        return None;
+    }
+    table.indexed_iter().map(|((r, c), &x)| (r, c, x.into())).find(|&(_, _, x)| bad(x))
+}
+
 fn fits_i32(table: ArrayView2<'_, i64>) -> bool {
     table.iter().all(|&x| i32::try_from(x).is_ok())
 }
@@ -815,10 +921,10 @@ fn store_as_is<T: TableElement + Sync>(store: &TableStore, table: ArrayView2<'_,
     let shape = [table.nrows(), table.ncols()];
     if let (Some(slice), true) = (table.as_slice(), cfg!(target_endian = "little")) {
         let (spec, _) = store.put_slice(T::DTYPE, shape, bytemuck::cast_slice(slice), || digest_table(table))?;
-        return Ok(counted_spec(spec.digest, T::DTYPE, shape));
+        return Ok(TableSpec { digest: spec.digest, dtype: T::DTYPE, shape });
     }
     let digest = digest_table(table);
-    let spec = counted_spec(digest, T::DTYPE, [table.nrows(), table.ncols()]);
+    let spec = TableSpec { digest, dtype: T::DTYPE, shape };
     store.put_table(digest, table)?;
     Ok(spec)
 }
@@ -837,15 +943,9 @@ fn store_converted<S: Copy, T: TableElement>(
     })
     .expect("hashing does not fail");
     let digest = hasher.finish().expect("a view holds shape.product() elements");
-    let spec = counted_spec(digest, T::DTYPE, shape);
+    let spec = TableSpec { digest, dtype: T::DTYPE, shape };
     store.put_with(&spec, |out: &mut dyn Write| stream_le(table, convert, |b| out.write_all(b)))?;
     Ok(spec)
-}
-
-fn counted_spec(digest: TableDigest, dtype: Dtype, shape: [usize; 2]) -> TableSpec {
-    TABLES_HASHED.fetch_add(1, Ordering::SeqCst);
-    BYTES_HASHED.fetch_add((shape[0] * shape[1] * dtype.itemsize()) as u64, Ordering::SeqCst);
-    TableSpec { digest, dtype, shape }
 }
 
 /// Feeds `table` converted to `T`, in C order, little-endian, through a bounded buffer.

@@ -2,7 +2,7 @@
 //! one link for the crate instead of one per file (`autotests = false` and a single `[[test]]`
 //! in its `Cargo.toml`). `cargo test -p gridkey-offsets --test all MODULE::` runs one file's tests;
 //! the tidy test (`tests/tests/tidy.rs`) fails when a file of `tests/` is not a module here.
-//! `memo.rs` is a binary of its own: it reads the process-wide conversion counters.
 
 mod convert;
+mod memo;
 mod source;

@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use gridkey_digest::{digest_table, Dtype};
 use gridkey_offsets::{
-    compile_time_offset_provider, CompileTimeTable, Connectivity, Dimension, DimensionKind, Entry, HostCopySource,
-    IndexTable, OffsetProvider, OffsetsError, TableSource,
+    compile_time_offset_provider, CompileTimeTable, Connectivity, ConversionMemo, Dimension, DimensionKind, Entry,
+    HostCopySource, IndexTable, OffsetProvider, OffsetsError, TableSource,
 };
 use gridkey_store::{TableSpec, TableStore};
 use ndarray::{s, Array2, ShapeBuilder};
@@ -109,11 +109,13 @@ fn the_view_keeps_every_entry_in_order() {
 fn a_reused_address_is_not_mistaken_for_the_old_connectivity() {
     let dir = tempfile::tempdir().unwrap();
     let store = TableStore::open(dir.path()).unwrap();
+    // One memo for every round: a dropped connectivity's address, reused, must not hit.
+    let memo = ConversionMemo::new();
     for round in 0..20 {
         let t = Array2::from_elem((4, 2), round);
         let mut p = OffsetProvider::new();
         p.push("E2C", Entry::Gather(conn(Arc::new(IndexTable::I32(t.clone().into_shared()))))).unwrap();
-        let ct = compile_time_offset_provider(&p, &store).unwrap();
+        let ct = memo.provider(&p, &store).unwrap();
         assert_eq!(ct.gather("E2C").unwrap().digest(), digest_table(t.view()), "round {round}");
     }
 }
@@ -154,4 +156,59 @@ fn rehydrating_a_missing_table_names_the_offset_and_the_file() {
     .unwrap_err();
     let msg = err.to_string();
     assert!(msg.starts_with("offset C2E:") && msg.contains(&spec.digest.to_hex()), "{msg}");
+}
+
+/// The path of the crate docs' example (`Connectivity::from_host`, then the conversion): a table
+/// with missing neighbours (-1) and no skip value is an error naming the connectivity and the
+/// first such entry, and nothing is stored; with the skip value declared it converts.
+#[test]
+fn a_negative_entry_without_its_skip_value_is_an_error_naming_the_connectivity() {
+    let check = |skip_value: Option<i64>, entries: Vec<i32>, want: Option<(usize, usize, i64)>| {
+        let dir = tempfile::tempdir().unwrap();
+        let store = TableStore::open(dir.path()).unwrap();
+        let e2c = IndexTable::from_vec_i32(5, 2, entries).unwrap();
+        let e2c = Connectivity::from_host(
+            Dimension::horizontal("Edge"),
+            Dimension::local("E2CDim"),
+            Dimension::horizontal("Cell"),
+            skip_value,
+            e2c,
+        )
+        .unwrap();
+        let mut provider = OffsetProvider::new();
+        provider.push("E2C", Entry::Gather(Arc::new(e2c))).unwrap();
+        let result = ConversionMemo::new().provider(&provider, &store);
+        match (result, want) {
+            (Ok(_), None) => {}
+            (Err(OffsetsError::NegativeEntry { offset, row, col, value, skip_value: s }), Some(want)) => {
+                assert_eq!((offset.as_str(), (row, col, value), s), ("E2C", want, skip_value));
+                let stored = std::fs::read_dir(store.dir()).unwrap().count();
+                assert_eq!(stored, 0, "nothing stored for a refused table");
+            }
+            (other, want) => panic!("skip {skip_value:?}: expected {want:?}, got {other:?}"),
+        }
+    };
+    let example = vec![0, -1, 0, -1, 0, 1, 1, -1, 1, -1];
+    check(None, example.clone(), Some((0, 1, -1)));
+    check(Some(-1), example, None);
+    // Another marker than the declared one.
+    check(Some(-1), vec![0, 1, 0, -2, 0, 1, 1, -1, 1, 0], Some((1, 1, -2)));
+    check(None, vec![0, 1, 0, 1, 0, 1, 1, 0, 1, 0], None);
+
+    let dir = tempfile::tempdir().unwrap();
+    let e2c = IndexTable::from_vec_i64(1, 2, vec![0, -1]).unwrap();
+    let e2c = Connectivity::from_host(
+        Dimension::horizontal("Edge"),
+        Dimension::local("E2CDim"),
+        Dimension::horizontal("Cell"),
+        None,
+        e2c,
+    )
+    .unwrap();
+    let mut provider = OffsetProvider::new();
+    provider.push("E2C", Entry::Gather(Arc::new(e2c))).unwrap();
+    let err = compile_time_offset_provider(&provider, &TableStore::open(dir.path()).unwrap()).unwrap_err();
+    let text = err.to_string();
+    assert!(text.starts_with("offset E2C: its neighbour table has entry -1 at (0, 1)"), "{text}");
+    assert!(text.contains("(it has none)") && text.ends_with("or fix the table"), "{text}");
 }

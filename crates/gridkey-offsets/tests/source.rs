@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use gridkey_digest::digest_table;
 use gridkey_offsets::{
-    compile_time_offset_provider, Connectivity, CopyError, Dimension, Dtype, Entry, IndexTable, OffsetProvider,
-    OffsetsError, TableSource,
+    compile_time_offset_provider, Connectivity, ConversionMemo, CopyError, Dimension, Dtype, Entry, IndexTable,
+    OffsetProvider, OffsetsError, TableSource,
 };
 use gridkey_store::TableStore;
 use ndarray::Array2;
@@ -123,8 +123,9 @@ fn a_user_defined_device_source_is_copied_once_and_converts_to_the_host_table() 
     assert_eq!((c.dtype(), c.shape()), (Dtype::I64, [7, 3]), "metadata, no copy");
     assert_eq!(device.attempts(), 0);
     let p = provider(&[("C2E", &c)]);
-    let first = compile_time_offset_provider(&p, &store).unwrap();
-    let second = compile_time_offset_provider(&p, &store).unwrap();
+    let memo = ConversionMemo::new();
+    let first = memo.provider(&p, &store).unwrap();
+    let second = memo.provider(&p, &store).unwrap();
     assert_eq!(device.attempts(), 1, "one copy, then the memo");
     let ct = first.gather("C2E").unwrap();
     assert!(Arc::ptr_eq(ct, second.gather("C2E").unwrap()));
@@ -153,7 +154,8 @@ fn a_failed_copy_fails_that_conversion_only_and_names_the_offset() {
     let flaky_device = Device::new(&table(2), 1);
     let flaky = conn(flaky_device.clone());
 
-    let err = compile_time_offset_provider(&provider(&[("C2E", &good), ("E2C", &flaky)]), &store).unwrap_err();
+    let memo = ConversionMemo::new();
+    let err = memo.provider(&provider(&[("C2E", &good), ("E2C", &flaky)]), &store).unwrap_err();
     assert!(matches!(&err, OffsetsError::HostCopy { offset, .. } if offset == "E2C"), "{err:?}");
     let msg = err.to_string();
     assert!(
@@ -165,11 +167,12 @@ fn a_failed_copy_fails_that_conversion_only_and_names_the_offset() {
     assert!(msg.contains("convert again") && !msg.ends_with('.'), "{msg}");
 
     // The other connectivity converted, and converting it again is a memo hit.
-    let alone = compile_time_offset_provider(&provider(&[("C2E", &good)]), &store).unwrap();
+    let alone = memo.provider(&provider(&[("C2E", &good)]), &store).unwrap();
     assert_eq!(alone.gather("C2E").unwrap().digest(), digest_table(table(1).view()));
+    assert_eq!(memo.stats().memo_hits, 1);
 
     // The failure was not memoised: the next conversion copies again and succeeds.
-    let again = compile_time_offset_provider(&provider(&[("C2E", &good), ("E2C", &flaky)]), &store).unwrap();
+    let again = memo.provider(&provider(&[("C2E", &good), ("E2C", &flaky)]), &store).unwrap();
     assert_eq!(flaky_device.attempts(), 2);
     assert_eq!(again.gather("E2C").unwrap().digest(), digest_table(table(2).view()));
 }

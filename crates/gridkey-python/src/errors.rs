@@ -113,9 +113,11 @@ pub fn store_error(e: StoreError) -> PyErr {
 }
 
 fn store_error_in(offset: Option<&str>, e: StoreError) -> PyErr {
+    // The store names the cache directory by its role; this edge reads GRIDKEY_CACHE_DIR too.
+    let message = gridkey_settings::name_settings(&e.to_string(), |_| None);
     let message = match offset {
-        Some(offset) => format!("offset {offset}: {e}"),
-        None => e.to_string(),
+        Some(offset) => format!("offset {offset}: {message}"),
+        None => message,
     };
     match &e {
         StoreError::Directory { path, source }

@@ -80,14 +80,14 @@ impl TlsProblem {
     pub fn fix(self, ca: Option<&std::path::Path>) -> String {
         match (self, ca) {
             (TlsProblem::UnknownIssuer, Some(ca)) => format!(
-                "check that the CA file {} (GRIDKEY_REMOTE_CA_FILE) holds the certificate authority that signed the server's certificate",
+                "check that the shared tier's CA file {} holds the certificate authority that signed the server's certificate",
                 ca.display()
             ),
             (TlsProblem::UnknownIssuer, None) => {
-                "give the server's certificate authority as a PEM file in GRIDKEY_REMOTE_CA_FILE".to_owned()
+                "give the server's certificate authority as the shared tier's CA file, a PEM file".to_owned()
             }
             (TlsProblem::NameMismatch, _) => {
-                "give the host name the server's certificate is for in GRIDKEY_REMOTE_URL, or have the certificate reissued for that host".to_owned()
+                "give the host name the server's certificate is for in the shared tier's URL, or have the certificate reissued for that host".to_owned()
             }
             (TlsProblem::NotTls, _) => {
                 "check that the server speaks TLS on that port (tls-port in redis.conf); a plain server takes a redis:// URL".to_owned()
@@ -101,7 +101,7 @@ impl TlsProblem {
 #[derive(Debug, thiserror::Error)]
 pub enum RemoteError {
     /// The URL cannot be used.
-    #[error("shared cache URL {url} cannot be used: {reason}; give GRIDKEY_REMOTE_URL (or --remote) as redis://[USER][:PASSWORD@]HOST:PORT[/DB] or rediss://... for TLS")]
+    #[error("shared cache URL {url} cannot be used: {reason}; give the shared tier's URL as redis://[USER][:PASSWORD@]HOST:PORT[/DB] or rediss://... for TLS")]
     Url {
         /// The URL, password hidden.
         url: String,
@@ -109,7 +109,7 @@ pub enum RemoteError {
         reason: String,
     },
     /// The server refused the connection's credentials or setup.
-    #[error("shared cache {url} refused the connection: {reason}; fix the password or user in GRIDKEY_REMOTE_URL (or --remote)")]
+    #[error("shared cache {url} refused the connection: {reason}; fix the password or user in the shared tier's URL")]
     Refused {
         /// The URL, password hidden.
         url: String,
@@ -117,7 +117,7 @@ pub enum RemoteError {
         reason: String,
     },
     /// A key file is missing or unreadable.
-    #[error("cannot read {what} file {path}: {source}; fix the path in GRIDKEY_REMOTE_SIGNING_KEY or GRIDKEY_REMOTE_TRUSTED_KEYS")]
+    #[error("cannot read {what} file {path}: {source}; fix the path of the shared tier's signing key or of the shared tier's trusted keys")]
     KeyFile {
         /// The file.
         path: PathBuf,
@@ -150,7 +150,7 @@ pub enum RemoteError {
         problem: String,
     },
     /// The CA file of a `rediss://` URL cannot be read or holds no certificate.
-    #[error("CA file {path} cannot be used: {reason}; give GRIDKEY_REMOTE_CA_FILE as a PEM file of the server's certificate authority")]
+    #[error("CA file {path} cannot be used: {reason}; give the shared tier's CA file as a PEM file of the server's certificate authority")]
     CaFile {
         /// The file.
         path: PathBuf,

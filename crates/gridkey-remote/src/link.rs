@@ -138,7 +138,7 @@ impl Address {
             ConnectionAddr::Tcp(host, port) => Ok(Address::Tcp { host: host.clone(), port: *port }),
             ConnectionAddr::Unix(path) => Ok(Address::Unix(path.clone())),
             ConnectionAddr::TcpTls { insecure: true, .. } => Err(url_error(
-                "`#insecure` would accept any certificate, which this client never does; remove it and give the server's certificate authority as GRIDKEY_REMOTE_CA_FILE",
+                "`#insecure` would accept any certificate, which this client never does; remove it and give the server's certificate authority as the shared tier's CA file",
             )),
             ConnectionAddr::TcpTls { host, port, .. } => {
                 let name = ServerName::try_from(host.clone())

@@ -171,7 +171,7 @@ pub enum Reject {
     },
     /// Not looked at: this client trusts no key and not the Redis ACL (ADR 0031), so nothing
     /// is taken from the shared tier.
-    #[error("not taken: this client trusts no key (set GRIDKEY_REMOTE_TRUSTED_KEYS, or GRIDKEY_REMOTE_TRUST=acl)")]
+    #[error("not taken: this client trusts no key (give the shared tier's trusted keys, or set the shared tier's trust mode to acl)")]
     NotTrusted,
     /// The signature does not verify.
     #[error("object signature by {signer} does not verify (forged or corrupted)")]

@@ -67,7 +67,9 @@ impl Tier for RemoteTier {
             Stored::TooLarge { len, max } => Err(FingerprintError::TierWrite {
                 tier: self.name().to_owned(),
                 key,
-                reason: format!("the object is {len} bytes, over the limit of {max}; raise GRIDKEY_REMOTE_MAX_OBJECT"),
+                reason: format!(
+                    "the object is {len} bytes, over the limit of {max}; raise the shared tier's object limit"
+                ),
             }),
         }
     }

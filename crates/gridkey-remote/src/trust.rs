@@ -132,9 +132,11 @@ impl Trust {
                 if keys.len() == 1 { "1 key".to_owned() } else { format!("{} keys", keys.len()) },
                 settings.trusted_keys.as_deref().map_or_else(String::new, |p| p.display().to_string())
             ),
-            Accepts::Acl => "trusting every object the Redis ACL lets in (GRIDKEY_REMOTE_TRUST=acl)".to_owned(),
-            Accepts::Nothing => "no trusted keys: nothing is taken from the shared tier (set \
-                                 GRIDKEY_REMOTE_TRUSTED_KEYS, or GRIDKEY_REMOTE_TRUST=acl)"
+            Accepts::Acl => {
+                "trusting every object the Redis ACL lets in (the shared tier's trust mode is acl)".to_owned()
+            }
+            Accepts::Nothing => "no trusted keys: nothing is taken from the shared tier (give \
+                                 the shared tier's trusted keys, or set the shared tier's trust mode to acl)"
                 .to_owned(),
         };
         format!("shared tier {url}: {what}")

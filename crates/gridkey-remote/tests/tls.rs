@@ -187,7 +187,7 @@ fn a_certificate_of_another_ca_or_host_is_refused_at_start_with_its_fix() {
     // Without a CA file the system's roots do not hold the test CA: give the CA file.
     let (problem, text) = tls_error(&tls_settings(server.port, "", None, test, Role::Writer));
     assert_eq!(problem, TlsProblem::UnknownIssuer, "{text}");
-    assert!(text.contains(&at) && text.contains("GRIDKEY_REMOTE_CA_FILE"), "{text}");
+    assert!(text.contains(&at) && text.contains("the shared tier's CA file"), "{text}");
     // A certificate of the right CA for another host.
     let dir2 = tempfile::tempdir().unwrap();
     let ca2 = certificates(dir2.path(), "elsewhere", Some("DNS:cache.elsewhere.example"));

@@ -111,6 +111,53 @@ pub const COMPILER_ENV: &[&str] = &[
 /// compiler it runs produces).
 pub const COMPILER_ENV_PREFIXES: &[&str] = &["CCACHE_", "SCCACHE_", "DISTCC_"];
 
+/// How a crate below the entry points names a setting in its messages: by its role
+/// (`phrase`), never by a variable, since it takes arguments and reads no environment (ADR
+/// 0013). An entry point that sets it from `variable` names the variable with
+/// [`name_settings`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SettingRole {
+    /// The words a lower crate's message uses for the setting (`the cache directory`).
+    pub phrase: &'static str,
+    /// The variable an entry point sets it from.
+    pub variable: &'static str,
+}
+
+/// Every role a lower crate's message names a setting by, with its variable.
+pub const SETTING_ROLES: &[SettingRole] = &[
+    SettingRole { phrase: "the cache directory", variable: ENV_CACHE_DIR },
+    SettingRole { phrase: "the per-task timeout", variable: ENV_TIMEOUT },
+    SettingRole { phrase: "the lock wait", variable: ENV_LOCK_WAIT },
+    SettingRole { phrase: "the shared tier's URL", variable: remote::ENV_REMOTE_URL },
+    SettingRole { phrase: "the shared tier's CA file", variable: remote::ENV_REMOTE_CA_FILE },
+    SettingRole { phrase: "the shared tier's signing key", variable: remote::ENV_REMOTE_SIGNING_KEY },
+    SettingRole { phrase: "the shared tier's trusted keys", variable: remote::ENV_REMOTE_TRUSTED_KEYS },
+    SettingRole { phrase: "the shared tier's trust mode", variable: remote::ENV_REMOTE_TRUST },
+    SettingRole { phrase: "the shared tier's object limit", variable: remote::ENV_REMOTE_MAX_OBJECT },
+];
+
+/// `message` with the variable of each [`SETTING_ROLES`] role it mentions named after the
+/// role's first mention, with the flag `flag` gives for that variable, if any:
+/// `point the cache directory at ...` becomes `point the cache directory (GRIDKEY_CACHE_DIR or
+/// --cache-dir) at ...`. A message that already names the variable is left as it is. What an
+/// entry point does to every message of a lower crate it shows.
+pub fn name_settings(message: &str, flag: impl Fn(&str) -> Option<&'static str>) -> String {
+    let mut out = message.to_owned();
+    for role in SETTING_ROLES {
+        if out.contains(role.variable) {
+            continue;
+        }
+        if let Some(at) = out.find(role.phrase) {
+            let names = match flag(role.variable) {
+                Some(flag) => format!(" ({} or {flag})", role.variable),
+                None => format!(" ({})", role.variable),
+            };
+            out.insert_str(at + role.phrase.len(), &names);
+        }
+    }
+    out
+}
+
 /// One variable that changes what gridkey does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Variable {

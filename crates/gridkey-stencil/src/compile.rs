@@ -259,7 +259,7 @@ pub fn compile(
                     let message = format!(
                         "lock of build key {library_key} held by another process (stopped or slow) for {:.1} s, the \
                      longest wait; built without it: if this repeats, find the holder (`fuser` on the lock file) \
-                     or raise GRIDKEY_LOCK_WAIT",
+                     or raise the lock wait",
                         waited.as_secs_f64()
                     );
                     warnings.push(LockWarning { path, message });

@@ -76,7 +76,7 @@ pub const TABLES_DIR: &str = gridkey_fs::CacheBucket::Tables.name();
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     /// The store directory could not be created or written.
-    #[error("cannot use table store directory {path}: {source}; point GRIDKEY_CACHE_DIR (or --cache-dir) at a writable directory")]
+    #[error("cannot use table store directory {path}: {source}; point the cache directory at a writable directory")]
     Directory {
         /// The directory.
         path: PathBuf,

@@ -60,7 +60,11 @@ pub struct FaultHandler;
 impl TaskHandler for FaultHandler {
     type Output = FaultReport;
 
-    fn handle(&self, task: &CompilationTask) -> Result<FaultReport, String> {
+    /// Every failure of this handler is an I/O error: one on request (`error…`), or a file it
+    /// could not write or read, named in its message.
+    type Error = std::io::Error;
+
+    fn handle(&self, task: &CompilationTask) -> Result<FaultReport, std::io::Error> {
         let name = task.program.as_str();
         let mut report = FaultReport {
             program: name.to_owned(),
@@ -71,7 +75,7 @@ impl TaskHandler for FaultHandler {
             element_sum: 0,
         };
         if name.starts_with("error") {
-            return Err(format!("program {name} failed on request of the test-faults handler"));
+            return Err(std::io::Error::other(format!("program {name} failed on request of the test-faults handler")));
         }
         if name.starts_with("panic") {
             panic!("program {name} panicked on request of the test-faults handler");
@@ -96,7 +100,7 @@ impl TaskHandler for FaultHandler {
         if name.starts_with("hang") {
             if let Some(path) = task.options.get("pidfile") {
                 std::fs::write(path, std::process::id().to_string())
-                    .map_err(|e| format!("cannot write {path}: {e}"))?;
+                    .map_err(|e| std::io::Error::new(e.kind(), format!("cannot write {path}: {e}")))?;
             }
             let seconds: f64 = task.options.get("seconds").and_then(|s| s.parse().ok()).unwrap_or(3600.0);
             std::thread::sleep(Duration::from_secs_f64(seconds));
@@ -112,7 +116,8 @@ impl TaskHandler for FaultHandler {
                     report.element_sum = report.element_sum.wrapping_add(sum);
                 }
             }
-            report.memory = smaps_rollup(std::process::id()).map_err(|e| format!("cannot read smaps_rollup: {e}"))?;
+            report.memory = smaps_rollup(std::process::id())
+                .map_err(|e| std::io::Error::new(e.kind(), format!("cannot read smaps_rollup: {e}")))?;
         }
         Ok(report)
     }

@@ -7,6 +7,11 @@
 //! step is [`StencilHandler`]), then load each artifact and run it on the **runtime** provider,
 //! checked against the plain Rust evaluation.
 //!
+//! [`run`] is the one entry point ([`RunOptions`] lends what the caller already holds), and the
+//! run reads as its phases, each a function from a typed input to a typed output: open the
+//! caches, convert (`Converted`), key (`Keyed`), plan (the routes), then per batch compile,
+//! verify and publish (`Batches`), and report (`Reported`).
+//!
 //! # Architecture invariant
 //!
 //! This crate composes the others through their public APIs and does not print: the binary
@@ -23,7 +28,7 @@ use gridkey_fingerprint::{FingerprintError, KeyInputs, TranslationCache, Transla
 use gridkey_fs::Fault;
 use gridkey_grid::{read_grid, Grid, GridError};
 use gridkey_jobs::{CompilationTask, NoProgress, Progress, Runner, TaskHandler, WorkerCommand};
-use gridkey_offsets::{compile_time_offset_provider, CompileTimeOffsetProvider, Entry, OffsetsError};
+use gridkey_offsets::{CompileTimeOffsetProvider, ConversionMemo, Entry, OffsetsError};
 use gridkey_settings::SettingsError;
 pub use gridkey_settings::{Settings, TaskSettings};
 use gridkey_stencil::{CompileConfig, CompileOutcome, Program};
@@ -234,11 +239,13 @@ pub struct StencilHandler;
 impl TaskHandler for StencilHandler {
     type Output = CompileOutcome;
 
-    fn handle(&self, task: &CompilationTask) -> Result<CompileOutcome, String> {
-        let program = Program::decode(&task.encoding).map_err(|e| e.to_string())?;
-        let mut config = CompileConfig::from_settings(&task.settings).map_err(|e| e.to_string())?;
+    type Error = gridkey_stencil::StencilError;
+
+    fn handle(&self, task: &CompilationTask) -> Result<CompileOutcome, gridkey_stencil::StencilError> {
+        let program = Program::decode(&task.encoding)?;
+        let mut config = CompileConfig::from_settings(&task.settings)?;
         config.lock_wait.notice = LOCK_NOTICE.get().copied();
-        gridkey_stencil::compile(&program, &task.provider, &task.options, &config).map_err(|e| e.to_string())
+        gridkey_stencil::compile(&program, &task.provider, &task.options, &config)
     }
 }
 
@@ -395,68 +402,227 @@ pub fn tasks_for(
         .collect()
 }
 
-/// Runs the main job: every program of [`gridkey_stencil::icon_programs`] on the grid.
+/// What a caller of [`run`] already holds and lends to the run; the run makes each one left out
+/// for itself. Built from [`RunOptions::new`] with one method per part.
+#[derive(Clone, Copy, Default)]
+pub struct RunOptions<'a> {
+    grid: Option<&'a Grid>,
+    programs: Option<&'a [Program]>,
+    runner: Option<&'a Runner<StencilHandler>>,
+    progress: Option<&'a dyn Progress>,
+    memo: Option<&'a ConversionMemo>,
+}
+
+impl<'a> RunOptions<'a> {
+    /// Nothing lent: the run reads [`RunConfig::grid`] (timed as [`RunReport::read_seconds`]),
+    /// runs [`gridkey_stencil::icon_programs`] with a runner of the settings' build jobs, tells
+    /// no one of its progress and converts through a memo of its own.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The grid, already read (a run reused on one grid value); [`RunReport::read_seconds`] is
+    /// then 0. [`RunConfig::grid`] still names it in the report.
+    pub fn grid(self, grid: &'a Grid) -> Self {
+        Self { grid: Some(grid), ..self }
+    }
+
+    /// The programs to run instead of [`gridkey_stencil::icon_programs`].
+    pub fn programs(self, programs: &'a [Program]) -> Self {
+        Self { programs: Some(programs), ..self }
+    }
+
+    /// The build jobs, reused across runs (a process pool keeps its workers); its mode wins over
+    /// the settings' build jobs.
+    pub fn runner(self, runner: &'a Runner<StencilHandler>) -> Self {
+        Self { runner: Some(runner), ..self }
+    }
+
+    /// Told when each program's compilation starts and ends.
+    pub fn progress(self, progress: &'a dyn Progress) -> Self {
+        Self { progress: Some(progress), ..self }
+    }
+
+    /// The conversion memo: a runtime connectivity this memo converted into the run's store
+    /// before, and that still lives, is not converted again, and the run uses that view
+    /// ([`ConversionMemo::connectivity`]).
+    pub fn memo(self, memo: &'a ConversionMemo) -> Self {
+        Self { memo: Some(memo), ..self }
+    }
+}
+
+/// Runs the main job: the programs (by default every program of
+/// [`gridkey_stencil::icon_programs`]) on the grid, with what `options` lends. Programs that need
+/// an offset the grid lacks are not run: they are listed in [`RunReport::skipped`].
 ///
 /// Errors: an unreadable grid, an unusable cache directory ([`cache::check_cache_dir`]), a
-/// failed conversion. A program that
-/// fails to compile or verify does not make this an error: it is reported in its
-/// [`ProgramReport`].
-pub fn run(config: &RunConfig) -> Result<RunReport, AppError> {
-    run_observed(config, &NoProgress)
+/// misconfigured shared tier, a failed conversion. A program that fails to compile or verify
+/// does not make this an error: it is reported in its [`ProgramReport`].
+pub fn run(config: &RunConfig, options: RunOptions<'_>) -> Result<RunReport, AppError> {
+    let read;
+    let (grid, read_seconds) = match options.grid {
+        Some(grid) => (grid, 0.0),
+        None => {
+            let t = Instant::now();
+            read = read_grid(&config.grid)?;
+            (&read, t.elapsed().as_secs_f64())
+        }
+    };
+    let icon;
+    let programs = match options.programs {
+        Some(programs) => programs,
+        None => {
+            icon = gridkey_stencil::icon_programs();
+            icon.as_slice()
+        }
+    };
+    let own_runner;
+    let runner = match options.runner {
+        Some(runner) => runner,
+        None => {
+            own_runner = Runner::new(config.settings.build_jobs, Arc::new(StencilHandler), config.worker.clone());
+            &own_runner
+        }
+    };
+    let own_memo;
+    let memo = match options.memo {
+        Some(memo) => memo,
+        None => {
+            own_memo = ConversionMemo::new();
+            &own_memo
+        }
+    };
+    run_with_progress(grid, programs, runner, config, read_seconds, options.progress.unwrap_or(&NoProgress), memo)
 }
 
-/// [`run`], telling `progress` when each program's compilation starts and ends.
-///
-/// Errors: as [`run`].
-pub fn run_observed(config: &RunConfig, progress: &dyn Progress) -> Result<RunReport, AppError> {
-    let t = Instant::now();
-    let grid = read_grid(&config.grid)?;
-    let read_seconds = t.elapsed().as_secs_f64();
-    let programs = gridkey_stencil::icon_programs();
-    let runner = Runner::new(config.settings.build_jobs, Arc::new(StencilHandler), config.worker.clone());
-    run_with_progress(&grid, &programs, &runner, config, read_seconds, progress)
-}
-
-/// The main job on an already-read grid with an existing runner (reused across calls).
-///
-/// Errors: as [`run`].
-pub fn run_with(
-    grid: &Grid,
-    programs: &[Program],
-    runner: &Runner<StencilHandler>,
-    config: &RunConfig,
-    read_seconds: f64,
-) -> Result<RunReport, AppError> {
-    run_with_progress(grid, programs, runner, config, read_seconds, &NoProgress)
-}
-
-/// [`run_with`], telling `progress` when each program's compilation starts and ends. Programs
-/// that need an offset the grid lacks are not run: they are listed in [`RunReport::skipped`].
-///
-/// Errors: as [`run`].
-pub fn run_with_progress(
+/// The run, phase by phase (docs/design.md "The pipeline"): open the caches, **convert** the
+/// grid's offset provider to its compile-time view, **key** every program, **plan** which tier
+/// serves each, then per batch **compile**, **verify** and **publish**, and last **report**.
+/// Each phase is a function from what the phases before it made to what it makes.
+fn run_with_progress(
     grid: &Grid,
     programs: &[Program],
     runner: &Runner<StencilHandler>,
     config: &RunConfig,
     read_seconds: f64,
     progress: &dyn Progress,
+    memo: &ConversionMemo,
 ) -> Result<RunReport, AppError> {
     let (programs, skipped) = supported::split(programs, grid);
     let programs = programs.as_slice();
+    let mut opened = open(&config.settings)?;
+    let converted = convert(grid, &opened.store, memo)?;
+    opened.warnings.extend(converted.warnings);
+    let keyed = key(programs, &config.options, &converted.ct, &opened)?;
+    opened.warnings.extend(keyed.warnings.iter().cloned());
+    // The shared tier's part of the run: its plan, its waits and its uploads (ADR 0030).
+    let mut shared =
+        opened.remote.take().map(|r| shared::SharedRun::new(r, opened.settings.clone(), config.options.clone()));
+    let t = Instant::now();
+    let routes = plan(shared.as_mut(), &opened.cache, &keyed);
+    let tasks = tasks_for(programs, &converted.ct, &config.options, &opened.settings);
+    let checker = Checker {
+        programs,
+        grid,
+        cache: &opened.cache,
+        options: &config.options,
+        runner,
+        settings: &opened.settings,
+        store: &opened.store,
+        memo,
+        late_repairs: std::cell::RefCell::new(Vec::new()),
+    };
+    let mut batches = Batches::new(programs.len(), routes, converted.ct);
+    let first: Vec<usize> = (0..programs.len()).filter(|&i| batches.routes[i] != shared::Route::Wait).collect();
+    compile(runner, &tasks, &first, progress, &mut batches.outcomes);
+    batches.verify_and_publish(&checker, &first, shared.as_mut(), &keyed.inputs, &mut opened.warnings);
+    let waits: Vec<usize> = (0..programs.len()).filter(|&i| batches.routes[i] == shared::Route::Wait).collect();
+    if let (Some(s), false) = (shared.as_mut(), waits.is_empty()) {
+        for (&i, route) in waits.iter().zip(s.wait(&opened.cache, &keyed.inputs, &waits)) {
+            batches.routes[i] = route;
+        }
+        compile(runner, &tasks, &waits, progress, &mut batches.outcomes);
+        batches.verify_and_publish(&checker, &waits, shared.as_mut(), &keyed.inputs, &mut opened.warnings);
+    }
+    // A stored table changed in place while this run held it fails the tasks that translated
+    // from it, and nothing is cached from it (ADR 0024): rewrite it from the runtime table and
+    // compile those programs once more; again while the retried tasks find another table
+    // changed, at most `REPAIR_ROUNDS` times.
+    for _ in 0..REPAIR_ROUNDS {
+        let failed: Vec<usize> = (0..programs.len()).filter(|&i| matches!(batches.outcomes[i], Some(Err(_)))).collect();
+        if failed.is_empty() {
+            break;
+        }
+        let (repaired, repairs) = repair_tables(grid, &batches.ct, &opened.store, memo);
+        if repairs.is_empty() {
+            break;
+        }
+        batches.ct = Arc::new(repaired);
+        opened.warnings.extend(repairs);
+        let again: Vec<Program> = failed.iter().map(|&i| programs[i].clone()).collect();
+        let retried =
+            runner.run_all_with(&tasks_for(&again, &batches.ct, &config.options, &opened.settings), &NoProgress);
+        for (&i, outcome) in failed.iter().zip(retried) {
+            batches.outcomes[i] = Some(outcome);
+        }
+        batches.verify_and_publish(&checker, &failed, shared.as_mut(), &keyed.inputs, &mut opened.warnings);
+    }
+    let verify_seconds = batches.verifying.as_secs_f64();
+    let compile_seconds = (t.elapsed() - batches.verifying).as_secs_f64();
+    let late_repairs = checker.late_repairs.into_inner();
+    let Reported { programs, warnings, tiers } =
+        report(programs, batches, &keyed, &opened, late_repairs, shared.as_ref());
+    Ok(RunReport {
+        grid: config.grid.clone(),
+        mode: runner.mode().to_string(),
+        jobs: config.settings.build_jobs.jobs,
+        read_seconds,
+        convert_seconds: converted.seconds,
+        keys_seconds: keyed.seconds,
+        compile_seconds,
+        verify_seconds,
+        programs,
+        warnings,
+        temps_removed: opened.temps_removed,
+        tiers,
+        skipped,
+    })
+}
+
+/// What the run opens before any phase: the caches of the run (ADR 0036), the task settings
+/// (ADR 0032), the run's registration as live (ADR 0026), the shared tier, the table store and
+/// the translation cache, and the warnings about them.
+struct Opened {
+    caches: site::RunCaches,
+    settings: Arc<TaskSettings>,
+    /// Held for the whole run; dropping it unregisters the run.
+    _live: Option<cache::LiveRun>,
+    remote: Option<Arc<gridkey_remote::Remote>>,
+    temps_removed: u64,
+    store: TableStore,
+    cache: TranslationCache,
+    warnings: Vec<cache::CacheWarning>,
+}
+
+/// Opens what the phases use, from the entry point's `settings`.
+///
+/// Errors: an unusable cache or site cache, a compiler that is not found, a misconfigured shared
+/// tier (an unreachable one is off), a fault hook that does not parse, a store or translation
+/// cache that cannot be opened.
+fn open(settings: &Settings) -> Result<Opened, AppError> {
     // A read-only cache serves its hits, behind the writable one or alone (ADR 0036).
-    let caches = site::RunCaches::open(&config.settings)?;
+    let caches = site::RunCaches::open(settings)?;
     let mut warnings = caches.warnings().to_vec();
-    let settings = task_settings(&caches.settings(&config.settings))?;
+    let task = task_settings(&caches.settings(settings))?;
     // Registered for the whole run, so that `gridkey cache gc` beside it removes nothing it has
     // produced or is about to use (ADR 0026); a private directory has no collector beside it.
-    let registered = if caches.is_private() { None } else { Some(cache::LiveRun::register(settings.cache_dir())) };
-    let _live = match registered {
+    let registered = if caches.is_private() { None } else { Some(cache::LiveRun::register(task.cache_dir())) };
+    let live = match registered {
         None => None,
         Some(Ok(live)) => Some(live),
         Some(Err(e)) => {
             warnings.push(cache::CacheWarning {
-                path: settings.cache_dir().join(cache::RUNS_DIR),
+                path: task.cache_dir().join(cache::RUNS_DIR),
                 message: format!(
                     "cannot register this run as live ({e}): `gridkey cache gc` beside it may remove what it uses"
                 ),
@@ -466,7 +632,7 @@ pub fn run_with_progress(
     };
     // A misconfigured shared tier is an error here, before any work; an unreachable one is off.
     // Only the parent holds its settings: the task settings have none (ADR 0032).
-    let remote = match &config.settings.remote {
+    let remote = match &settings.remote {
         Some(remote) => Some(Arc::new(gridkey_remote::Remote::connect(remote)?)),
         None => None,
     };
@@ -474,36 +640,72 @@ pub fn run_with_progress(
         0
     } else {
         let swept =
-            cache::gc(settings.cache_dir(), &cache::GcConfig { max_size: None, temp_min_age: cache::STALE_TEMP_AGE })?;
+            cache::gc(task.cache_dir(), &cache::GcConfig { max_size: None, temp_min_age: cache::STALE_TEMP_AGE })?;
         warnings.extend(swept.warnings);
         swept.temps_removed
     };
-    let fault = Fault::parse_setting(settings.fault())?;
+    let fault = Fault::parse_setting(task.fault())?;
     // Every translation checks the tables it read before its entry is written (ADR 0024), so a
     // table found under its name is kept after its checked open, unread (ADR 0028).
-    let store = TableStore::open(settings.cache_dir())?
-        .with_site(settings.site_cache())
-        .verifying(settings.verify_tables())
+    let store = TableStore::open(task.cache_dir())?
+        .with_site(task.site_cache())
+        .verifying(task.verify_tables())
         .checked_by_readers(true)
         .with_fault(fault);
-    let cache_dir = settings.cache_dir().to_path_buf();
-    let t = Instant::now();
-    let mut ct = Arc::new(compile_time_offset_provider(grid.provider(), &store)?);
-    let convert_seconds = t.elapsed().as_secs_f64();
-    warnings.extend(store.repaired().into_iter().map(cache::CacheWarning::repaired_table));
+    let cache = TranslationCache::open(task.cache_dir())?;
+    Ok(Opened { caches, settings: task, _live: live, remote, temps_removed, store, cache, warnings })
+}
 
-    let tasks = tasks_for(programs, &ct, &config.options, &settings);
-    // The parent knows each key too (the same compile-time view), and whether the translation
-    // cache had it before the batch: so a task that fails after translating (a compiler that
-    // fails, a full disk) is still counted as the hit or miss and translation it was.
-    let cache = TranslationCache::open(&cache_dir)?;
+/// What the convert phase makes: the compile-time view, its seconds, and a warning for each
+/// stored table it found changed and rewrote.
+struct Converted {
+    ct: Arc<CompileTimeOffsetProvider>,
+    seconds: f64,
+    warnings: Vec<cache::CacheWarning>,
+}
+
+/// The convert phase: the grid's runtime provider into `store`, through `memo`.
+///
+/// Errors: [`AppError::Offsets`] naming the offset that could not be converted.
+fn convert(grid: &Grid, store: &TableStore, memo: &ConversionMemo) -> Result<Converted, AppError> {
+    let t = Instant::now();
+    let ct = Arc::new(memo.provider(grid.provider(), store)?);
+    let seconds = t.elapsed().as_secs_f64();
+    let warnings = store.repaired().into_iter().map(cache::CacheWarning::repaired_table).collect();
+    Ok(Converted { ct, seconds, warnings })
+}
+
+/// What the key phase makes, one element per program: the key inputs and keys, the local
+/// tier's payload length on a hit, the site cache's on a hit there, and whether either had it
+/// before the batch; its seconds and the site cache's unreadable entries as warnings.
+struct Keyed {
+    inputs: Vec<KeyInputs>,
+    keys: Vec<TranslationKey>,
+    looked_up: Vec<Option<usize>>,
+    site_hits: Vec<Option<usize>>,
+    cached_before: Vec<bool>,
+    seconds: f64,
+    warnings: Vec<cache::CacheWarning>,
+}
+
+/// The key phase: the parent knows each key too (the same compile-time view), and whether the
+/// translation cache had it before the batch, so a task that fails after translating (a compiler
+/// that fails, a full disk) is still counted as the hit or miss and translation it was.
+///
+/// Errors: [`AppError::Options`] for translation options the frontend does not accept.
+fn key(
+    programs: &[Program],
+    options: &TranslationOptions,
+    ct: &CompileTimeOffsetProvider,
+    opened: &Opened,
+) -> Result<Keyed, AppError> {
     let t = Instant::now();
     let inputs: Vec<KeyInputs> =
-        programs.iter().map(|p| gridkey_stencil::key_inputs(p, &config.options, &ct)).collect::<Result<_, _>>()?;
+        programs.iter().map(|p| gridkey_stencil::key_inputs(p, options, ct)).collect::<Result<_, _>>()?;
     let keys: Vec<TranslationKey> = inputs.iter().map(KeyInputs::key).collect();
-    let looked_up: Vec<Option<usize>> = keys.iter().map(|k| cache.get(k).ok().map(|p| p.len())).collect();
+    let looked_up: Vec<Option<usize>> = keys.iter().map(|k| opened.cache.get(k).ok().map(|p| p.len())).collect();
     // A key the local tier misses may be the site cache's hit (ADR 0036).
-    let site = settings.site_cache().map(gridkey_fingerprint::SiteCache::open);
+    let site = opened.settings.site_cache().map(gridkey_fingerprint::SiteCache::open);
     let site_hits: Vec<Option<usize>> = keys
         .iter()
         .zip(&looked_up)
@@ -512,163 +714,191 @@ pub fn run_with_progress(
             _ => None,
         })
         .collect();
+    let mut warnings = Vec::new();
     if let Some(site) = &site {
         let missed = keys.iter().zip(looked_up.iter().zip(&site_hits)).filter(|(_, (l, s))| l.is_none() && s.is_none());
         warnings.extend(site::unreadable_entries(site, missed.map(|(k, _)| k)));
     }
     let cached_before: Vec<bool> = looked_up.iter().zip(&site_hits).map(|(l, s)| l.is_some() || s.is_some()).collect();
-    let keys_seconds = t.elapsed().as_secs_f64();
-    let mut shared = remote.map(|r| shared::SharedRun::new(r, settings.clone(), config.options.clone()));
-    let t = Instant::now();
-    let mut routes: Vec<shared::Route> = match &mut shared {
-        Some(s) => s.plan(&cache, &inputs, &cached_before),
-        None => cached_before
+    Ok(Keyed { inputs, keys, looked_up, site_hits, cached_before, seconds: t.elapsed().as_secs_f64(), warnings })
+}
+
+/// The plan phase: the route of each program, from the shared tier's plan when there is one,
+/// else the local tier's hit or a compilation here.
+fn plan(shared: Option<&mut shared::SharedRun>, cache: &TranslationCache, keyed: &Keyed) -> Vec<shared::Route> {
+    match shared {
+        Some(s) => s.plan(cache, &keyed.inputs, &keyed.cached_before),
+        None => keyed
+            .cached_before
             .iter()
             .map(|&hit| if hit { shared::Route::Local } else { shared::Route::Here { upload: false } })
             .collect(),
-    };
-    let mut outcomes: Vec<Option<Result<CompileOutcome, gridkey_jobs::TaskError>>> =
-        programs.iter().map(|_| None).collect();
-    let checker = Checker {
-        programs,
-        grid,
-        cache: &cache,
-        options: &config.options,
-        runner,
-        settings: &settings,
-        store: &store,
-        late_repairs: std::cell::RefCell::new(Vec::new()),
-    };
-    let mut reports: Vec<Option<ProgramReport>> = programs.iter().map(|_| None).collect();
-    let mut verifying = std::time::Duration::ZERO;
-    // Each batch is verified before anything of it is uploaded, so only verified artifacts
-    // travel (ADR 0030); the leases of the batch stay renewed by the heartbeat meanwhile.
-    let mut verify_batch = |which: &[usize],
-                            outcomes: &[Option<Result<CompileOutcome, gridkey_jobs::TaskError>>],
-                            routes: &[shared::Route],
-                            ct: &Arc<CompileTimeOffsetProvider>,
-                            shared: &mut Option<shared::SharedRun>,
-                            reports: &mut [Option<ProgramReport>],
-                            warnings: &mut Vec<cache::CacheWarning>| {
+    }
+}
+
+/// What the batches of a run have made so far, one slot per program: the routes, the
+/// outcomes of compilation and the reports of verification, the compile-time view (repaired
+/// after a table changed) and the seconds spent verifying.
+struct Batches {
+    routes: Vec<shared::Route>,
+    outcomes: Vec<Option<Result<CompileOutcome, gridkey_jobs::TaskError>>>,
+    reports: Vec<Option<ProgramReport>>,
+    ct: Arc<CompileTimeOffsetProvider>,
+    verifying: Duration,
+}
+
+impl Batches {
+    fn new(programs: usize, routes: Vec<shared::Route>, ct: Arc<CompileTimeOffsetProvider>) -> Self {
+        Self {
+            routes,
+            outcomes: (0..programs).map(|_| None).collect(),
+            reports: (0..programs).map(|_| None).collect(),
+            ct,
+            verifying: Duration::ZERO,
+        }
+    }
+
+    /// The verify phase of batch `which`, then its publish phase: each batch is verified before
+    /// anything of it is uploaded, so only verified artifacts travel (ADR 0030); the leases of
+    /// the batch stay renewed by the heartbeat meanwhile.
+    fn verify_and_publish(
+        &mut self,
+        checker: &Checker<'_>,
+        which: &[usize],
+        mut shared: Option<&mut shared::SharedRun>,
+        inputs: &[KeyInputs],
+        warnings: &mut Vec<cache::CacheWarning>,
+    ) {
         let t = Instant::now();
-        let mut accepted = Vec::with_capacity(which.len());
-        for &i in which {
-            let Some(Ok(outcome)) = &outcomes[i] else {
-                accepted.push(None);
-                continue;
-            };
-            let (report, rebuilt) = checker.check(i, outcome, routes[i], ct);
-            let report = match shared.as_mut() {
-                Some(s) => reject_fetched(s, i, outcome, rebuilt, report, warnings),
-                None => report,
-            };
-            accepted.push(report.verified.then_some(outcome));
-            reports[i] = Some(report);
+        let accepted = verify_batch(
+            checker,
+            which,
+            &self.outcomes,
+            &self.routes,
+            &self.ct,
+            shared.as_deref_mut(),
+            &mut self.reports,
+            warnings,
+        );
+        self.verifying += t.elapsed();
+        if let Some(s) = shared {
+            publish(s, checker.cache, inputs, &self.routes, which, &accepted);
         }
-        verifying += t.elapsed();
-        if let Some(s) = shared.as_ref() {
-            s.upload(&cache, &inputs, routes, which, &accepted);
-        }
-    };
-    let first: Vec<usize> = (0..programs.len()).filter(|&i| routes[i] != shared::Route::Wait).collect();
-    run_batch(runner, &tasks, &first, progress, &mut outcomes);
-    verify_batch(&first, &outcomes, &routes, &ct, &mut shared, &mut reports, &mut warnings);
-    let waits: Vec<usize> = (0..programs.len()).filter(|&i| routes[i] == shared::Route::Wait).collect();
-    if let (Some(s), false) = (&mut shared, waits.is_empty()) {
-        for (&i, route) in waits.iter().zip(s.wait(&cache, &inputs, &waits)) {
-            routes[i] = route;
-        }
-        run_batch(runner, &tasks, &waits, progress, &mut outcomes);
-        verify_batch(&waits, &outcomes, &routes, &ct, &mut shared, &mut reports, &mut warnings);
     }
-    // A stored table changed in place while this run held it fails the tasks that translated
-    // from it, and nothing is cached from it (ADR 0024): rewrite it from the runtime table and
-    // compile those programs once more; again while the retried tasks find another table
-    // changed, at most `REPAIR_ROUNDS` times.
-    for _ in 0..REPAIR_ROUNDS {
-        let failed: Vec<usize> = (0..outcomes.len()).filter(|&i| matches!(outcomes[i], Some(Err(_)))).collect();
-        if failed.is_empty() {
-            break;
-        }
-        let (repaired, repairs) = repair_tables(grid, &ct, &store);
-        if repairs.is_empty() {
-            break;
-        }
-        ct = Arc::new(repaired);
-        warnings.extend(repairs);
-        let again: Vec<Program> = failed.iter().map(|&i| programs[i].clone()).collect();
-        let retried = runner.run_all_with(&tasks_for(&again, &ct, &config.options, &settings), &NoProgress);
-        for (&i, outcome) in failed.iter().zip(retried) {
-            outcomes[i] = Some(outcome);
-        }
-        verify_batch(&failed, &outcomes, &routes, &ct, &mut shared, &mut reports, &mut warnings);
+}
+
+/// The verify phase of batch `which` ([`verify`] of each program): each program that compiled is loaded, run and checked
+/// ([`Checker::check`]), and what it took from the shared tier and failed here is rejected
+/// there ([`reject_fetched`]). Returns, per program of the batch, its outcome when it verified.
+#[allow(clippy::too_many_arguments)]
+fn verify_batch<'o>(
+    checker: &Checker<'_>,
+    which: &[usize],
+    outcomes: &'o [Option<Result<CompileOutcome, gridkey_jobs::TaskError>>],
+    routes: &[shared::Route],
+    ct: &Arc<CompileTimeOffsetProvider>,
+    mut shared: Option<&mut shared::SharedRun>,
+    reports: &mut [Option<ProgramReport>],
+    warnings: &mut Vec<cache::CacheWarning>,
+) -> Vec<Option<&'o CompileOutcome>> {
+    let mut accepted = Vec::with_capacity(which.len());
+    for &i in which {
+        let Some(Ok(outcome)) = &outcomes[i] else {
+            accepted.push(None);
+            continue;
+        };
+        let (report, rebuilt) = checker.check(i, outcome, routes[i], ct);
+        let report = match shared.as_deref_mut() {
+            Some(s) => reject_fetched(s, i, outcome, rebuilt, report, warnings),
+            None => report,
+        };
+        accepted.push(report.verified.then_some(outcome));
+        reports[i] = Some(report);
     }
-    let verify_seconds = verifying.as_secs_f64();
-    let compile_seconds = (t.elapsed() - verifying).as_secs_f64();
+    accepted
+}
+
+/// The publish phase of batch `which`: what verified goes to the shared tier
+/// ([`shared::SharedRun::upload`]).
+fn publish(
+    shared: &shared::SharedRun,
+    cache: &TranslationCache,
+    inputs: &[KeyInputs],
+    routes: &[shared::Route],
+    which: &[usize],
+    accepted: &[Option<&CompileOutcome>],
+) {
+    shared.upload(cache, inputs, routes, which, accepted);
+}
+
+/// What the report phase makes: one report per program, in program order, the run's warnings
+/// and the counters of each tier.
+struct Reported {
+    programs: Vec<ProgramReport>,
+    warnings: Vec<cache::CacheWarning>,
+    tiers: Vec<cache::TierReport>,
+}
+
+/// The report phase: one report per program (from verification, or from its failed task), the
+/// warnings of the run, of the compile steps and of the late repairs, and the counters of each
+/// tier.
+fn report(
+    programs: &[Program],
+    batches: Batches,
+    keyed: &Keyed,
+    opened: &Opened,
+    late_repairs: Vec<cache::CacheWarning>,
+    shared: Option<&shared::SharedRun>,
+) -> Reported {
+    let mut warnings = opened.warnings.clone();
     // The per-key locks the compile steps went on without, each named once (ADR 0033).
-    for w in outcomes.iter().flatten().flatten().flat_map(|o| &o.warnings) {
+    for w in batches.outcomes.iter().flatten().flatten().flat_map(|o| &o.warnings) {
         if !warnings.iter().any(|seen| seen.path == w.path) {
             warnings.push(cache::CacheWarning { path: w.path.clone(), message: w.message.clone() });
         }
     }
-
-    let reports: Vec<ProgramReport> = programs
+    warnings.extend(late_repairs);
+    let cache = &opened.cache;
+    let mut reports: Vec<ProgramReport> = programs
         .iter()
-        .zip(outcomes)
-        .zip(reports)
-        .zip(keys.iter().zip(&cached_before).zip(&routes))
-        .map(|(((program, outcome), report), ((key, &hit), route))| {
-            match (outcome.expect("every program ran"), report) {
-                (Ok(_), Some(report)) => report,
-                (Ok(_), None) => unreachable!("every program that compiled was verified"),
-                (Err(e), _) => ProgramReport {
-                    program: program.name().to_owned(),
-                    key: Some(key.to_hex()),
-                    cache_hit: hit || *route == shared::Route::Remote,
-                    translated: !hit && *route != shared::Route::Remote && cache.get(key).is_ok(),
-                    built: false,
-                    translate_seconds: 0.0,
-                    build_seconds: 0.0,
-                    key_seconds: 0.0,
-                    lookup_seconds: 0.0,
-                    lock_seconds: 0.0,
-                    library_check_seconds: 0.0,
-                    load_seconds: 0.0,
-                    max_rel_error: None,
-                    verified: false,
-                    error: Some(e.to_string()),
-                    miss_hint: None,
-                    tier: route.tier().map(str::to_owned),
-                },
-            }
+        .zip(batches.outcomes)
+        .zip(batches.reports)
+        .zip(keyed.keys.iter().zip(&keyed.cached_before).zip(&batches.routes))
+        .map(|(((program, outcome), report), ((key, &hit), route))| match (outcome, report) {
+            (Some(Ok(_)), Some(report)) => report,
+            (Some(Err(e)), _) => ProgramReport {
+                program: program.name().to_owned(),
+                key: Some(key.to_hex()),
+                cache_hit: hit || *route == shared::Route::Remote,
+                translated: !hit && *route != shared::Route::Remote && cache.get(key).is_ok(),
+                built: false,
+                translate_seconds: 0.0,
+                build_seconds: 0.0,
+                key_seconds: 0.0,
+                lookup_seconds: 0.0,
+                lock_seconds: 0.0,
+                library_check_seconds: 0.0,
+                load_seconds: 0.0,
+                max_rel_error: None,
+                verified: false,
+                error: Some(e.to_string()),
+                miss_hint: None,
+                tier: route.tier().map(str::to_owned),
+            },
+            (None, _) => unreachable!("every program ran"),
+            (Some(Ok(_)), None) => unreachable!("every program that compiled was verified"),
         })
         .collect();
-    warnings.extend(checker.late_repairs.into_inner());
-    let mut tiers = tier_reports(&cache_dir, &cache, &reports, &looked_up, shared.as_ref());
-    let mut reports = reports;
-    if let Some(site) = caches.site_cache() {
-        site_report(site, &mut reports, &site_hits, &mut tiers);
+    let mut tiers = tier_reports(opened.settings.cache_dir(), cache, &reports, &keyed.looked_up, shared);
+    if let Some(site) = opened.caches.site_cache() {
+        site_report(site, &mut reports, &keyed.site_hits, &mut tiers);
     }
-    Ok(RunReport {
-        grid: config.grid.clone(),
-        mode: runner.mode().to_string(),
-        jobs: config.settings.build_jobs.jobs,
-        read_seconds,
-        convert_seconds,
-        keys_seconds,
-        compile_seconds,
-        verify_seconds,
-        programs: reports,
-        warnings,
-        temps_removed,
-        tiers,
-        skipped,
-    })
+    Reported { programs: reports, warnings, tiers }
 }
 
-/// Runs the tasks `which` of `tasks` and stores each result at its index in `outcomes`; the
-/// progress reporter sees the program indices, not the batch's.
-fn run_batch(
+/// The compile phase of batch `which`: runs those tasks of `tasks` and stores each result at its
+/// index in `outcomes`; the progress reporter sees the program indices, not the batch's.
+fn compile(
     runner: &Runner<StencilHandler>,
     tasks: &[CompilationTask],
     which: &[usize],
@@ -769,6 +999,7 @@ fn repair_tables(
     grid: &Grid,
     ct: &CompileTimeOffsetProvider,
     store: &TableStore,
+    memo: &ConversionMemo,
 ) -> (CompileTimeOffsetProvider, Vec<cache::CacheWarning>) {
     let mut repaired = CompileTimeOffsetProvider::new();
     let mut warnings = Vec::new();
@@ -779,11 +1010,7 @@ fn repair_tables(
             // open) no longer holds the table: a concurrent writer may have renamed identical
             // content over the name, and that file was changed.
             Entry::Gather(c) if c.verify().is_err() || verifying.open_table(c.spec()).is_err() => {
-                match grid
-                    .provider()
-                    .gather(name)
-                    .map(|runtime| gridkey_offsets::reconvert_connectivity(name, runtime, store))
-                {
+                match grid.provider().gather(name).map(|runtime| memo.reconvert(name, runtime, store)) {
                     Some(Ok(fresh)) => {
                         warnings.push(cache::CacheWarning {
                             path: c.table_path().to_path_buf(),
@@ -857,6 +1084,8 @@ struct Checker<'a> {
     runner: &'a Runner<StencilHandler>,
     settings: &'a Arc<TaskSettings>,
     store: &'a TableStore,
+    /// The run's conversion memo, which a repair converts through again.
+    memo: &'a ConversionMemo,
     /// Tables repaired by a rebuild in the parent (ADR 0024), reported as warnings.
     late_repairs: std::cell::RefCell<Vec<cache::CacheWarning>>,
 }
@@ -884,7 +1113,7 @@ impl Checker<'_> {
             if first.is_ok() {
                 return first;
             }
-            let (repaired, repairs) = repair_tables(self.grid, ct, self.store);
+            let (repaired, repairs) = repair_tables(self.grid, ct, self.store, self.memo);
             if repairs.is_empty() {
                 return first;
             }

@@ -233,7 +233,7 @@ fn main() -> ExitCode {
     let code = match dispatch(cli.command) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("gridkey: error: {}", output::error_text(&e));
+            eprintln!("gridkey: error: {}", settings::name_settings(&output::error_text(&e)));
             ExitCode::from(2)
         }
     };
@@ -370,13 +370,14 @@ fn dispatch(command: Command) -> Result<ExitCode> {
             gridkey_jobs::set_worker_progress(progress::worker_progress_line);
             // What the run takes from the shared tier, said before anything is taken (ADR 0031).
             if let Some(remote) = &config.settings.remote {
-                eprintln!("gridkey: {}", gridkey_remote::Trust::load(remote)?.statement(remote));
+                let statement = gridkey_remote::Trust::load(remote)?.statement(remote);
+                eprintln!("gridkey: {}", settings::name_settings(&statement));
             }
             let reporter =
                 progress::Reporter::for_stderr(gridkey_stencil::icon_programs().len(), settings::plain_progress());
-            let report = gridkey::run_observed(&config, &reporter);
+            let report = gridkey::run(&config, gridkey::RunOptions::new().progress(&reporter));
             reporter.finish();
-            let report = report?;
+            let report = settings::name_settings_in(report?);
             for w in &report.warnings {
                 eprintln!("gridkey: warning: {}: {}", w.path.display(), w.message);
             }
@@ -490,7 +491,7 @@ fn cache_command(command: CacheCommand) -> Result<ExitCode> {
             let config = gridkey::cache::GcConfig { max_size, temp_min_age: std::time::Duration::from_secs(temp_age) };
             let r = gridkey::cache::gc(&dir, &config)?;
             for w in &r.warnings {
-                eprintln!("gridkey: warning: {}: {}", w.path.display(), w.message);
+                eprintln!("gridkey: warning: {}: {}", w.path.display(), settings::name_settings(&w.message));
             }
             if json {
                 println!("{}", serde_json::to_string_pretty(&r)?);

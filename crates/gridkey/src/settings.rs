@@ -73,3 +73,57 @@ pub fn plain_progress() -> bool {
     let set = |name: &str| std::env::var_os(name).is_some_and(|v| !v.is_empty());
     set("NO_COLOR") || set(ENV_NO_PROGRESS)
 }
+
+/// The flag of this binary that replaces `variable`, if it has one.
+fn flag_of(variable: &str) -> Option<&'static str> {
+    match variable {
+        ENV_CACHE_DIR => Some("--cache-dir"),
+        ENV_SITE_CACHE => Some("--site-cache"),
+        ENV_REMOTE_URL => Some("--remote"),
+        _ => None,
+    }
+}
+
+/// `message` of a lower crate, which names a setting by its role (`the cache directory`), with
+/// the variable and flag of this binary that set it ([`gridkey_settings::name_settings`]).
+pub fn name_settings(message: &str) -> String {
+    gridkey_settings::name_settings(message, flag_of)
+}
+
+/// `report` with [`name_settings`] applied to every program's error and every warning, as it
+/// is printed and written as JSON.
+pub fn name_settings_in(mut report: gridkey::RunReport) -> gridkey::RunReport {
+    for p in &mut report.programs {
+        p.error = p.error.as_deref().map(name_settings);
+    }
+    for w in &mut report.warnings {
+        w.message = name_settings(&w.message);
+    }
+    report
+}
+
+#[cfg(test)]
+mod tests {
+    use super::name_settings;
+
+    #[test]
+    fn the_binary_names_the_variable_and_flag_of_a_role() {
+        let check = |lower: &str, shown: &str| assert_eq!(name_settings(lower), shown, "{lower}");
+        check(
+            "cannot use table store directory /x: denied; point the cache directory at a writable directory",
+            "cannot use table store directory /x: denied; point the cache directory (GRIDKEY_CACHE_DIR or --cache-dir) at a writable directory",
+        );
+        check(
+            "build worker (pid 7) ran past the per-task timeout of 0.5 s and was killed",
+            "build worker (pid 7) ran past the per-task timeout (GRIDKEY_BUILD_TIMEOUT) of 0.5 s and was killed",
+        );
+        check(
+            "fix the password or user in the shared tier's URL",
+            "fix the password or user in the shared tier's URL (GRIDKEY_REMOTE_URL or --remote)",
+        );
+        // Already named (a message of this crate): left as it is.
+        let own = "point GRIDKEY_CACHE_DIR (or --cache-dir) at the cache directory";
+        check(own, own);
+        check("nothing to name", "nothing to name");
+    }
+}

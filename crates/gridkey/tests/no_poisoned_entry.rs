@@ -12,7 +12,7 @@ use std::sync::Arc;
 use gridkey::{RunConfig, StencilHandler};
 use gridkey_fingerprint::{TranslationCache, TranslationOptions};
 use gridkey_jobs::{BuildJobs, BuildJobsMode, Runner, WorkerCommand};
-use gridkey_offsets::compile_time_offset_provider;
+use gridkey_offsets::{compile_time_offset_provider, ConversionMemo};
 use gridkey_store::{TableStore, TableView};
 
 /// Writes `value` over the first element of the stored int32 table at `path` holding `elements`
@@ -70,12 +70,15 @@ fn check(mode: BuildJobsMode, verify: bool, filled: bool) {
             worker: WorkerCommand::gridkey(PathBuf::new()),
             options: options.clone(),
         };
-        // Another grid value of the same file: the run below converts afresh into its own memo entry.
+        // Another grid value of the same file, through a memo of the run's own: the run below converts afresh.
         let other = gridkey_grid::read_grid(&grid_path).unwrap();
-        assert!(gridkey::run_with(&other, &programs, &runner, &config, 0.0).unwrap().all_verified());
+        assert!(gridkey::run(&config, gridkey::RunOptions::new().grid(&other).programs(&programs).runner(&runner))
+            .unwrap()
+            .all_verified());
     }
-    // The run's conversion finds this view in the memo: the run holds the mapping changed below.
-    let ct = compile_time_offset_provider(grid.provider(), &TableStore::open(cache.path()).unwrap()).unwrap();
+    // The run's conversion finds this view in the memo it is lent: the run holds the mapping changed below.
+    let memo = ConversionMemo::new();
+    let ct = memo.provider(grid.provider(), &TableStore::open(cache.path()).unwrap()).unwrap();
     let c2e = ct.gather("C2E").unwrap();
     let TableView::I32(table) = c2e.table() else { panic!("C2E is int32") };
     let max = table.iter().copied().max().unwrap();
@@ -86,7 +89,8 @@ fn check(mode: BuildJobsMode, verify: bool, filled: bool) {
     let worker = WorkerCommand::gridkey(PathBuf::from(env!("CARGO_BIN_EXE_gridkey")));
     let runner = Runner::new(BuildJobs::new(mode, 2), Arc::new(StencilHandler), worker.clone());
     let config = RunConfig { grid: grid_path, settings, worker, options: options.clone() };
-    let report = gridkey::run_with(&grid, &programs, &runner, &config, 0.0).unwrap();
+    let lent = gridkey::RunOptions::new().grid(&grid).programs(&programs).runner(&runner).memo(&memo);
+    let report = gridkey::run(&config, lent).unwrap();
     for p in &report.programs {
         assert!(p.verified, "{mode}, verify {verify}, filled {filled}: {}: {:?}", p.program, p.error);
     }
@@ -135,7 +139,9 @@ fn a_table_changed_while_a_verifying_run_holds_it_is_repaired_in_every_mode() {
 #[test]
 fn a_changed_file_under_the_name_beside_an_intact_mapping_is_repaired_for_the_workers() {
     let Setup { cache, grid_path, grid, programs, options } = setup();
-    let ct = compile_time_offset_provider(grid.provider(), &TableStore::open(cache.path()).unwrap()).unwrap();
+    // The run is lent this memo, so it holds this intact mapping.
+    let memo = ConversionMemo::new();
+    let ct = memo.provider(grid.provider(), &TableStore::open(cache.path()).unwrap()).unwrap();
     let c2e = ct.gather("C2E").unwrap();
     let TableView::I32(table) = c2e.table() else { panic!("C2E is int32") };
     let max = table.iter().copied().max().unwrap();
@@ -151,7 +157,8 @@ fn a_changed_file_under_the_name_beside_an_intact_mapping_is_repaired_for_the_wo
     let runner = Runner::new(BuildJobs::new(BuildJobsMode::Process, 2), Arc::new(StencilHandler), worker.clone());
     let config =
         RunConfig { grid: grid_path, settings: common::run_settings(cache.path()), worker, options: options.clone() };
-    let report = gridkey::run_with(&grid, &programs, &runner, &config, 0.0).unwrap();
+    let lent = gridkey::RunOptions::new().grid(&grid).programs(&programs).runner(&runner).memo(&memo);
+    let report = gridkey::run(&config, lent).unwrap();
     for p in &report.programs {
         assert!(p.verified, "{}: {:?}", p.program, p.error);
     }
@@ -177,7 +184,9 @@ fn an_entry_from_a_table_changed_and_changed_back_is_removed_when_its_kernel_ref
         worker: WorkerCommand::gridkey(PathBuf::new()),
         options: options.clone(),
     };
-    assert!(gridkey::run_with(&grid, &programs, &runner, &config, 0.0).unwrap().all_verified());
+    assert!(gridkey::run(&config, gridkey::RunOptions::new().grid(&grid).programs(&programs).runner(&runner))
+        .unwrap()
+        .all_verified());
 
     // The translation of `div` made while C2E's first element was out of range, then the table
     // restored: the entry goes under the intact table's key.
@@ -198,14 +207,16 @@ fn an_entry_from_a_table_changed_and_changed_back_is_removed_when_its_kernel_ref
 
     // Another grid value of the same file, so that the run converts afresh.
     let again = gridkey_grid::read_grid(&grid_path).unwrap();
-    let first_run = gridkey::run_with(&again, &programs, &runner, &config, 0.0).unwrap();
+    let first_run =
+        gridkey::run(&config, gridkey::RunOptions::new().grid(&again).programs(&programs).runner(&runner)).unwrap();
     let failed: Vec<_> = first_run.programs.iter().filter(|p| !p.verified).collect();
     assert_eq!(failed.len(), 1, "{:?}", first_run.programs);
     let error = failed[0].error.as_deref().unwrap_or_default();
     assert_eq!(failed[0].program, "div");
     assert!(error.contains("does not fit this grid's tables") && error.contains("removed from the cache"), "{error}");
     assert!(entries.get(&inputs.key()).is_err(), "the entry is gone");
-    let second = gridkey::run_with(&again, &programs, &runner, &config, 0.0).unwrap();
+    let second =
+        gridkey::run(&config, gridkey::RunOptions::new().grid(&again).programs(&programs).runner(&runner)).unwrap();
     assert!(second.all_verified(), "{:?}", second.programs);
     let fresh = gridkey_stencil::translate(div, &ct, &options).unwrap();
     assert_eq!(entries.get(&inputs.key()).as_deref(), Ok(fresh.as_bytes()), "translated again from the intact table");

@@ -202,7 +202,10 @@ fn the_build_timeout_kills_hung_compilations_and_fails_each_program() {
     let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
     for p in report["programs"].as_array().unwrap() {
         let error = p["error"].as_str().unwrap();
-        assert!(error.contains("ran past the timeout of 0.5 s (GRIDKEY_BUILD_TIMEOUT) and was killed"), "{error}");
+        assert!(
+            error.contains("ran past the per-task timeout (GRIDKEY_BUILD_TIMEOUT) of 0.5 s and was killed"),
+            "{error}"
+        );
     }
     assert!(children(run_pid).is_empty());
     // No sleeping compiler is left behind: each was killed with its worker's process group (a

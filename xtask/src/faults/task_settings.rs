@@ -62,7 +62,10 @@ fn silent_worker(m: &mut Matrix) -> Result<Seen> {
     };
     let grid = gridkey_grid::read_grid(&m.grid)?;
     let started = Instant::now();
-    let report = gridkey::run_with(&grid, &gridkey_stencil::icon_programs(), &runner, &config, 0.0)?;
+    let report = gridkey::run(
+        &config,
+        gridkey::RunOptions::new().grid(&grid).programs(&gridkey_stencil::icon_programs()).runner(&runner),
+    )?;
     let took = started.elapsed();
     drop(runner);
     let pids: Vec<u32> = std::fs::read_to_string(m.work.path().join("silent.pids"))
