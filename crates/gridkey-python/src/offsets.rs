@@ -497,8 +497,16 @@ impl IdentityMemo {
     }
 
     /// The value stored for `obj`; when there is none, `factory()` is called (without the
-    /// memo's lock held), stored and returned.
+    /// memo's lock held), stored and returned; what `factory` raises propagates unchanged.
+    ///
+    /// Errors: `TableTypeError` for a `factory` that is not callable.
     fn get_or_insert(&self, py: Python<'_>, obj: &Bound<'_, PyAny>, factory: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        if !factory.is_callable() {
+            return Err(error(
+                Kind::Type,
+                format!("argument factory must be callable, not {}", factory.get_type().name()?),
+            ));
+        }
         if let Some(v) = locked(&self.map).get(obj, ()).map(|v| v.clone_ref(py)) {
             return Ok(v);
         }
