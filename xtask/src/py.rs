@@ -24,7 +24,7 @@ use ndarray_npy::ReadNpyExt;
 use serde_json::{json, Value};
 
 /// What the package's tests and benchmarks need besides the package itself.
-const TOOLS: &[&str] = &["maturin>=1.9,<2", "numpy", "pytest", "hypothesis", "xxhash", "netCDF4"];
+const TOOLS: &[&str] = &["maturin>=1.9,<2", "numpy", "pytest", "hypothesis", "xxhash", "netCDF4", "mypy"];
 
 /// Options of both commands.
 struct PyArgs {
@@ -68,6 +68,43 @@ pub fn py_test(python: &Path, fresh: bool) -> Result<bool> {
         .status()
         .context("cannot run pytest")?;
     Ok(status.success())
+}
+
+/// The package's type checks with the interpreter `python` of a virtual environment where the
+/// package is installed: `python -m mypy.stubtest gridkey._gridkey` (the stub
+/// `python/gridkey/_gridkey.pyi` against the built module, with the allowlist
+/// `stubtest-allowlist.txt` when there is one) when `what` is [`TypeCheck::Stubtest`], and
+/// `python -m mypy` (`--strict` over the package and its tests, `[tool.mypy]` of its
+/// `pyproject.toml`) when it is [`TypeCheck::Strict`]. Both run in `crates/gridkey-python`.
+/// Ok(true) when the check is clean.
+///
+/// Errors: an interpreter that cannot be run.
+pub fn type_check(python: &Path, root: &Path, what: TypeCheck) -> Result<bool> {
+    let package = root.join("crates/gridkey-python");
+    let mut cmd = clean(Command::new(python));
+    cmd.current_dir(&package).env("MYPYPATH", package.join("python"));
+    match what {
+        TypeCheck::Stubtest => {
+            cmd.args(["-m", "mypy.stubtest", "gridkey._gridkey"]);
+            let allowlist = package.join("stubtest-allowlist.txt");
+            if allowlist.is_file() {
+                cmd.arg("--allowlist").arg(allowlist);
+            }
+        }
+        TypeCheck::Strict => {
+            cmd.args(["-m", "mypy"]);
+        }
+    }
+    Ok(cmd.status().with_context(|| format!("cannot run {}", python.display()))?.success())
+}
+
+/// Which type check [`type_check`] runs.
+#[derive(Clone, Copy, Debug)]
+pub enum TypeCheck {
+    /// `mypy.stubtest gridkey._gridkey`: the stub against the built module.
+    Stubtest,
+    /// `mypy --strict` over `python/gridkey` and `tests`.
+    Strict,
 }
 
 /// A command with every variable of gridkey removed, so that the developer's settings do not

@@ -14,7 +14,9 @@
 //!    `GRIDKEY_TEST_REDIS_URL` and `GRIDKEY_TEST_REQUIRE` (the services that must be present: a
 //!    test that finds one missing fails instead of saying it skipped);
 //! 4. the Python package's pytest suite, when the package is in the tree, with the environment's
-//!    `bin` (cmake, ninja) first on `PATH`.
+//!    `bin` (cmake, ninja) first on `PATH`;
+//! 5. its type checks (`py::type_check`): `python -m mypy.stubtest gridkey._gridkey`, the stub
+//!    `_gridkey.pyi` against the built module, and `mypy --strict` over the package and its tests.
 //!
 //! Each step's wall time is printed at the end. Under a plain `cargo test --workspace` the same
 //! tests say that they skipped, and name this command.
@@ -27,8 +29,8 @@ use anyhow::{bail, Context, Result};
 
 /// PyPI packages of the test environment: numpy (stored tables read back), xxhash (the key and
 /// digest witnesses), pytest and hypothesis (the Python package's tests), maturin (its build),
-/// netCDF4 (the witness of netCDF-4 grid reading).
-pub const PYPI_PACKAGES: &[&str] = &["numpy", "xxhash", "pytest", "hypothesis", "maturin", "netCDF4"];
+/// netCDF4 (the witness of netCDF-4 grid reading), mypy (the stub check and `mypy --strict` of the package).
+pub const PYPI_PACKAGES: &[&str] = &["numpy", "xxhash", "pytest", "hypothesis", "maturin", "netCDF4", "mypy"];
 
 /// A step and how long it took.
 struct Timings(Vec<(String, Duration)>);
@@ -156,9 +158,20 @@ pub fn test(root: &Path, target: &Path) -> Result<bool> {
         true
     };
     drop(redis);
+    let typed = if package {
+        let stubtest = timings.step("mypy.stubtest gridkey._gridkey", || {
+            crate::py::type_check(&python, root, crate::py::TypeCheck::Stubtest)
+        })?;
+        let strict = timings.step("mypy --strict python/gridkey tests", || {
+            crate::py::type_check(&python, root, crate::py::TypeCheck::Strict)
+        })?;
+        stubtest && strict
+    } else {
+        true
+    };
     timings.print();
-    println!("xtask test: Rust tests {}, Python tests {}", verdict(rust), verdict(py));
-    Ok(rust && py)
+    println!("xtask test: Rust tests {}, Python tests {}, type checks {}", verdict(rust), verdict(py), verdict(typed));
+    Ok(rust && py && typed)
 }
 
 fn verdict(ok: bool) -> &'static str {

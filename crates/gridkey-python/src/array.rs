@@ -13,7 +13,7 @@ use numpy::{PyArrayDescr, PyArrayDescrMethods, PyUntypedArray, PyUntypedArrayMet
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
-use crate::errors::{error, Kind};
+use crate::errors::{error, IntoPyErr, Kind};
 use crate::raw::{span, RawTable};
 
 /// DLPack device type of host memory (`kDLCPU`).
@@ -47,7 +47,7 @@ impl<'py> HostTable<'py> {
         // values read, never memory safety of this integer-only read.
         let origin = unsafe { (*self.array.as_array_ptr()).fields.data } as usize;
         let size = self.dtype.itemsize();
-        let (start, len) = span(origin, self.strides, self.shape, size).map_err(|e| error(Kind::Value, e.0))?;
+        let (start, len) = span(origin, self.strides, self.shape, size).map_err(IntoPyErr::into_py_err)?;
         let bytes: &[u8] = if len == 0 {
             &[]
         } else {
@@ -57,7 +57,7 @@ impl<'py> HostTable<'py> {
             unsafe { std::slice::from_raw_parts(start as *const u8, len) }
         };
         RawTable::new(bytes, origin - start, self.strides, self.shape, self.dtype, self.order)
-            .map_err(|e| error(Kind::Value, e.0))
+            .map_err(IntoPyErr::into_py_err)
     }
 }
 

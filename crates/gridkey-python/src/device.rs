@@ -9,7 +9,7 @@
 use std::sync::Arc;
 
 use gridkey_digest::Dtype;
-use gridkey_offsets::{CopyError, IndexTable, OffsetsError, TableSource};
+use gridkey_offsets::{CopyError, IndexTable, TableSource};
 use ndarray::Array2;
 use pyo3::prelude::*;
 
@@ -34,29 +34,21 @@ impl std::fmt::Display for HostCopyError {
 
 impl std::error::Error for HostCopyError {}
 
-/// A `DeviceCopyError` with `message`, and as its cause the library's exception when `source`
-/// is a [`HostCopyError`] that has one.
-fn device_copy_error(message: String, source: Option<&CopyError>) -> PyErr {
-    let err = error(Kind::DeviceCopy, message);
-    let cause = source.and_then(|s| s.downcast_ref::<HostCopyError>()).and_then(|h| h.cause.as_ref());
-    if let Some(cause) = cause {
-        Python::attach(|py| err.set_cause(py, Some(cause.clone_ref(py))));
+/// The exception the array library raised in a failed host copy, when `source` is a
+/// [`HostCopyError`] that has one (the `__cause__` of the `DeviceCopyError`).
+pub fn cause_of(source: &CopyError) -> Option<PyErr> {
+    let cause = source.downcast_ref::<HostCopyError>().and_then(|h| h.cause.as_ref())?;
+    Some(Python::attach(|py| cause.clone_ref(py)))
+}
+
+/// The Python exception of a failed host copy outside a conversion: a `DeviceCopyError` with
+/// the library's exception as its cause.
+pub fn copy_error(e: CopyError) -> PyErr {
+    let err = error(Kind::DeviceCopy, e.to_string());
+    if let Some(cause) = cause_of(&e) {
+        Python::attach(|py| err.set_cause(py, Some(cause)));
     }
     err
-}
-
-/// The Python exception of a failed host copy in a conversion (the message names the offset).
-pub fn offsets_copy_error(e: OffsetsError) -> PyErr {
-    match &e {
-        OffsetsError::HostCopy { source, .. } => device_copy_error(e.to_string(), Some(source)),
-        OffsetsError::HostCopyShape { .. } => device_copy_error(e.to_string(), None),
-        _ => crate::errors::offsets_error(e),
-    }
-}
-
-/// The Python exception of a failed host copy outside a conversion.
-pub fn copy_error(e: CopyError) -> PyErr {
-    device_copy_error(e.to_string(), Some(&e))
 }
 
 /// A table held by a Python object on a device.

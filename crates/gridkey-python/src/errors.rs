@@ -1,20 +1,29 @@
 //! The one place where Rust errors become Python exceptions.
 //!
 //! The exception classes are defined in Python (`gridkey/errors.py`), because a class such as
-//! `TableNotFoundError` derives from both `GridkeyOSError` and `FileNotFoundError`; each carries
-//! the Rust message unchanged, and an `OSError` subclass also gets `errno` and `filename`.
+//! `TableNotFoundError` derives from both `GridkeyOSError` and `FileNotFoundError`; they are
+//! imported once, when the extension module is initialised ([`add_classes`]), held in
+//! [`CLASSES`] and added to the module, so that `gridkey._gridkey.TableTypeError is
+//! gridkey.errors.TableTypeError` and nothing is looked up by name afterwards. Each exception
+//! carries the Rust message unchanged, and an `OSError` subclass also gets `errno` and
+//! `filename`.
+//!
+//! Every error enum of a crate this package calls is mapped by one [`IntoPyErr`] impl here, each
+//! an exhaustive `match`, so a new variant is a compile error until it is given a class.
 
 use std::path::Path;
 
-use gridkey_digest::Dtype;
+use gridkey_digest::{DigestError, Dtype};
+use gridkey_fingerprint::FingerprintError;
 use gridkey_offsets::OffsetsError;
+use gridkey_settings::SettingsError;
 use gridkey_store::StoreError;
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::PyType;
 
-/// The exception classes of `gridkey.errors`, by name.
+/// The exception classes of `gridkey.errors`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
     /// `GridkeyOSError(GridkeyError, OSError)`: the file system refused (directory, write, read).
@@ -26,7 +35,8 @@ pub enum Kind {
     /// `TableValueError(GridkeyError, ValueError)`: a table or an argument has a bad value
     /// (dimensions, shape, digest text, key-input record).
     Value,
-    /// `TableTypeError(GridkeyError, TypeError)`: not a table, or not an int32/int64 one.
+    /// `TableTypeError(GridkeyError, TypeError)`: not a table, or not an int32/int64 one, or an
+    /// argument of another type.
     Type,
     /// `SettingsError(GridkeyError, ValueError)`: a bad environment variable.
     Settings,
@@ -39,26 +49,97 @@ pub enum Kind {
     TooLarge,
 }
 
-impl Kind {
-    fn class_name(self) -> &'static str {
-        match self {
-            Kind::Os => "GridkeyOSError",
-            Kind::NotFound => "TableNotFoundError",
-            Kind::TableFile => "TableFileError",
-            Kind::Value => "TableValueError",
-            Kind::Type => "TableTypeError",
-            Kind::Settings => "SettingsError",
-            Kind::DeviceCopy => "DeviceCopyError",
-            Kind::Internal => "InternalError",
-            Kind::TooLarge => "TableTooLargeError",
+/// The classes of `gridkey.errors`, imported once.
+struct Classes {
+    base: Py<PyType>,
+    os: Py<PyType>,
+    not_found: Py<PyType>,
+    table_file: Py<PyType>,
+    value: Py<PyType>,
+    type_: Py<PyType>,
+    settings: Py<PyType>,
+    device_copy: Py<PyType>,
+    internal: Py<PyType>,
+    too_large: Py<PyType>,
+}
+
+impl Classes {
+    /// Every class with its name in `gridkey.errors`, the base first.
+    fn named(&self) -> [(&'static str, &Py<PyType>); 10] {
+        [
+            ("GridkeyError", &self.base),
+            ("GridkeyOSError", &self.os),
+            ("TableNotFoundError", &self.not_found),
+            ("TableFileError", &self.table_file),
+            ("TableValueError", &self.value),
+            ("TableTypeError", &self.type_),
+            ("SettingsError", &self.settings),
+            ("DeviceCopyError", &self.device_copy),
+            ("InternalError", &self.internal),
+            ("TableTooLargeError", &self.too_large),
+        ]
+    }
+
+    fn of(&self, kind: Kind) -> &Py<PyType> {
+        match kind {
+            Kind::Os => &self.os,
+            Kind::NotFound => &self.not_found,
+            Kind::TableFile => &self.table_file,
+            Kind::Value => &self.value,
+            Kind::Type => &self.type_,
+            Kind::Settings => &self.settings,
+            Kind::DeviceCopy => &self.device_copy,
+            Kind::Internal => &self.internal,
+            Kind::TooLarge => &self.too_large,
         }
+    }
+
+    fn import(py: Python<'_>) -> PyResult<Self> {
+        let module = py.import("gridkey.errors")?;
+        let get = |name: &str| -> PyResult<Py<PyType>> { Ok(module.getattr(name)?.cast_into::<PyType>()?.unbind()) };
+        Ok(Self {
+            base: get("GridkeyError")?,
+            os: get("GridkeyOSError")?,
+            not_found: get("TableNotFoundError")?,
+            table_file: get("TableFileError")?,
+            value: get("TableValueError")?,
+            type_: get("TableTypeError")?,
+            settings: get("SettingsError")?,
+            device_copy: get("DeviceCopyError")?,
+            internal: get("InternalError")?,
+            too_large: get("TableTooLargeError")?,
+        })
     }
 }
 
+/// The classes every exception of this module is made from, set by [`add_classes`].
+static CLASSES: PyOnceLock<Classes> = PyOnceLock::new();
+
+fn classes(py: Python<'_>) -> PyResult<&'static Classes> {
+    CLASSES.get_or_try_init(py, || Classes::import(py))
+}
+
+/// Imports the exception classes of `gridkey.errors` once and adds each to `m` under its own
+/// name (`gridkey._gridkey.TableTypeError`), the very objects the exceptions are made from.
+///
+/// Errors: the `ImportError` or `AttributeError` of a `gridkey.errors` without them (a broken
+/// install), which fails the import of the module.
+pub fn add_classes(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    for (name, class) in classes(m.py())?.named() {
+        m.add(name, class.clone_ref(m.py()))?;
+    }
+    Ok(())
+}
+
 fn class<'py>(py: Python<'py>, kind: Kind) -> PyResult<Bound<'py, PyType>> {
-    static ERRORS: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
-    let module = ERRORS.get_or_try_init(py, || py.import("gridkey.errors").map(Bound::unbind))?;
-    Ok(module.bind(py).getattr(kind.class_name())?.cast_into::<PyType>()?)
+    Ok(classes(py)?.of(kind).bind(py).clone())
+}
+
+/// A crate's error enum as the Python exception of its kind, carrying its message: the one
+/// mapping of each enum (`map_err(IntoPyErr::into_py_err)`).
+pub trait IntoPyErr {
+    /// The exception.
+    fn into_py_err(self) -> PyErr;
 }
 
 /// A Python exception of `kind` with `message`.
@@ -107,9 +188,10 @@ pub fn os_error(message: impl Into<String>, e: &std::io::Error, path: &Path) -> 
 /// `ENOENT`, the errno of a missing file (2 on Linux and macOS).
 const ENOENT: i32 = 2;
 
-/// The exception for a table-store error, carrying its message (after `prefix`, if any).
-pub fn store_error(e: StoreError) -> PyErr {
-    store_error_in(None, e)
+impl IntoPyErr for StoreError {
+    fn into_py_err(self) -> PyErr {
+        store_error_in(None, self)
+    }
 }
 
 fn store_error_in(offset: Option<&str>, e: StoreError) -> PyErr {
@@ -135,11 +217,78 @@ fn store_error_in(offset: Option<&str>, e: StoreError) -> PyErr {
     }
 }
 
-/// The exception for an offsets error; its message names the offset.
-pub fn offsets_error(e: OffsetsError) -> PyErr {
-    match e {
-        OffsetsError::Store { offset, source } => store_error_in(Some(&offset), source),
-        other => error(Kind::Value, other.to_string()),
+/// Its message names the offset; a failed host copy is a `DeviceCopyError` whose cause is the
+/// array library's exception (`device::HostCopyError`).
+impl IntoPyErr for OffsetsError {
+    fn into_py_err(self) -> PyErr {
+        match self {
+            OffsetsError::Store { offset, source } => store_error_in(Some(&offset), source),
+            OffsetsError::HostCopy { ref source, .. } => {
+                let err = error(Kind::DeviceCopy, self.to_string());
+                if let Some(cause) = crate::device::cause_of(source) {
+                    Python::attach(|py| err.set_cause(py, Some(cause)));
+                }
+                err
+            }
+            OffsetsError::HostCopyShape { .. } => error(Kind::DeviceCopy, self.to_string()),
+            OffsetsError::DuplicateOffset { .. }
+            | OffsetsError::TableLength { .. }
+            | OffsetsError::DimensionKind { .. } => error(Kind::Value, self.to_string()),
+        }
+    }
+}
+
+impl IntoPyErr for DigestError {
+    fn into_py_err(self) -> PyErr {
+        match self {
+            DigestError::Length { .. } | DigestError::Parse { .. } => error(Kind::Value, self.to_string()),
+        }
+    }
+}
+
+/// A key that does not parse is a `TableValueError`; a directory or entry that cannot be
+/// written a `GridkeyOSError` with its errno and path.
+impl IntoPyErr for FingerprintError {
+    fn into_py_err(self) -> PyErr {
+        let message = self.to_string();
+        match &self {
+            FingerprintError::Directory { path, source } | FingerprintError::Write { path, source } => {
+                construct(Kind::Os, message, source.raw_os_error(), Some(path))
+            }
+            FingerprintError::TierWrite { .. } => error(Kind::Os, message),
+            FingerprintError::ParseKey { .. } => error(Kind::Value, message),
+        }
+    }
+}
+
+impl IntoPyErr for SettingsError {
+    fn into_py_err(self) -> PyErr {
+        match self {
+            SettingsError::BadSetting { .. }
+            | SettingsError::CompilerNotFound { .. }
+            | SettingsError::CompilerNotIdentified { .. }
+            | SettingsError::TaskCacheDir { .. } => error(Kind::Settings, self.to_string()),
+        }
+    }
+}
+
+/// The exception of a [`SettingsError`] about a compiler command read from `var` (GT4Py's
+/// `CXX`) rather than from `GRIDKEY_CC`, whose name the parser's message would otherwise give.
+pub fn settings_error_of(var: &str, e: SettingsError) -> PyErr {
+    let err = e.into_py_err();
+    Python::attach(|py| {
+        let value = err.value(py);
+        if let Ok(message) = value.str() {
+            let _ = value.setattr("args", (message.to_string().replace("GRIDKEY_CC", var),));
+        }
+    });
+    err
+}
+
+/// A layout that `raw.rs` cannot read: a bad value of the array (its strides or span).
+impl IntoPyErr for crate::raw::LayoutError {
+    fn into_py_err(self) -> PyErr {
+        error(Kind::Value, self.0)
     }
 }
 

@@ -12,18 +12,25 @@ use gridkey_settings::CompilerSettings;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyMapping};
 
-use crate::errors::{error, guard, Kind};
+use crate::args;
+use crate::errors::{error, guard, settings_error_of, IntoPyErr, Kind};
 
 /// The compilers CMake looks for, in its order, when `CXX` is not set (`CMakeDetermineCXXCompiler`).
 const CMAKE_CXX_NAMES: [&str; 3] = ["c++", "g++", "clang++"];
 
 fn vars_of(mapping: &Bound<'_, PyAny>) -> PyResult<BTreeMap<String, String>> {
-    let mapping = mapping
-        .cast::<PyMapping>()
-        .map_err(|_| error(Kind::Type, "the compiler's environment is a mapping of variable names to values"))?;
+    let mapping = mapping.cast::<PyMapping>().map_err(|_| {
+        error(
+            Kind::Type,
+            format!(
+                "argument environ must be a mapping of variable names to values, not {}",
+                mapping.get_type().name().map(|n| n.to_string()).unwrap_or_default()
+            ),
+        )
+    })?;
     let mut vars = BTreeMap::new();
     for item in mapping.items()?.iter() {
-        let (name, value): (String, String) = item.extract()?;
+        let (name, value): (String, String) = args::arg(&item, "environ", "a mapping of str to str")?;
         vars.insert(name, value);
     }
     Ok(vars)
@@ -38,7 +45,11 @@ fn vars_of(mapping: &Bound<'_, PyAny>) -> PyResult<BTreeMap<String, String>> {
 ///
 /// Errors: `SettingsError` for a blank `CXX`.
 #[pyfunction]
-pub fn cxx_compiler_identity(py: Python<'_>, environ: &Bound<'_, PyAny>, cwd: PathBuf) -> PyResult<(String, String)> {
+pub fn cxx_compiler_identity(
+    py: Python<'_>,
+    environ: &Bound<'_, PyAny>,
+    #[pyo3(from_py_with = args::cwd)] cwd: PathBuf,
+) -> PyResult<(String, String)> {
     let vars = vars_of(environ)?;
     guard(|| {
         let lookup = |name: &str| vars.get(name).cloned();
@@ -50,8 +61,7 @@ pub fn cxx_compiler_identity(py: Python<'_>, environ: &Bound<'_, PyAny>, cwd: Pa
                 found.unwrap_or(CMAKE_CXX_NAMES[0]).to_owned()
             }
         };
-        let compiler = CompilerSettings::from_command(&words, lookup)
-            .map_err(|e| error(Kind::Settings, e.to_string().replace("GRIDKEY_CC", "CXX")))?;
+        let compiler = CompilerSettings::from_command(&words, lookup).map_err(|e| settings_error_of("CXX", e))?;
         let identity = py.detach(|| gridkey_stencil::compiler_identity(&compiler, &cwd));
         Ok((compiler.command.join(" "), identity))
     })
@@ -64,13 +74,13 @@ pub fn cxx_compiler_identity(py: Python<'_>, environ: &Bound<'_, PyAny>, cwd: Pa
 /// it (`gridkey_fingerprint::gt4py` lists every input and why).
 #[pyfunction]
 pub fn gt4py_extension_key(
-    build_folder: String,
-    compiler_identity: String,
-    ext_suffix: String,
-    platform: String,
-    nanobind_version: String,
-    gridtools_cpp_version: String,
-    gt4py_version: String,
+    #[pyo3(from_py_with = args::build_folder)] build_folder: String,
+    #[pyo3(from_py_with = args::compiler_identity)] compiler_identity: String,
+    #[pyo3(from_py_with = args::ext_suffix)] ext_suffix: String,
+    #[pyo3(from_py_with = args::platform)] platform: String,
+    #[pyo3(from_py_with = args::nanobind_version)] nanobind_version: String,
+    #[pyo3(from_py_with = args::gridtools_cpp_version)] gridtools_cpp_version: String,
+    #[pyo3(from_py_with = args::gt4py_version)] gt4py_version: String,
 ) -> String {
     ExtensionKeyInputs {
         build_folder,
@@ -89,16 +99,16 @@ pub fn gt4py_extension_key(
 /// of its `FileCache` entry without `.pkl`) in the translation cache `cache_name` (`gtfn`) of
 /// GT4Py `gt4py_version` (`gridkey_fingerprint::gt4py::translation_entry_key`).
 #[pyfunction]
-pub fn gt4py_translation_key(gt4py_version: &str, cache_name: &str, gt4py_key: &str) -> String {
-    core::translation_entry_key(gt4py_version, cache_name, gt4py_key).to_hex()
+pub fn gt4py_translation_key(
+    #[pyo3(from_py_with = args::gt4py_version)] gt4py_version: String,
+    #[pyo3(from_py_with = args::cache_name)] cache_name: String,
+    #[pyo3(from_py_with = args::gt4py_key)] gt4py_key: String,
+) -> String {
+    core::translation_entry_key(&gt4py_version, &cache_name, &gt4py_key).to_hex()
 }
 
 fn parse_key(key: &str) -> PyResult<TranslationKey> {
-    key.parse().map_err(|e: FingerprintError| error(Kind::Value, e.to_string()))
-}
-
-fn write_error(e: FingerprintError) -> PyErr {
-    error(Kind::Os, e.to_string())
+    key.parse().map_err(|e: FingerprintError| e.into_py_err())
 }
 
 /// GT4Py's store in gridkey's cache directory: `<cache_dir>/gt4py-v1/{translation,extension}/`,
@@ -134,8 +144,8 @@ impl Gt4pyStore {
     ///
     /// Errors: `GridkeyOSError` naming the directory.
     #[new]
-    fn new(cache_dir: PathBuf) -> PyResult<Self> {
-        let inner = core::Gt4pyStore::open(&cache_dir).map_err(write_error)?;
+    fn new(#[pyo3(from_py_with = args::required_cache_dir)] cache_dir: PathBuf) -> PyResult<Self> {
+        let inner = core::Gt4pyStore::open(&cache_dir).map_err(IntoPyErr::into_py_err)?;
         Ok(Self { inner, rejected: AtomicU64::new(0), last_rejection: std::sync::Mutex::new(None) })
     }
 
@@ -160,23 +170,35 @@ impl Gt4pyStore {
     /// The path of the entry of `kind` (`"translation"` or `"extension"`) under `key`.
     ///
     /// Errors: `TableValueError` for another kind or a key that is not 32 hex digits.
-    fn entry_path(&self, kind: &str, key: &str) -> PyResult<PathBuf> {
-        Ok(self.inner.entry_path(kind_of(kind)?, &parse_key(key)?))
+    fn entry_path(
+        &self,
+        #[pyo3(from_py_with = args::kind)] kind: String,
+        #[pyo3(from_py_with = args::key)] key: String,
+    ) -> PyResult<PathBuf> {
+        Ok(self.inner.entry_path(kind_of(&kind)?, &parse_key(&key)?))
     }
 
     /// The checked bytes of the translation entry `key` (a pickle GT4Py wrote), or None.
     ///
     /// Errors: `TableValueError` for a key that is not 32 hex digits.
-    fn get_translation<'py>(&self, py: Python<'py>, key: &str) -> PyResult<Option<Bound<'py, PyBytes>>> {
-        Ok(guard(|| self.get(Gt4pyKind::Translation, key))?.map(|b| PyBytes::new(py, &b)))
+    fn get_translation<'py>(
+        &self,
+        py: Python<'py>,
+        #[pyo3(from_py_with = args::key)] key: String,
+    ) -> PyResult<Option<Bound<'py, PyBytes>>> {
+        Ok(guard(|| self.get(Gt4pyKind::Translation, &key))?.map(|b| PyBytes::new(py, &b)))
     }
 
     /// Stores `data` as the translation entry `key`; returns the entry's path.
     ///
     /// Errors: `GridkeyOSError` naming the entry when it cannot be written (nothing is left).
-    fn put_translation(&self, key: &str, data: &[u8]) -> PyResult<PathBuf> {
-        let key = parse_key(key)?;
-        guard(|| self.inner.put(Gt4pyKind::Translation, &key, data).map_err(write_error))
+    fn put_translation(
+        &self,
+        #[pyo3(from_py_with = args::key)] key: String,
+        #[pyo3(from_py_with = args::data)] data: Vec<u8>,
+    ) -> PyResult<PathBuf> {
+        let key = parse_key(&key)?;
+        guard(|| self.inner.put(Gt4pyKind::Translation, &key, &data).map_err(IntoPyErr::into_py_err))
     }
 
     /// Stores the built extension `key`: the files `names` (paths relative to `folder`) read
@@ -187,11 +209,11 @@ impl Gt4pyStore {
     fn put_extension(
         &self,
         py: Python<'_>,
-        key: &str,
-        folder: PathBuf,
-        names: Vec<String>,
+        #[pyo3(from_py_with = args::key)] key: String,
+        #[pyo3(from_py_with = args::folder)] folder: PathBuf,
+        #[pyo3(from_py_with = args::names)] names: Vec<String>,
     ) -> PyResult<(PathBuf, u64)> {
-        let key = parse_key(key)?;
+        let key = parse_key(&key)?;
         guard(|| {
             let mut files = Vec::new();
             for name in names {
@@ -203,7 +225,8 @@ impl Gt4pyStore {
             }
             let bundle = core::encode_bundle(&files);
             core::decode_bundle(&bundle).map_err(|why| error(Kind::Value, why))?;
-            let path = py.detach(|| self.inner.put(Gt4pyKind::Extension, &key, &bundle)).map_err(write_error)?;
+            let path =
+                py.detach(|| self.inner.put(Gt4pyKind::Extension, &key, &bundle)).map_err(IntoPyErr::into_py_err)?;
             Ok((path, bundle.len() as u64))
         })
     }
@@ -214,9 +237,14 @@ impl Gt4pyStore {
     /// the store has no valid entry (a bad one is removed and counted).
     ///
     /// Errors: `GridkeyOSError` naming a file that cannot be written.
-    fn materialize(&self, py: Python<'_>, key: &str, folder: PathBuf) -> PyResult<Option<Vec<String>>> {
+    fn materialize(
+        &self,
+        py: Python<'_>,
+        #[pyo3(from_py_with = args::key)] key: String,
+        #[pyo3(from_py_with = args::folder)] folder: PathBuf,
+    ) -> PyResult<Option<Vec<String>>> {
         guard(|| {
-            let Some(bundle) = self.get(Gt4pyKind::Extension, key)? else { return Ok(None) };
+            let Some(bundle) = self.get(Gt4pyKind::Extension, &key)? else { return Ok(None) };
             let files = core::decode_bundle(&bundle).map_err(|why| error(Kind::Value, why))?;
             py.detach(|| write_files(&folder, &files))?;
             Ok(Some(files.into_iter().map(|(name, _)| name).collect()))

@@ -8,7 +8,8 @@ use gridkey_offsets::{CompileTimeOffsetProvider, Entry};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyMapping};
 
-use crate::errors::{error, guard, Kind};
+use crate::args;
+use crate::errors::{error, guard, IntoPyErr, Kind};
 use crate::offsets::{CompileTimeConnectivity, Connectivity, Dimension};
 
 /// Every input of a translation key, in key order: the format versions, the frontend and its
@@ -28,12 +29,16 @@ fn compile_time_provider(provider: &Bound<'_, PyAny>) -> PyResult<CompileTimeOff
     let provider = provider.cast::<PyMapping>().map_err(|_| {
         error(
             Kind::Type,
-            "the offset provider of a key is a mapping of offset names to compile-time connectivities and dimensions",
+            format!("argument provider must be a mapping of offset names to compile-time connectivities and dimensions, not {}", provider.get_type().name().map(|n| n.to_string()).unwrap_or_default()),
         )
     })?;
     let mut out = CompileTimeOffsetProvider::new();
     for item in provider.items()?.iter() {
-        let (name, entry): (String, Bound<'_, PyAny>) = item.extract()?;
+        let (name, entry): (String, Bound<'_, PyAny>) = crate::args::arg(
+            &item,
+            "provider",
+            "a mapping of str offset names to compile-time connectivities and dimensions",
+        )?;
         let entry = if let Ok(c) = entry.cast::<CompileTimeConnectivity>() {
             Entry::Gather(c.get().inner().clone())
         } else if let Ok(d) = entry.cast::<Dimension>() {
@@ -41,18 +46,18 @@ fn compile_time_provider(provider: &Bound<'_, PyAny>) -> PyResult<CompileTimeOff
         } else if entry.cast::<Connectivity>().is_ok() {
             return Err(error(
                 Kind::Type,
-                format!("offset {name} is a runtime connectivity: key the compile-time view (gridkey.compile_time_offset_provider)"),
+                format!("argument provider, offset {name} is a runtime connectivity: key the compile-time view (gridkey.compile_time_offset_provider)"),
             ));
         } else {
             return Err(error(
                 Kind::Type,
                 format!(
-                    "offset {name}: an object of type {} is neither a compile-time connectivity nor a dimension",
+                    "argument provider, offset {name}: an object of type {} is neither a compile-time connectivity nor a dimension",
                     entry.get_type().fully_qualified_name()?
                 ),
             ));
         };
-        out.push(name, entry).map_err(|e| error(Kind::Value, e.to_string()))?;
+        out.push(name, entry).map_err(IntoPyErr::into_py_err)?;
     }
     Ok(out)
 }
@@ -70,19 +75,19 @@ impl KeyInputs {
     #[new]
     #[pyo3(signature = (frontend, frontend_version, program, encoding, options, provider, frontend_fingerprint = String::new()))]
     fn new(
-        frontend: String,
-        frontend_version: String,
-        program: &str,
-        encoding: &[u8],
-        options: BTreeMap<String, String>,
+        #[pyo3(from_py_with = args::frontend)] frontend: String,
+        #[pyo3(from_py_with = args::frontend_version)] frontend_version: String,
+        #[pyo3(from_py_with = args::program)] program: String,
+        #[pyo3(from_py_with = args::encoding)] encoding: Vec<u8>,
+        #[pyo3(from_py_with = args::options)] options: BTreeMap<String, String>,
         provider: &Bound<'_, PyAny>,
-        frontend_fingerprint: String,
+        #[pyo3(from_py_with = args::frontend_fingerprint)] frontend_fingerprint: String,
     ) -> PyResult<Self> {
         guard(|| {
             let provider = compile_time_provider(provider)?;
             let frontend = Frontend { name: frontend, version: frontend_version, fingerprint: frontend_fingerprint };
             let options: TranslationOptions = options;
-            Ok(Self { inner: gridkey_fingerprint::KeyInputs::new(&frontend, program, encoding, &options, &provider) })
+            Ok(Self { inner: gridkey_fingerprint::KeyInputs::new(&frontend, &program, &encoding, &options, &provider) })
         })
     }
 
@@ -91,8 +96,8 @@ impl KeyInputs {
     ///
     /// Errors: `TableValueError` naming what is wrong with the record.
     #[staticmethod]
-    fn from_json(text: &str) -> PyResult<Self> {
-        serde_json::from_str(text).map(|inner| Self { inner }).map_err(|e| {
+    fn from_json(#[pyo3(from_py_with = args::text)] text: String) -> PyResult<Self> {
+        serde_json::from_str(&text).map(|inner| Self { inner }).map_err(|e| {
             error(
                 Kind::Value,
                 format!("not a key-input record of format v{}: {e}", gridkey_fingerprint::KEY_FORMAT_VERSION),
@@ -158,8 +163,8 @@ impl KeyInputs {
 
 /// The translation key of `inputs` (format v1), 32 hex digits: the same as `inputs.key()`.
 #[pyfunction]
-pub fn translation_key(inputs: &KeyInputs) -> String {
-    inputs.key()
+pub fn translation_key(#[pyo3(from_py_with = args::inputs)] inputs: Bound<'_, KeyInputs>) -> String {
+    inputs.get().key()
 }
 
 /// The key inputs that differ between `a` and `b`, as the object `gridkey explain KEY_A KEY_B
@@ -167,7 +172,12 @@ pub fn translation_key(inputs: &KeyInputs) -> String {
 /// "after"}, ...]}`, differences in key order (versions, frontend, program, options, offsets
 /// by name, then their order); a value missing on one side reads `absent`.
 #[pyfunction]
-pub fn explain<'py>(py: Python<'py>, a: &KeyInputs, b: &KeyInputs) -> PyResult<Bound<'py, PyDict>> {
+pub fn explain<'py>(
+    py: Python<'py>,
+    #[pyo3(from_py_with = args::a)] a: Bound<'py, KeyInputs>,
+    #[pyo3(from_py_with = args::b)] b: Bound<'py, KeyInputs>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let (a, b) = (a.get(), b.get());
     let differences = PyList::empty(py);
     for change in diff_inputs(&a.inner, &b.inner) {
         let d = PyDict::new(py);

@@ -33,6 +33,7 @@
 //! key = gridkey.KeyInputs("my-frontend", "1.0", "div", b"...", {}, view).key()
 //! ```
 
+mod args;
 mod array;
 mod device;
 mod errors;
@@ -65,13 +66,18 @@ use pyo3::prelude::*;
 /// `TableValueError` (not 2-D), `TableTooLargeError`, `DeviceCopyError`, `KeyboardInterrupt`.
 #[pyfunction]
 #[pyo3(signature = (table, *, max_table_bytes = settings::DEFAULT_MAX_TABLE_BYTES))]
-fn table_digest(py: Python<'_>, table: &Bound<'_, PyAny>, max_table_bytes: u64) -> PyResult<String> {
+fn table_digest(
+    py: Python<'_>,
+    table: &Bound<'_, PyAny>,
+    #[pyo3(from_py_with = args::max_table_bytes)] max_table_bytes: u64,
+) -> PyResult<String> {
     errors::guard(|| store::digest_object(py, table, max_table_bytes).map(|d| d.to_hex()))
 }
 
 /// The extension module.
 #[pymodule]
 fn _gridkey(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    errors::add_classes(m)?;
     m.add("DIGEST_FORMAT_VERSION", gridkey_digest::DIGEST_FORMAT_VERSION)?;
     m.add("KEY_FORMAT_VERSION", gridkey_fingerprint::KEY_FORMAT_VERSION)?;
     m.add("TABLES_DIR", gridkey_store::TABLES_DIR)?;

@@ -14,6 +14,7 @@ use std::time::Duration;
 use gridkey_fs::lock::{self, Acquired};
 use pyo3::prelude::*;
 
+use crate::args;
 use crate::errors::{error, guard, os_error, Kind};
 use crate::settings::Settings;
 
@@ -88,7 +89,11 @@ impl KeyLocks {
     /// Errors: `SettingsError` for a bad `GRIDKEY_LOCK_WAIT` when `settings` is read here.
     #[new]
     #[pyo3(signature = (cache_dir = None, *, settings = None))]
-    fn new(py: Python<'_>, cache_dir: Option<PathBuf>, settings: Option<Py<Settings>>) -> PyResult<Self> {
+    fn new(
+        py: Python<'_>,
+        #[pyo3(from_py_with = args::cache_dir)] cache_dir: Option<PathBuf>,
+        #[pyo3(from_py_with = args::settings)] settings: Option<Py<Settings>>,
+    ) -> PyResult<Self> {
         guard(|| {
             let settings = match settings {
                 Some(s) => s,
@@ -117,10 +122,10 @@ impl KeyLocks {
     /// The lock file of the lock named `name`.
     ///
     /// Errors: `TableValueError` for a name that is not a plain file name.
-    fn path(&self, name: &str) -> PyResult<PathBuf> {
+    fn path(&self, #[pyo3(from_py_with = args::name)] name: String) -> PyResult<PathBuf> {
         guard(|| {
-            check_name(name)?;
-            Ok(self.inner.path(name))
+            check_name(&name)?;
+            Ok(self.inner.path(&name))
         })
     }
 
@@ -132,11 +137,11 @@ impl KeyLocks {
     ///
     /// Errors: `TableValueError` for a bad name; `GridkeyOSError` naming the lock file when the
     /// lock directory or file cannot be created or locked.
-    fn lock(&self, py: Python<'_>, name: &str) -> PyResult<KeyLock> {
+    fn lock(&self, py: Python<'_>, #[pyo3(from_py_with = args::name)] name: String) -> PyResult<KeyLock> {
         guard(|| {
-            check_name(name)?;
-            let path = self.inner.path(name);
-            let got = py.detach(|| self.inner.lock(name));
+            check_name(&name)?;
+            let path = self.inner.path(&name);
+            let got = py.detach(|| self.inner.lock(&name));
             let (state, waited, gave_up) = match got {
                 Ok((Acquired::Held(held), waited)) => (State::Held(held), waited, false),
                 Ok((Acquired::GaveUp { .. }, waited)) => (State::GaveUp, waited, true),

@@ -20,9 +20,10 @@ use gridkey_store::{StoreError, TableSpec};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyMapping, PyWeakrefMethods, PyWeakrefReference};
 
+use crate::args;
 use crate::array::{table as as_table, Table};
-use crate::device::{offsets_copy_error, PyDeviceTable};
-use crate::errors::{error, guard, offsets_error, store_error, Kind};
+use crate::device::PyDeviceTable;
+use crate::errors::{error, guard, IntoPyErr, Kind};
 use crate::interrupt::{self, Cancel};
 use crate::raw::{Narrow, RawTable};
 use crate::store::{check_size, put_host_copy, store_raw, MappedTable, Mapping, TableStore};
@@ -55,9 +56,12 @@ impl Dimension {
     ///
     /// Errors: `TableValueError` for another kind.
     #[new]
-    #[pyo3(signature = (name, kind = "horizontal"))]
-    fn new(name: String, kind: &str) -> PyResult<Self> {
-        Ok(Self { inner: gridkey_offsets::Dimension::new(name, kind_of(kind)?) })
+    #[pyo3(signature = (name, kind = "horizontal".to_owned()), text_signature = "(name, kind=\"horizontal\")")]
+    fn new(
+        #[pyo3(from_py_with = args::name)] name: String,
+        #[pyo3(from_py_with = args::kind)] kind: String,
+    ) -> PyResult<Self> {
+        Ok(Self { inner: gridkey_offsets::Dimension::new(name, kind_of(&kind)?) })
     }
 
     /// The name.
@@ -83,7 +87,7 @@ impl Dimension {
 
 fn check_dimensions(domain: &Dimension, local: &Dimension, codomain: &Dimension) -> PyResult<()> {
     let bad = |what, d: &Dimension, expected| {
-        Err(offsets_error(OffsetsError::DimensionKind { what, name: d.inner.name().to_owned(), expected }))
+        Err(OffsetsError::DimensionKind { what, name: d.inner.name().to_owned(), expected }.into_py_err())
     };
     if domain.inner.kind() == DimensionKind::Local {
         return bad("domain", domain, DimensionKind::Horizontal);
@@ -125,11 +129,12 @@ impl Connectivity {
     #[pyo3(signature = (table, domain, local, codomain, skip_value = None))]
     fn new(
         table: &Bound<'_, PyAny>,
-        domain: Dimension,
-        local: Dimension,
-        codomain: Dimension,
-        skip_value: Option<i64>,
+        #[pyo3(from_py_with = args::domain)] domain: Bound<'_, Dimension>,
+        #[pyo3(from_py_with = args::local)] local: Bound<'_, Dimension>,
+        #[pyo3(from_py_with = args::codomain)] codomain: Bound<'_, Dimension>,
+        #[pyo3(from_py_with = args::skip_value)] skip_value: Option<i64>,
     ) -> PyResult<Self> {
+        let [domain, local, codomain] = [domain, local, codomain].map(|d| d.get().clone());
         guard(|| {
             check_dimensions(&domain, &local, &codomain)?;
             let (dtype, shape, device) = match as_table(table)? {
@@ -137,8 +142,8 @@ impl Connectivity {
                 Table::Device { dtype, shape } => {
                     let source: Arc<dyn TableSource> = PyDeviceTable::new(table, dtype, shape);
                     let [d, l, c] = [&domain, &local, &codomain].map(|d| d.inner.clone());
-                    let rust =
-                        gridkey_offsets::Connectivity::new(d, l, c, skip_value, source).map_err(offsets_error)?;
+                    let rust = gridkey_offsets::Connectivity::new(d, l, c, skip_value, source)
+                        .map_err(IntoPyErr::into_py_err)?;
                     (dtype, shape, Some(Arc::new(rust)))
                 }
             };
@@ -253,7 +258,7 @@ impl CompileTimeConnectivity {
                     offset, store, spec, domain, local, codomain, skip_value,
                 )
             })
-            .map_err(offsets_error)?;
+            .map_err(IntoPyErr::into_py_err)?;
         let inner = Arc::new(inner);
         let path = store.path_of(&spec.digest);
         let table = MappedTable::array(py, Mapping::View(inner.clone()), path)?.unbind();
@@ -376,7 +381,10 @@ pub fn rehydrate(
 ) -> PyResult<CompileTimeConnectivity> {
     guard(|| {
         let spec = crate::store::spec_arg(digest, dtype, shape)?;
-        let store = py.detach(|| gridkey_store::TableStore::open(&cache_dir)).map_err(store_error)?.verifying(verify);
+        let store = py
+            .detach(|| gridkey_store::TableStore::open(&cache_dir))
+            .map_err(IntoPyErr::into_py_err)?
+            .verifying(verify);
         CompileTimeConnectivity::open(py, "(unpickled)", &store, &spec, [&domain, &local, &codomain], skip_value)
     })
 }
@@ -489,8 +497,16 @@ impl IdentityMemo {
     }
 
     /// The value stored for `obj`; when there is none, `factory()` is called (without the
-    /// memo's lock held), stored and returned.
+    /// memo's lock held), stored and returned; what `factory` raises propagates unchanged.
+    ///
+    /// Errors: `TableTypeError` for a `factory` that is not callable.
     fn get_or_insert(&self, py: Python<'_>, obj: &Bound<'_, PyAny>, factory: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        if !factory.is_callable() {
+            return Err(error(
+                Kind::Type,
+                format!("argument factory must be callable, not {}", factory.get_type().name()?),
+            ));
+        }
         if let Some(v) = locked(&self.map).get(obj, ()).map(|v| v.clone_ref(py)) {
             return Ok(v);
         }
@@ -617,7 +633,7 @@ fn finish(
 }
 
 fn store_error_of(offset: &str, e: StoreError) -> PyErr {
-    offsets_error(OffsetsError::Store { offset: offset.to_owned(), source: e })
+    OffsetsError::Store { offset: offset.to_owned(), source: e }.into_py_err()
 }
 
 fn convert(
@@ -643,7 +659,7 @@ fn convert(
         }
         Some(rust) => {
             HOST_COPIES.fetch_add(1, Ordering::SeqCst);
-            let host = py.detach(|| rust.host_table(offset)).map_err(offsets_copy_error)?;
+            let host = py.detach(|| rust.host_table(offset)).map_err(IntoPyErr::into_py_err)?;
             put_host_copy(py, store, &host, table_dtype.narrow()).map_err(|e| with_offset(py, offset, e))?
         }
     };
@@ -681,16 +697,19 @@ fn store_all(
 ///
 /// Errors: as `compile_time_offset_provider`.
 #[pyfunction]
-#[pyo3(signature = (connectivity, store, *, table_dtype = "canonical", offset = "?"))]
+#[pyo3(
+    signature = (connectivity, store, *, table_dtype = "canonical".to_owned(), offset = "?".to_owned()),
+    text_signature = "(connectivity, store, *, table_dtype=\"canonical\", offset=\"?\")"
+)]
 pub fn compile_time_connectivity(
     py: Python<'_>,
-    connectivity: &Bound<'_, Connectivity>,
-    store: &Bound<'_, TableStore>,
-    table_dtype: &str,
-    offset: &str,
+    #[pyo3(from_py_with = args::connectivity)] connectivity: Bound<'_, Connectivity>,
+    #[pyo3(from_py_with = args::store)] store: Bound<'_, TableStore>,
+    #[pyo3(from_py_with = args::table_dtype)] table_dtype: String,
+    #[pyo3(from_py_with = args::offset)] offset: String,
 ) -> PyResult<Py<CompileTimeConnectivity>> {
     let store = store.get();
-    guard(|| convert(py, offset, connectivity, store.inner(), store.max_bytes(), TableDtype::parse(table_dtype)?))
+    guard(|| convert(py, &offset, &connectivity, store.inner(), store.max_bytes(), TableDtype::parse(&table_dtype)?))
 }
 
 /// The compile-time view of an offset provider: a new dict with every entry of `provider` (a
@@ -712,17 +731,26 @@ pub fn compile_time_connectivity(
 /// (`GridkeyOSError`, `TableFileError`), naming the offset; `DeviceCopyError`;
 /// `KeyboardInterrupt`.
 #[pyfunction]
-#[pyo3(signature = (provider, store, *, table_dtype = "canonical"))]
+#[pyo3(
+    signature = (provider, store, *, table_dtype = "canonical".to_owned()),
+    text_signature = "(provider, store, *, table_dtype=\"canonical\")"
+)]
 pub fn compile_time_offset_provider<'py>(
     py: Python<'py>,
     provider: &Bound<'py, PyAny>,
-    store: &Bound<'py, TableStore>,
-    table_dtype: &str,
+    #[pyo3(from_py_with = args::store)] store: Bound<'py, TableStore>,
+    #[pyo3(from_py_with = args::table_dtype)] table_dtype: String,
 ) -> PyResult<Bound<'py, PyDict>> {
     guard(|| {
-        let table_dtype = TableDtype::parse(table_dtype)?;
+        let table_dtype = TableDtype::parse(&table_dtype)?;
         let provider = provider.cast::<PyMapping>().map_err(|_| {
-            error(Kind::Type, "an offset provider is a mapping of offset names to connectivities and dimensions")
+            error(
+                Kind::Type,
+                format!(
+                    "argument provider must be a mapping of offset names to connectivities and dimensions, not {}",
+                    provider.get_type().name().map(|n| n.to_string()).unwrap_or_default()
+                ),
+            )
         })?;
         let max_bytes = store.get().max_bytes();
         let store = store.get().inner();
@@ -734,7 +762,8 @@ pub fn compile_time_offset_provider<'py>(
         let mut aliases: Vec<(usize, usize)> = Vec::new();
         let mut pending_bytes = 0usize;
         for item in provider.items()?.iter() {
-            let (name, entry): (String, Bound<'py, PyAny>) = item.extract()?;
+            let (name, entry): (String, Bound<'py, PyAny>) =
+                args::arg(&item, "provider", "a mapping of str offset names to connectivities and dimensions")?;
             if let Ok(conn) = entry.cast::<Connectivity>() {
                 if let Some((first, _, _)) = pending.iter().find(|(_, c, _)| c.is(conn)) {
                     aliases.push((slots.len(), *first));
@@ -757,7 +786,7 @@ pub fn compile_time_offset_provider<'py>(
                 return Err(error(
                     Kind::Type,
                     format!(
-                        "offset {name}: an object of type {} is neither a gridkey.Connectivity nor a gridkey.Dimension",
+                        "argument provider, offset {name}: an object of type {} is neither a gridkey.Connectivity nor a gridkey.Dimension",
                         entry.get_type().fully_qualified_name()?
                     ),
                 ));

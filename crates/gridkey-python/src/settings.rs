@@ -11,7 +11,8 @@ use std::path::Path;
 use pyo3::prelude::*;
 use pyo3::types::PyMapping;
 
-use crate::errors::{error, guard, Kind};
+use crate::args;
+use crate::errors::{error, guard, IntoPyErr, Kind};
 
 /// gridkey's settings (`gridkey_settings::Settings`), read from environment variables once:
 /// `Settings()` reads `os.environ`, `Settings.from_vars(mapping)` any mapping of variable names
@@ -35,14 +36,14 @@ impl Settings {
     fn from_vars(lookup: impl Fn(&str) -> Option<String>, max_table_bytes: u64) -> PyResult<Self> {
         gridkey_settings::Settings::from_vars(lookup)
             .map(|inner| Self { inner, max_table_bytes })
-            .map_err(|e| error(Kind::Settings, e.to_string()))
+            .map_err(IntoPyErr::into_py_err)
     }
 
     /// The settings of the process environment as Python sees it (`os.environ`): the package's
     /// one reader of the environment.
     pub fn from_environ(py: Python<'_>) -> PyResult<Self> {
         let environ = py.import("os")?.getattr("environ")?;
-        Self::from_mapping(&environ, DEFAULT_MAX_TABLE_BYTES)
+        Self::from_mapping(&environ, "os.environ", DEFAULT_MAX_TABLE_BYTES)
     }
 
     /// The largest table, in bytes, that is hashed or stored.
@@ -50,13 +51,19 @@ impl Settings {
         self.max_table_bytes
     }
 
-    fn from_mapping(mapping: &Bound<'_, PyAny>, max_table_bytes: u64) -> PyResult<Self> {
-        let mapping = mapping
-            .cast::<PyMapping>()
-            .map_err(|_| error(Kind::Type, "settings come from a mapping of variable names to values"))?;
+    fn from_mapping(mapping: &Bound<'_, PyAny>, what: &str, max_table_bytes: u64) -> PyResult<Self> {
+        let mapping = mapping.cast::<PyMapping>().map_err(|_| {
+            error(
+                Kind::Type,
+                format!(
+                    "argument {what} must be a mapping of variable names to values, not {}",
+                    mapping.get_type().name().map(|n| n.to_string()).unwrap_or_default()
+                ),
+            )
+        })?;
         let mut vars = HashMap::new();
         for item in mapping.items()?.iter() {
-            let (name, value): (String, String) = item.extract()?;
+            let (name, value): (String, String) = crate::args::arg(&item, what, "a mapping of str to str")?;
             vars.insert(name, value);
         }
         Self::from_vars(|k| vars.get(k).cloned(), max_table_bytes)
@@ -86,10 +93,10 @@ impl Settings {
     /// (ADR 0035). It is an argument, not a variable: a program states its own limit.
     #[new]
     #[pyo3(signature = (*, max_table_bytes = DEFAULT_MAX_TABLE_BYTES))]
-    fn new(py: Python<'_>, max_table_bytes: u64) -> PyResult<Self> {
+    fn new(py: Python<'_>, #[pyo3(from_py_with = args::max_table_bytes)] max_table_bytes: u64) -> PyResult<Self> {
         guard(|| {
             let environ = py.import("os")?.getattr("environ")?;
-            Self::from_mapping(&environ, max_table_bytes)
+            Self::from_mapping(&environ, "os.environ", max_table_bytes)
         })
     }
 
@@ -97,8 +104,11 @@ impl Settings {
     /// environment is not read), and `max_table_bytes` as for `Settings()`.
     #[staticmethod]
     #[pyo3(name = "from_vars", signature = (vars, *, max_table_bytes = DEFAULT_MAX_TABLE_BYTES))]
-    fn py_from_vars(vars: &Bound<'_, PyAny>, max_table_bytes: u64) -> PyResult<Self> {
-        guard(|| Self::from_mapping(vars, max_table_bytes))
+    fn py_from_vars(
+        vars: &Bound<'_, PyAny>,
+        #[pyo3(from_py_with = args::max_table_bytes)] max_table_bytes: u64,
+    ) -> PyResult<Self> {
+        guard(|| Self::from_mapping(vars, "vars", max_table_bytes))
     }
 
     /// The largest table, in bytes of its elements in C order (rows x max_neighbours x

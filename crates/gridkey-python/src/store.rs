@@ -9,9 +9,10 @@ use gridkey_digest::{Dtype, TableDigest};
 use gridkey_store::{StoreError, TableSpec};
 use pyo3::prelude::*;
 
+use crate::args;
 use crate::array::{dtype_arg, readonly_array, table, Table};
 use crate::device::{copy_error, PyDeviceTable};
-use crate::errors::{error, guard, store_error, too_large, Kind};
+use crate::errors::{error, guard, too_large, IntoPyErr, Kind};
 use crate::interrupt::{self, Cancel};
 use crate::raw::{Narrow, RawTable, Source, DOES_NOT_FIT};
 use crate::settings::Settings;
@@ -64,8 +65,7 @@ pub fn check_size(offset: Option<&str>, dtype: Dtype, shape: [usize; 2], max_byt
 /// Errors: `TableValueError` for a digest that is not 32 hex digits or a shape whose byte size
 /// overflows; `TableTypeError` for a dtype that is not int32 or int64 little-endian.
 pub fn spec_arg(digest: &str, dtype: &Bound<'_, PyAny>, shape: &Bound<'_, PyAny>) -> PyResult<TableSpec> {
-    let digest: TableDigest =
-        digest.parse().map_err(|e: gridkey_digest::DigestError| error(Kind::Value, e.to_string()))?;
+    let digest: TableDigest = digest.parse().map_err(|e: gridkey_digest::DigestError| e.into_py_err())?;
     let dtype = dtype_arg(dtype)?;
     let shape = shape_arg(shape)?;
     let fits = shape[0]
@@ -224,7 +224,11 @@ impl TableStore {
     /// `gridkey.Settings()`, read from the environment once, here.
     #[new]
     #[pyo3(signature = (cache_dir = None, *, settings = None))]
-    fn new(py: Python<'_>, cache_dir: Option<PathBuf>, settings: Option<Py<Settings>>) -> PyResult<Self> {
+    fn new(
+        py: Python<'_>,
+        #[pyo3(from_py_with = args::cache_dir)] cache_dir: Option<PathBuf>,
+        #[pyo3(from_py_with = args::settings)] settings: Option<Py<Settings>>,
+    ) -> PyResult<Self> {
         guard(|| {
             let settings = match settings {
                 Some(s) => s,
@@ -234,7 +238,8 @@ impl TableStore {
             let dir = cache_dir.unwrap_or_else(|| settings.cache_dir().to_path_buf());
             let verify = settings.verify_tables();
             let max_table_bytes = settings.max_table_bytes();
-            let inner = py.detach(|| gridkey_store::TableStore::open(&dir)).map_err(store_error)?.verifying(verify);
+            let inner =
+                py.detach(|| gridkey_store::TableStore::open(&dir)).map_err(IntoPyErr::into_py_err)?.verifying(verify);
             Ok(Self { inner, max_table_bytes })
         })
     }
@@ -290,13 +295,13 @@ impl TableStore {
     fn open<'py>(
         &self,
         py: Python<'py>,
-        digest: &str,
+        #[pyo3(from_py_with = args::digest)] digest: String,
         dtype: &Bound<'py, PyAny>,
         shape: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
         guard(|| {
-            let spec = spec_arg(digest, dtype, shape)?;
-            let mapped = py.detach(|| self.inner.open_table(&spec)).map_err(store_error)?;
+            let spec = spec_arg(&digest, dtype, shape)?;
+            let mapped = py.detach(|| self.inner.open_table(&spec)).map_err(IntoPyErr::into_py_err)?;
             let path = mapped.path().to_path_buf();
             MappedTable::array(py, Mapping::Store(mapped), path)
         })
@@ -305,9 +310,8 @@ impl TableStore {
     /// The path of the file of `digest` (whether or not it is stored).
     ///
     /// Errors: `TableValueError` for a digest that is not 32 hex digits.
-    fn path_of(&self, digest: &str) -> PyResult<PathBuf> {
-        let digest: TableDigest =
-            digest.parse().map_err(|e: gridkey_digest::DigestError| error(Kind::Value, e.to_string()))?;
+    fn path_of(&self, #[pyo3(from_py_with = args::digest)] digest: String) -> PyResult<PathBuf> {
+        let digest: TableDigest = digest.parse().map_err(|e: gridkey_digest::DigestError| e.into_py_err())?;
         Ok(self.inner.path_of(&digest))
     }
 
@@ -331,7 +335,7 @@ pub fn put_table(
         Table::Host(host) => {
             let bytes = check_size(None, host.dtype(), host.shape(), max_bytes)?;
             let raw = host.raw()?;
-            interrupt::run(py, bytes, |cancel| store_raw(store, &raw, narrow, cancel))?.map_err(store_error)
+            interrupt::run(py, bytes, |cancel| store_raw(store, &raw, narrow, cancel))?.map_err(IntoPyErr::into_py_err)
         }
         Table::Device { dtype, shape } => {
             check_size(None, dtype, shape, max_bytes)?;
@@ -351,7 +355,7 @@ pub fn put_host_copy(
     narrow: Narrow,
 ) -> PyResult<TableSpec> {
     let raw = crate::raw::of_index_table(host).map_err(|e| error(Kind::Internal, e.0))?;
-    interrupt::run(py, raw.data_len(), |cancel| store_raw(store, &raw, narrow, cancel))?.map_err(store_error)
+    interrupt::run(py, raw.data_len(), |cancel| store_raw(store, &raw, narrow, cancel))?.map_err(IntoPyErr::into_py_err)
 }
 
 /// One host copy of the device table `obj` (dtype and shape from its metadata), through its

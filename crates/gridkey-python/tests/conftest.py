@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import importlib.util
 import json
+from collections.abc import Mapping
 from pathlib import Path
 
 import hypothesis
@@ -20,9 +23,10 @@ ROOT = Path(__file__).resolve().parents[3]
 DATA = ROOT / "data"
 
 
-def load_witness(name: str):
+def load_witness(name: str) -> Any:
     """A witness script of data/tools as a module (they are independent of gridkey)."""
     spec = importlib.util.spec_from_file_location(name, DATA / "tools" / f"{name}.py")
+    assert spec is not None and spec.loader is not None, name
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -33,22 +37,29 @@ key_witness_source = (DATA / "tools" / "translation_key_witness.py").read_text()
 
 
 @pytest.fixture(scope="session")
-def golden_digests():
+def golden_digests() -> Any:
     return json.loads((DATA / "golden" / "table-digests-v1.json").read_text())
 
 
 @pytest.fixture
-def store(tmp_path):
+def store(tmp_path: Path) -> Any:
     return gridkey.TableStore(tmp_path / "cache", settings=gridkey.Settings.from_vars({}))
 
 
 @pytest.fixture
-def verifying_store(tmp_path):
+def verifying_store(tmp_path: Path) -> Any:
     settings = gridkey.Settings.from_vars({"GRIDKEY_VERIFY_TABLES": "1"})
     return gridkey.TableStore(tmp_path / "cache", settings=settings)
 
 
-def dims():
+def gather(view: Mapping[str, object], name: str) -> gridkey.CompileTimeConnectivity:
+    """The entry ``name`` of a compile-time offset provider, which must be a compile-time connectivity."""
+    entry = view[name]
+    assert isinstance(entry, gridkey.CompileTimeConnectivity), f"{name} is a {type(entry).__name__}"
+    return entry
+
+
+def dims() -> Any:
     """(domain, local, codomain) of C2E."""
     return gridkey.Dimension("Cell"), gridkey.Dimension("C2EDim", "local"), gridkey.Dimension("Edge")
 
@@ -62,16 +73,16 @@ class DeviceTable:
     """A stand-in for a device array (CuPy, PyTorch on CUDA): DLPack on device type kDLCUDA (2),
     readable only through a copy to the host, which it counts."""
 
-    def __init__(self, host: np.ndarray):
+    def __init__(self, host: np.ndarray) -> None:
         self._host = np.array(host)
         self.shape = self._host.shape
         self.dtype = self._host.dtype
         self.host_copies = 0
 
-    def __dlpack_device__(self):
+    def __dlpack_device__(self) -> tuple[int, int]:
         return (2, 0)
 
-    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+    def __dlpack__(self, *, stream: Any=None, max_version: Any=None, dl_device: Any=None, copy: Any=None) -> Any:
         if dl_device is None or tuple(dl_device)[0] != 1:
             raise BufferError("this table lives on the device: ask for a copy to the CPU")
         self.host_copies += 1
@@ -84,16 +95,16 @@ class DeviceTable:
 class CudaTable:
     """A stand-in for a Numba/CuPy array known by __cuda_array_interface__, copied with get()."""
 
-    def __init__(self, host: np.ndarray, result=None):
+    def __init__(self, host: np.ndarray, result: Any=None) -> None:
         self._host = np.array(host)
         self._result = result
         self.host_copies = 0
 
     @property
-    def __cuda_array_interface__(self):
+    def __cuda_array_interface__(self) -> Any:
         return {"shape": self._host.shape, "typestr": self._host.dtype.str, "data": (0, True), "version": 3}
 
-    def get(self):
+    def get(self) -> Any:
         self.host_copies += 1
         if self._result is not None:
             return self._result

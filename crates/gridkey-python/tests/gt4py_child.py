@@ -13,6 +13,8 @@ against NumPy.
 
 from __future__ import annotations
 
+from typing import Any
+
 import argparse
 import json
 import multiprocessing
@@ -29,7 +31,7 @@ sys.path.insert(0, str(ROOT / "crates" / "gridkey-python" / "proof"))
 GRID = ROOT / "data" / "grids" / "icon_grid_0013_R02B04_R.nc"
 
 
-def translate(args) -> dict:
+def translate(args: Any) -> dict[str, Any]:
     import concurrent.futures
 
     import gt4py.next as gtx
@@ -46,13 +48,13 @@ def translate(args) -> dict:
         assert gridkey.gt4py.install()
 
     class Recording:
-        tasks: list = []
+        tasks: list[Any] = []
 
-        def submit(self, task):
+        def submit(self, task: Any) -> Any:
             self.tasks.append(task)
             return concurrent.futures.Future()
 
-        def shutdown(self, wait=True):
+        def shutdown(self, wait: Any=True) -> Any:
             pass
 
     recording = Recording()
@@ -65,7 +67,7 @@ def translate(args) -> dict:
     step_type = type(cached.step)
     original = step_type.__call__
 
-    def counted(self, inp):
+    def counted(self: Any, inp: Any) -> Any:
         with open(args.count, "a") as f:
             f.write(f"{os.getpid()}\n")
         time.sleep(args.sleep)
@@ -88,13 +90,13 @@ def translate(args) -> dict:
     }
 
 
-def _stats():
+def _stats() -> Any:
     if "gridkey.gt4py" not in sys.modules:
         return None
     return sys.modules["gridkey.gt4py"].stats()
 
 
-def run(args) -> dict:
+def run(args: Any) -> dict[str, Any]:
     import gt4py.next  # noqa: F401
     from gt4py.next.otf import compiled_program, runners
 

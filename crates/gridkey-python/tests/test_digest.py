@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any, Literal
+
 import numpy as np
+from numpy.typing import NDArray
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -11,10 +14,10 @@ import gridkey
 from conftest import digest_witness
 
 
-def test_golden_synthetic_tables(golden_digests):
+def test_golden_synthetic_tables(golden_digests: dict[str, Any]) -> None:
     rng = np.random.default_rng(20261129)
     random = rng.integers(-1, 1000, size=(1000, 4), dtype=np.int32)
-    cases = {
+    cases: dict[str, NDArray[Any]] = {
         "empty_0x3_i4": np.zeros((0, 3), np.int32),
         "one_1x1_i4": np.array([[7]], np.int32),
         "iota_4x3_i4": np.arange(12, dtype=np.int32).reshape(4, 3),
@@ -29,7 +32,7 @@ def test_golden_synthetic_tables(golden_digests):
             assert gridkey.table_digest(layout) == golden["digest"], (name, layout.flags)
 
 
-def test_golden_grid_tables(golden_digests):
+def test_golden_grid_tables(golden_digests: dict[str, Any]) -> None:
     netCDF4 = pytest.importorskip("netCDF4", reason="cargo xtask py-test installs netCDF4")
     from conftest import DATA
 
@@ -51,7 +54,7 @@ def test_golden_grid_tables(golden_digests):
     assert checked >= 2
 
 
-def layouts(table: np.ndarray, tmp_path_factory=None):
+def layouts(table: np.ndarray, tmp_path_factory: pytest.TempPathFactory | None = None) -> Any:
     """Every way a table can lie in memory: (name, array) pairs with the same logical content."""
     yield "C", np.ascontiguousarray(table)
     yield "Fortran", np.asfortranarray(table)
@@ -71,7 +74,7 @@ def layouts(table: np.ndarray, tmp_path_factory=None):
         yield "buffer", memoryview(np.ascontiguousarray(table))
 
     class ArrayLike:
-        def __array__(self, dtype=None, copy=None):
+        def __array__(self, dtype: Any=None, copy: Any=None) -> Any:
             return table
 
     yield "__array__", ArrayLike()
@@ -90,7 +93,7 @@ tables = st.builds(
 
 @settings(max_examples=150, deadline=None)
 @given(tables)
-def test_every_layout_has_the_witness_digest(table):
+def test_every_layout_has_the_witness_digest(table: Any) -> None:
     expected = digest_witness.table_digest(table)
     for name, layout in layouts(table):
         assert gridkey.table_digest(layout) == expected, name
@@ -98,9 +101,10 @@ def test_every_layout_has_the_witness_digest(table):
 
 @settings(max_examples=30, deadline=None)
 @given(tables)
-def test_memmap_tables_have_the_witness_digest(tmp_path_factory, table):
+def test_memmap_tables_have_the_witness_digest(tmp_path_factory: pytest.TempPathFactory, table: Any) -> None:
     path = tmp_path_factory.mktemp("memmap") / "t.bin"
-    for order in "CF":
+    order: Literal["C", "F"]
+    for order in ("C", "F"):
         if table.size == 0:
             continue
         mm = np.memmap(path, dtype=table.dtype, mode="w+", shape=table.shape, order=order)
@@ -111,12 +115,12 @@ def test_memmap_tables_have_the_witness_digest(tmp_path_factory, table):
         del mm, ro
 
 
-def test_int32_and_int64_of_the_same_values_differ():
+def test_int32_and_int64_of_the_same_values_differ() -> None:
     a = np.arange(12, dtype=np.int32).reshape(4, 3)
     assert gridkey.table_digest(a) != gridkey.table_digest(a.astype(np.int64))
 
 
-def test_one_changed_element_changes_the_digest():
+def test_one_changed_element_changes_the_digest() -> None:
     a = np.arange(120, dtype=np.int32).reshape(40, 3)
     b = a.copy()
     b[39, 2] += 1
@@ -124,14 +128,14 @@ def test_one_changed_element_changes_the_digest():
     assert gridkey.table_digest(a.reshape(30, 4)) != gridkey.table_digest(a)
 
 
-def test_the_gil_is_released_while_digesting():
+def test_the_gil_is_released_while_digesting() -> None:
     import threading
     import time
 
     big = np.arange(40_000_000, dtype=np.int32).reshape(-1, 4)[::2]  # strided: the slow path
     window = []
 
-    def digest():
+    def digest() -> Any:
         t0 = time.perf_counter()
         gridkey.table_digest(big)
         window.extend([t0, time.perf_counter()])

@@ -10,6 +10,9 @@ and, with one real C++ build, warm starts resolved in the parent without a pool 
 
 from __future__ import annotations
 
+from typing import Any
+from pathlib import Path
+
 import concurrent.futures
 import dataclasses
 import gc
@@ -48,36 +51,36 @@ import icon_programs as ip  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def tables():
+def tables() -> Any:
     return ip.read_icon_tables(GRID)
 
 
 @pytest.fixture
-def cache_dir(tmp_path):
+def cache_dir(tmp_path: Path) -> Any:
     return tmp_path / "gridkey"
 
 
 @pytest.fixture
-def installed(cache_dir):
+def installed(cache_dir: Any) -> Any:
     assert adapter.install(cache_dir=cache_dir)
     yield
     adapter.uninstall()
 
 
-def conn(table, offset="V2E", *, order="C", dtype=np.int32, allocator=np, skip=-1):
+def conn(table: Any, offset: Any="V2E", *, order: Any="C", dtype: Any=np.int32, allocator: Any=np, skip: Any=-1) -> Any:
     _, _, domain, local, codomain = next(t for t in ip.TABLES if t[0] == offset)
     data = np.array(table, dtype=dtype, order=order)
     return gtx.as_connectivity([domain, local], codomain, data, skip_value=skip, allocator=allocator)
 
 
-def fingerprint(obj) -> str:
-    return fingerprinting.strict_fingerprinter(obj)
+def fingerprint(obj: Any) -> str:
+    return str(fingerprinting.strict_fingerprinter(obj))
 
 
 # install / uninstall
 
 
-def test_install_is_idempotent_and_uninstall_restores(cache_dir):
+def test_install_is_idempotent_and_uninstall_restores(cache_dir: Any) -> None:
     original = compilation_tasks.make_compilation_task
     try:
         assert adapter.install(cache_dir=cache_dir)
@@ -93,7 +96,7 @@ def test_install_is_idempotent_and_uninstall_restores(cache_dir):
     assert not adapter.uninstall()
 
 
-def test_unsupported_version_says_so_and_changes_nothing(monkeypatch, cache_dir):
+def test_unsupported_version_says_so_and_changes_nothing(monkeypatch: pytest.MonkeyPatch, cache_dir: Any) -> None:
     original = compilation_tasks.make_compilation_task
     monkeypatch.setattr(gt4py, "__version__", "1.3.0")
     with pytest.raises(adapter.UnsupportedGT4PyError) as info:
@@ -103,13 +106,13 @@ def test_unsupported_version_says_so_and_changes_nothing(monkeypatch, cache_dir)
     assert compilation_tasks.make_compilation_task is original
 
 
-def test_missing_hook_is_unsupported(monkeypatch, cache_dir):
+def test_missing_hook_is_unsupported(monkeypatch: pytest.MonkeyPatch, cache_dir: Any) -> None:
     monkeypatch.delattr(compilation_tasks, "make_compilation_task")
     with pytest.raises(adapter.UnsupportedGT4PyError, match="make_compilation_task"):
         adapter.install(cache_dir=cache_dir)
 
 
-def test_builtin_feature_means_nothing_to_do(monkeypatch, cache_dir):
+def test_builtin_feature_means_nothing_to_do(monkeypatch: pytest.MonkeyPatch, cache_dir: Any) -> None:
     original = compilation_tasks.make_compilation_task
     monkeypatch.setattr(gtx.common, "CompileTimeConnectivity", object, raising=False)
     assert adapter.install(cache_dir=cache_dir) is False
@@ -122,7 +125,7 @@ def test_builtin_feature_means_nothing_to_do(monkeypatch, cache_dir):
 
 @pytest.mark.parametrize("dtype", [np.int32, np.int64])
 @pytest.mark.parametrize("order", ["C", "F"])
-def test_compile_time_table_is_mapped_read_only_c_order_and_keeps_dtype(tables, cache_dir, dtype, order):
+def test_compile_time_table_is_mapped_read_only_c_order_and_keeps_dtype(tables: Any, cache_dir: Any, dtype: Any, order: Any) -> None:
     runtime = conn(tables["V2E"], order=order, dtype=dtype)
     (ct,) = adapter.compile_time_offset_provider({"V2E": runtime}, cache_dir=cache_dir).values()
     assert isinstance(ct, adapter.CompileTimeConnectivity) and isinstance(ct, gtx.common.NeighborTable)
@@ -136,7 +139,7 @@ def test_compile_time_table_is_mapped_read_only_c_order_and_keeps_dtype(tables, 
     assert ct.__gt_type__() == runtime.__gt_type__()
 
 
-def test_memo_by_identity_with_weak_reference(tables, cache_dir):
+def test_memo_by_identity_with_weak_reference(tables: Any, cache_dir: Any) -> None:
     converter = adapter._Converter(cache_dir, False)
     runtime = conn(tables["C2E"], "C2E", skip=None)
     first = converter.connectivity(runtime)
@@ -148,7 +151,7 @@ def test_memo_by_identity_with_weak_reference(tables, cache_dir):
     assert len(converter._memo) == 0
 
 
-def test_table_changed_in_place_is_converted_again_on_a_verifying_store(tables, cache_dir):
+def test_table_changed_in_place_is_converted_again_on_a_verifying_store(tables: Any, cache_dir: Any) -> None:
     data = np.array(tables["C2E"])
     runtime = gtx.as_connectivity([ip.Cell, ip.C2EDim], ip.Edge, data, skip_value=None, allocator=np)
     trusting, verifying = adapter._Converter(cache_dir, False), adapter._Converter(cache_dir, True)
@@ -160,8 +163,8 @@ def test_table_changed_in_place_is_converted_again_on_a_verifying_store(tables, 
     np.testing.assert_array_equal(again.ndarray, runtime.ndarray)
 
 
-def test_fingerprint_is_domain_codomain_skip_and_digest(tables, cache_dir):
-    def ct_of(c):
+def test_fingerprint_is_domain_codomain_skip_and_digest(tables: Any, cache_dir: Any) -> None:
+    def ct_of(c: Any) -> Any:
         return adapter.compile_time_offset_provider({"x": c}, cache_dir=cache_dir)["x"]
 
     base = ct_of(conn(tables["V2E"]))
@@ -185,7 +188,7 @@ def test_fingerprint_is_domain_codomain_skip_and_digest(tables, cache_dir):
     assert base.digest in pieces and not any(isinstance(p, np.ndarray) for p in pieces)
 
 
-def test_pickle_is_a_reference_and_a_fresh_interpreter_fingerprints_it_alike(tables, cache_dir):
+def test_pickle_is_a_reference_and_a_fresh_interpreter_fingerprints_it_alike(tables: Any, cache_dir: Any) -> None:
     tiled = ip.tile_tables({"V2E": tables["V2E"]}, 20)["V2E"]
     ct = adapter.compile_time_offset_provider({"V2E": conn(tiled)}, cache_dir=cache_dir)["V2E"]
     blob = pickle.dumps({"V2E": ct})
@@ -204,12 +207,12 @@ def test_pickle_is_a_reference_and_a_fresh_interpreter_fingerprints_it_alike(tab
     assert done.stdout.decode().strip() == fingerprint({"V2E": ct})
 
 
-def test_a_worker_that_cannot_open_a_table_fails_only_that_task(tables, cache_dir):
+def test_a_worker_that_cannot_open_a_table_fails_only_that_task(tables: Any, cache_dir: Any) -> None:
     good = adapter.compile_time_offset_provider({"C2E": conn(tables["C2E"], "C2E", skip=None)}, cache_dir=cache_dir)
     bad = adapter.compile_time_offset_provider({"E2C": conn(tables["E2C"], "E2C", skip=None)}, cache_dir=cache_dir)
     pathlib.Path(gridkey.TableStore(cache_dir).path_of(bad["E2C"].digest)).unlink()
 
-    def task(provider):
+    def task(provider: Any) -> Any:
         return runners.CompilationTask(
             name="fingerprint",
             construct_compilable=lambda with_refs: provider,
@@ -236,21 +239,21 @@ def test_a_worker_that_cannot_open_a_table_fails_only_that_task(tables, cache_di
 class _RecordingRunner:
     """A runner that records tasks and runs nothing (its futures never finish)."""
 
-    def __init__(self):
-        self.tasks = []
-        self.futures = []
+    def __init__(self) -> None:
+        self.tasks: list[Any] = []
+        self.futures: list[Any] = []
 
-    def submit(self, task):
+    def submit(self, task: Any) -> Any:
         self.tasks.append(task)
         self.futures.append(concurrent.futures.Future())
         return self.futures[-1]
 
-    def shutdown(self, wait=True):
+    def shutdown(self, wait: Any=True) -> Any:
         pass
 
 
 @pytest.fixture
-def recording_runner(monkeypatch):
+def recording_runner(monkeypatch: pytest.MonkeyPatch) -> Any:
     runner = _RecordingRunner()
     monkeypatch.setattr(runners, "_default_runner", runner)
     yield runner
@@ -258,18 +261,18 @@ def recording_runner(monkeypatch):
         future.set_result(None)  # so that a later wait_for_compilation does not wait on them
 
 
-def _div_program():
+def _div_program() -> Any:
     # A fresh program object: its pool of compiled variants starts empty.
     return gtx.program(backend=run_gtfn)(ip.div.definition_stage.definition)
 
 
-def _task_for(recording_runner, provider):
+def _task_for(recording_runner: Any, provider: Any) -> Any:
     program = _div_program()
     program.compile(offset_provider=provider)
     return recording_runner.tasks[-1]
 
 
-def test_every_runner_gets_one_compilable_whose_key_ignores_layout(tables, installed, recording_runner):
+def test_every_runner_gets_one_compilable_whose_key_ignores_layout(tables: Any, installed: Any, recording_runner: Any) -> None:
     step = run_gtfn.executor.translation
     keys = set()
     for order, allocator, dtype in [("C", np, np.int32), ("F", np, np.int32), ("C", None, np.int32)]:
@@ -285,7 +288,7 @@ def test_every_runner_gets_one_compilable_whose_key_ignores_layout(tables, insta
     assert len(keys) == 1
 
 
-def test_without_the_adapter_process_mode_changes_the_key(tables, recording_runner):
+def test_without_the_adapter_process_mode_changes_the_key(tables: Any, recording_runner: Any) -> None:
     """The fault the adapter fixes, as GT4Py 1.2.3 has it: the worker's compilable keys differently."""
     step = run_gtfn.executor.translation
     provider = ip.offset_provider(tables, order="F", allocator=np)
@@ -295,7 +298,7 @@ def test_without_the_adapter_process_mode_changes_the_key(tables, recording_runn
     assert in_process != in_worker
 
 
-def test_translated_cpp_is_identical_with_and_without(tables, cache_dir, recording_runner):
+def test_translated_cpp_is_identical_with_and_without(tables: Any, cache_dir: Any, recording_runner: Any) -> None:
     provider = ip.offset_provider(tables, order="F", allocator=np)
     translate = run_gtfn.executor.translation.step
     without = translate(_task_for(recording_runner, provider).construct_compilable(False))
@@ -308,9 +311,9 @@ def test_translated_cpp_is_identical_with_and_without(tables, cache_dir, recordi
     assert with_.entry_point == without.entry_point
 
 
-def test_backends_with_their_own_compile_are_left_alone(installed):
-    class OwnCompile(gtx_backend.Backend):
-        def compile(self, program, compile_time_args):  # pragma: no cover - never called here
+def test_backends_with_their_own_compile_are_left_alone(installed: Any) -> None:
+    class OwnCompile(gtx_backend.Backend):  # type: ignore[misc]  # GT4Py is Any to mypy (untyped)
+        def compile(self, program: Any, compile_time_args: Any) -> Any:  # pragma: no cover - never called here
             raise AssertionError
 
     backend = OwnCompile(name="own", executor=run_gtfn.executor, allocator=run_gtfn.allocator, transforms=run_gtfn.transforms)
@@ -318,7 +321,7 @@ def test_backends_with_their_own_compile_are_left_alone(installed):
     assert task.no_offload_reason is not None and task.construct_compilable(False) is None
 
 
-def test_provider_order_and_non_tables_are_kept(tables, cache_dir):
+def test_provider_order_and_non_tables_are_kept(tables: Any, cache_dir: Any) -> None:
     provider = ip.offset_provider(tables)
     view = adapter.compile_time_offset_provider(provider, cache_dir=cache_dir)
     assert list(view) == list(provider)
@@ -326,7 +329,7 @@ def test_provider_order_and_non_tables_are_kept(tables, cache_dir):
     assert all(again[k] is view[k] for k in view)
 
 
-def test_derived_connectivity_behaves_as_gt4py_own(tables, cache_dir):
+def test_derived_connectivity_behaves_as_gt4py_own(tables: Any, cache_dir: Any) -> None:
     ct = adapter.compile_time_offset_provider({"C2E": conn(tables["C2E"], "C2E", skip=None)}, cache_dir=cache_dir)["C2E"]
     derived = dataclasses.replace(ct, table_ref=None)
     assert derived.digest is None
@@ -337,7 +340,7 @@ def test_derived_connectivity_behaves_as_gt4py_own(tables, cache_dir):
 # internals the warm start and the lock use (ADR 0038, 0039)
 
 
-def test_a_missing_internal_is_unsupported_and_named(monkeypatch, cache_dir):
+def test_a_missing_internal_is_unsupported_and_named(monkeypatch: pytest.MonkeyPatch, cache_dir: Any) -> None:
     from gt4py.next.otf.compilation import compiler
 
     original = compilation_tasks.make_compilation_task
@@ -347,7 +350,7 @@ def test_a_missing_internal_is_unsupported_and_named(monkeypatch, cache_dir):
     assert compilation_tasks.make_compilation_task is original
 
 
-def test_install_wraps_the_default_runner_and_uninstall_restores_it(cache_dir):
+def test_install_wraps_the_default_runner_and_uninstall_restores_it(cache_dir: Any) -> None:
     original = runners.get_default_runner
     assert adapter.install(cache_dir=cache_dir)
     try:
@@ -360,7 +363,7 @@ def test_install_wraps_the_default_runner_and_uninstall_restores_it(cache_dir):
     assert runners.get_default_runner is original
 
 
-def test_the_task_translates_under_the_lock_with_gt4py_own_step(tables, installed, recording_runner, cache_dir):
+def test_the_task_translates_under_the_lock_with_gt4py_own_step(tables: Any, installed: Any, recording_runner: Any, cache_dir: Any) -> None:
     task = _task_for(recording_runner, ip.offset_provider(tables))
     locked = task.executor.translation
     assert isinstance(locked, adapter.LockedTranslation) and locked.cached is run_gtfn.executor.translation
@@ -376,7 +379,7 @@ def test_the_task_translates_under_the_lock_with_gt4py_own_step(tables, installe
 CHILD = pathlib.Path(__file__).resolve().parent / "gt4py_child.py"
 
 
-def child_env(tmp_path, mode="serial", lock_wait=None):
+def child_env(tmp_path: Path, mode: Any="serial", lock_wait: Any=None) -> Any:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GT4PY_", "GRIDKEY_"))}
     env.update(
         GT4PY_BUILD_CACHE_LIFETIME="persistent",
@@ -392,31 +395,31 @@ def child_env(tmp_path, mode="serial", lock_wait=None):
     return env
 
 
-def translation_entries(tmp_path):
+def translation_entries(tmp_path: Path) -> Any:
     return sorted((tmp_path / "gt4py" / ".gt4py_cache" / "translation_cache" / "gtfn").glob("*.pkl"))
 
 
-def start_translation(tmp_path, *, adapter_on=True, sleep=0.0, lock_wait=None):
+def start_translation(tmp_path: Path, *, adapter_on: Any=True, sleep: Any=0.0, lock_wait: Any=None) -> Any:
     command = [sys.executable, str(CHILD), "translate", "--adapter", str(int(adapter_on))]
     command += ["--count", str(tmp_path / "count"), "--start", str(tmp_path / "start"), "--sleep", str(sleep)]
     child = subprocess.Popen(command, env=child_env(tmp_path, lock_wait=lock_wait), stdout=subprocess.PIPE, text=True)
-    assert child.stdout.readline().strip() == "ready"
+    assert child.stdout is not None and child.stdout.readline().strip() == "ready"
     return child
 
 
-def finish(child, timeout=300):
+def finish(child: Any, timeout: Any=300) -> Any:
     out, _ = child.communicate(timeout=timeout)
     assert child.returncode == 0, out
     return json.loads(out.strip().splitlines()[-1])
 
 
-def translations(tmp_path) -> list[str]:
+def translations(tmp_path: Path) -> list[str]:
     path = tmp_path / "count"
     return path.read_text().split() if path.exists() else []
 
 
 @pytest.mark.parametrize("adapter_on, expected", [(True, 1), (False, 2)], ids=["with", "without"])
-def test_two_processes_on_one_cache_translate_a_key_once(tmp_path, adapter_on, expected):
+def test_two_processes_on_one_cache_translate_a_key_once(tmp_path: Path, adapter_on: Any, expected: Any) -> None:
     """Without the adapter both translate (the control shows the test can fail); with it, one does."""
     children = [start_translation(tmp_path, adapter_on=adapter_on, sleep=1.5) for _ in range(2)]
     (tmp_path / "start").touch()
@@ -430,7 +433,7 @@ def test_two_processes_on_one_cache_translate_a_key_once(tmp_path, adapter_on, e
         assert all(not r["warnings"] for r in results)
 
 
-def test_a_holder_killed_with_sigkill_does_not_block_the_other(tmp_path):
+def test_a_holder_killed_with_sigkill_does_not_block_the_other(tmp_path: Path) -> None:
     (tmp_path / "start").touch()
     holder = start_translation(tmp_path, sleep=600)
     try:
@@ -453,7 +456,7 @@ def test_a_holder_killed_with_sigkill_does_not_block_the_other(tmp_path):
     assert translations(tmp_path)[-1] != str(holder.pid) and len(translation_entries(tmp_path)) == 1
 
 
-def test_a_wait_is_bounded_and_then_translates_with_one_warning(tmp_path):
+def test_a_wait_is_bounded_and_then_translates_with_one_warning(tmp_path: Path) -> None:
     (tmp_path / "start").touch()
     holder = start_translation(tmp_path, sleep=600)
     try:
@@ -470,14 +473,14 @@ def test_a_wait_is_bounded_and_then_translates_with_one_warning(tmp_path):
     assert len(translations(tmp_path)) == 2 and len(translation_entries(tmp_path)) == 1
 
 
-def run_child(tmp_path, mode, *programs, adapter_on=True):
+def run_child(tmp_path: Path, mode: Any, *programs: Any, adapter_on: Any=True) -> Any:
     command = [sys.executable, str(CHILD), "run", "--adapter", str(int(adapter_on)), "--programs", *programs]
     done = subprocess.run(command, env=child_env(tmp_path, mode), capture_output=True, text=True, timeout=1200)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-8000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def test_a_warm_start_starts_no_pool_and_a_miss_still_goes_to_it(tmp_path):
+def test_a_warm_start_starts_no_pool_and_a_miss_still_goes_to_it(tmp_path: Path) -> None:
     """One real C++ build of ``div`` (serial), then warm starts in process and thread mode resolved in the parent, then
     a translation miss that GT4Py's process pool serves."""
     cold = run_child(tmp_path, "serial", "div")

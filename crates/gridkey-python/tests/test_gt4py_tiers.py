@@ -6,6 +6,9 @@ fresh interpreters with separate GT4Py caches, as ``crates/gridkey-python/proof/
 
 from __future__ import annotations
 
+from typing import Any
+from pathlib import Path
+
 import os
 import pathlib
 import shutil
@@ -22,7 +25,7 @@ KEY_ARGS = ("div_pyext_abc_1.2.3_def", "0" * 32, ".cpython-312-x86_64-linux-gnu.
 OTHER = ("rot_pyext_abc_1.2.3_def", "1" * 32, ".cpython-313-x86_64-linux-gnu.so", "linux-aarch64", "2.0.0", "2.3.8", "1.2.1")
 
 
-def test_every_extension_key_input_changes_the_key():
+def test_every_extension_key_input_changes_the_key() -> None:
     base = _gridkey.gt4py_extension_key(*KEY_ARGS)
     assert len(base) == 32 and base == _gridkey.gt4py_extension_key(*KEY_ARGS)
     for i, other in enumerate(OTHER):
@@ -31,7 +34,7 @@ def test_every_extension_key_input_changes_the_key():
         assert _gridkey.gt4py_extension_key(*args) != base, f"input {i} does not enter the extension key"
 
 
-def test_the_compiler_identity_follows_the_compiler_not_its_path(tmp_path):
+def test_the_compiler_identity_follows_the_compiler_not_its_path(tmp_path: Path) -> None:
     cxx = shutil.which("c++") or shutil.which("g++")
     if cxx is None:
         pytest.skip("no C++ compiler on PATH")
@@ -39,8 +42,10 @@ def test_the_compiler_identity_follows_the_compiler_not_its_path(tmp_path):
     command, identity = _gridkey.cxx_compiler_identity(env, tmp_path)
     # The same compiler reached through another directory: the same identity.
     elsewhere = tmp_path / "bin"
+    found = shutil.which(command, path=env["PATH"])
+    assert found is not None, command
     elsewhere.mkdir()
-    (elsewhere / pathlib.Path(command).name).symlink_to(os.path.realpath(shutil.which(command, path=env["PATH"])))
+    (elsewhere / pathlib.Path(command).name).symlink_to(os.path.realpath(found))
     assert _gridkey.cxx_compiler_identity({"PATH": f"{elsewhere}{os.pathsep}{env['PATH']}"}, tmp_path)[1] == identity
     # Another compiler behind CXX (a wrapper with other bytes): another identity.
     wrapper = tmp_path / "cxx-wrapper"
@@ -50,7 +55,7 @@ def test_the_compiler_identity_follows_the_compiler_not_its_path(tmp_path):
     assert other[0] == str(wrapper) and other[1] != identity
 
 
-def _folder(tmp_path) -> pathlib.Path:
+def _folder(tmp_path: Path) -> pathlib.Path:
     folder = tmp_path / "div_pyext_x"
     (folder / "build" / "bin").mkdir(parents=True)
     (folder / "build" / "bin" / "div.so").write_bytes(os.urandom(4096))
@@ -59,7 +64,7 @@ def _folder(tmp_path) -> pathlib.Path:
 
 
 @pytest.mark.parametrize("damage", ["truncated", "corrupted", "emptied"])
-def test_a_damaged_extension_entry_is_rejected_removed_and_never_materialized(tmp_path, damage):
+def test_a_damaged_extension_entry_is_rejected_removed_and_never_materialized(tmp_path: Path, damage: Any) -> None:
     store = _gridkey.Gt4pyStore(tmp_path / "gridkey")
     key = _gridkey.gt4py_extension_key(*KEY_ARGS)
     path, size = store.put_extension(key, _folder(tmp_path), ["build/bin/div.so", "gt4py.json"])
@@ -70,12 +75,12 @@ def test_a_damaged_extension_entry_is_rejected_removed_and_never_materialized(tm
     pathlib.Path(path).write_bytes(bad)
     target = tmp_path / "fresh"
     assert store.materialize(key, target) is None
-    assert store.rejected == 1 and str(path) in store.last_rejection
+    assert store.rejected == 1 and str(path) in (store.last_rejection or "")
     assert not pathlib.Path(path).exists(), "a damaged entry was left to be read again"
     assert not (target / "gt4py.json").exists()
 
 
-def test_a_materialized_folder_holds_exactly_the_stored_files(tmp_path):
+def test_a_materialized_folder_holds_exactly_the_stored_files(tmp_path: Path) -> None:
     store = _gridkey.Gt4pyStore(tmp_path / "gridkey")
     folder = _folder(tmp_path)
     key = _gridkey.gt4py_extension_key(*KEY_ARGS)
@@ -92,7 +97,7 @@ def test_a_materialized_folder_holds_exactly_the_stored_files(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def nodes():
+def nodes() -> Any:
     pytest.importorskip("gt4py", reason="GT4Py needs CPython 3.12 or later; cargo xtask gt4py installs it")
     if shutil.which("cmake", path=f"{pathlib.Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}") is None:
         pytest.skip("GT4Py's builds need cmake")
@@ -102,7 +107,7 @@ def nodes():
     return gt4py_nodes
 
 
-def test_nodes_share_builds_and_refuse_damaged_and_foreign_extensions(nodes, tmp_path):
+def test_nodes_share_builds_and_refuse_damaged_and_foreign_extensions(nodes: Any, tmp_path: Path) -> None:
     store = tmp_path / "gridkey"
     first = nodes.run_node(tmp_path / "a" / ".gt4py_cache", store, ["div"])
     assert (first["translations"], first["builds"], first["extensions_stored"], first["verified"]) == (1, 1, 1, True)
@@ -140,7 +145,7 @@ def test_nodes_share_builds_and_refuse_damaged_and_foreign_extensions(nodes, tmp
     assert len(list((store / gridkey.GT4PY_DIR / "extension").rglob("*.bin"))) == 2
 
 
-def test_an_extension_for_another_python_abi_is_never_materialized_or_loaded(tmp_path):
+def test_an_extension_for_another_python_abi_is_never_materialized_or_loaded(tmp_path: Path) -> None:
     pytest.importorskip("gt4py", reason="GT4Py needs CPython 3.12 or later; cargo xtask gt4py installs it")
     from gridkey import _gt4py_tiers as tiers
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from typing import Any
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -12,7 +15,7 @@ A = np.arange(12, dtype=np.int32).reshape(4, 3)
 
 
 class RaisingArray:
-    def __array__(self, dtype=None, copy=None):
+    def __array__(self, dtype: Any=None, copy: Any=None) -> Any:
         raise RuntimeError("the array library failed")
 
 
@@ -41,7 +44,7 @@ NOT_TABLES = [
 
 
 @pytest.mark.parametrize("obj, error, needle", NOT_TABLES, ids=[repr(type(o).__name__) + n for o, _, n in NOT_TABLES])
-def test_not_a_table(obj, error, needle, store):
+def test_not_a_table(obj: Any, error: Any, needle: Any, store: gridkey.TableStore) -> None:
     for call in (gridkey.table_digest, store.put, lambda t: gridkey.Connectivity(t, *dims())):
         with pytest.raises(error) as info:
             call(obj)
@@ -50,13 +53,13 @@ def test_not_a_table(obj, error, needle, store):
         assert not str(info.value).endswith(".")
 
 
-def test_the_cause_of_a_failing_array_is_kept():
+def test_the_cause_of_a_failing_array_is_kept() -> None:
     with pytest.raises(gridkey.TableTypeError) as info:
         gridkey.table_digest(RaisingArray())
     assert isinstance(info.value.__cause__, RuntimeError)
 
 
-def test_zero_size_tables_are_tables(golden_digests, store):
+def test_zero_size_tables_are_tables(golden_digests: dict[str, Any], store: gridkey.TableStore) -> None:
     empty = np.zeros((0, 3), np.int32)
     golden = golden_digests["synthetic"]["empty_0x3_i4"]["digest"]
     assert gridkey.table_digest(empty) == golden
@@ -69,12 +72,12 @@ def test_zero_size_tables_are_tables(golden_digests, store):
 
 
 @pytest.mark.parametrize("shape", [(2**62, 4), (2**40, 2**40), (2**63, 1), [2**61, 8]])
-def test_huge_shapes_are_refused_before_any_io(store, shape):
+def test_huge_shapes_are_refused_before_any_io(store: gridkey.TableStore, shape: Any) -> None:
     with pytest.raises(gridkey.TableValueError, match="larger than any table"):
         store.open("32fc64d30d2a0401beb78468f082a182", np.int32, shape)
 
 
-def test_huge_logical_shape_of_a_broadcast_view_is_read_without_memory():
+def test_huge_logical_shape_of_a_broadcast_view_is_read_without_memory() -> None:
     # A zero-stride view: 8 GB logically, 4 bytes in memory; its digest is the witness's of the
     # materialised rows (checked on a small one), and reading it allocates nothing.
     small = np.broadcast_to(np.int32(7), (1000, 3))
@@ -84,7 +87,7 @@ def test_huge_logical_shape_of_a_broadcast_view_is_read_without_memory():
 @pytest.mark.parametrize(
     "shape", [(-1, 3), (3,), (1, 2, 3), "x", None, (2**64, 1)], ids=["negative", "1-d", "3-d", "str", "none", "overflow"]
 )
-def test_bad_shape_arguments(store, shape):
+def test_bad_shape_arguments(store: gridkey.TableStore, shape: Any) -> None:
     with pytest.raises(gridkey.TableValueError, match="shape"):
         store.open("32fc64d30d2a0401beb78468f082a182", np.int32, shape)
 
@@ -92,7 +95,7 @@ def test_bad_shape_arguments(store, shape):
 @pytest.mark.parametrize(
     "digest", ["", "xyz", "0" * 31, "g" * 32, "0" * 33, "é" * 16], ids=["empty", "short", "31", "non-hex", "33", "unicode"]
 )
-def test_bad_digest_text(store, digest):
+def test_bad_digest_text(store: gridkey.TableStore, digest: Any) -> None:
     with pytest.raises(gridkey.TableValueError, match="is not a table digest"):
         store.open(digest, np.int32, (4, 3))
     with pytest.raises(gridkey.TableValueError):
@@ -100,37 +103,37 @@ def test_bad_digest_text(store, digest):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, "int16", ">i4", "S4", "not a dtype", object, bool])
-def test_bad_dtype_arguments(store, dtype):
+def test_bad_dtype_arguments(store: gridkey.TableStore, dtype: Any) -> None:
     with pytest.raises(gridkey.TableTypeError):
         store.open("32fc64d30d2a0401beb78468f082a182", dtype, (4, 3))
 
 
-def test_bad_dimensions():
+def test_bad_dimensions() -> None:
     domain, local, codomain = dims()
     with pytest.raises(gridkey.TableValueError, match="is not a dimension kind"):
-        gridkey.Dimension("Cell", "sideways")
+        gridkey.Dimension("Cell", "sideways")  # type: ignore[arg-type]  # wrong on purpose
     with pytest.raises(gridkey.TableValueError, match="connectivity local dimension Cell must be a Local dimension"):
         gridkey.Connectivity(A, domain, domain, codomain)
     with pytest.raises(gridkey.TableValueError, match="domain dimension C2EDim"):
         gridkey.Connectivity(A, local, local, codomain)
     with pytest.raises(TypeError):
-        gridkey.Connectivity(A, "Cell", local, codomain)
+        gridkey.Connectivity(A, "Cell", local, codomain)  # type: ignore[arg-type]  # wrong on purpose
 
 
-def test_bad_providers(store):
+def test_bad_providers(store: gridkey.TableStore) -> None:
     domain, local, codomain = dims()
     with pytest.raises(gridkey.TableTypeError, match="mapping"):
-        gridkey.compile_time_offset_provider([A], store)
+        gridkey.compile_time_offset_provider([A], store)  # type: ignore[arg-type]  # wrong on purpose
     with pytest.raises(gridkey.TableTypeError, match="offset C2E: an object of type numpy.ndarray is neither"):
-        gridkey.compile_time_offset_provider({"C2E": A}, store)
+        gridkey.compile_time_offset_provider({"C2E": A}, store)  # type: ignore[dict-item]  # wrong on purpose
     with pytest.raises(gridkey.TableValueError, match="table_dtype"):
-        gridkey.compile_time_offset_provider({}, store, table_dtype="int16")
+        gridkey.compile_time_offset_provider({}, store, table_dtype="int16")  # type: ignore[arg-type]  # wrong on purpose
     runtime = {"C2E": gridkey.Connectivity(A, domain, local, codomain)}
     with pytest.raises(gridkey.TableTypeError, match="runtime connectivity"):
-        gridkey.KeyInputs("f", "1", "p", b"", {}, runtime)
+        gridkey.KeyInputs("f", "1", "p", b"", {}, runtime)  # type: ignore[arg-type]  # wrong on purpose
 
 
-def test_cache_dir_that_is_a_file(tmp_path):
+def test_cache_dir_that_is_a_file(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
     with pytest.raises(gridkey.GridkeyOSError) as info:
@@ -140,16 +143,16 @@ def test_cache_dir_that_is_a_file(tmp_path):
     assert "cannot use table store directory" in str(info.value) and "GRIDKEY_CACHE_DIR" in str(info.value)
 
 
-def test_bad_settings():
+def test_bad_settings() -> None:
     with pytest.raises(gridkey.SettingsError, match="GRIDKEY_VERIFY_TABLES=\"maybe\" is not valid"):
         gridkey.Settings.from_vars({"GRIDKEY_VERIFY_TABLES": "maybe"})
     with pytest.raises(gridkey.SettingsError, match="GRIDKEY_BUILD_JOBS_MODE"):
         gridkey.Settings.from_vars({"GRIDKEY_BUILD_JOBS_MODE": "fork"})
     with pytest.raises(gridkey.TableTypeError):
-        gridkey.Settings.from_vars(["GRIDKEY_CACHE_DIR"])
+        gridkey.Settings.from_vars(["GRIDKEY_CACHE_DIR"])  # type: ignore[arg-type]  # wrong on purpose
 
 
-def test_exceptions_pickle_with_their_message():
+def test_exceptions_pickle_with_their_message() -> None:
     import pickle
 
     err = gridkey.TableNotFoundError("table x is not in the store", 2, "/tmp/x.npy")

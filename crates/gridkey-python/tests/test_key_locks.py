@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from typing import Any
+from pathlib import Path
+
 import os
 import signal
 import subprocess
@@ -13,11 +16,11 @@ import pytest
 import gridkey
 
 
-def locks(tmp_path, wait: float):
+def locks(tmp_path: Path, wait: float) -> Any:
     return gridkey.KeyLocks(tmp_path / "cache", settings=gridkey.Settings.from_vars({"GRIDKEY_LOCK_WAIT": str(wait)}))
 
 
-def test_a_held_lock_makes_the_next_taker_give_up_after_the_bound(tmp_path):
+def test_a_held_lock_makes_the_next_taker_give_up_after_the_bound(tmp_path: Path) -> None:
     first, second = locks(tmp_path, 30), locks(tmp_path, 0.3)
     assert (first.wait, second.wait) == (30.0, 0.3)
     held = first.lock("gt4py-translation-0123")
@@ -38,7 +41,7 @@ def test_a_held_lock_makes_the_next_taker_give_up_after_the_bound(tmp_path):
     assert again.held and again.waited == 0.0
 
 
-def test_the_wait_comes_from_the_settings(tmp_path):
+def test_the_wait_comes_from_the_settings(tmp_path: Path) -> None:
     assert gridkey.Settings.from_vars({}).key_lock_wait == 60.0
     assert gridkey.Settings.from_vars({"GRIDKEY_LOCK_WAIT": "2.5"}).key_lock_wait == 2.5
     with pytest.raises(gridkey.SettingsError, match="GRIDKEY_LOCK_WAIT"):
@@ -48,13 +51,13 @@ def test_the_wait_comes_from_the_settings(tmp_path):
 
 
 @pytest.mark.parametrize("name", ["", ".hidden", "a/b", "../x", "x" * 201, "sp ace", "nul\0"])
-def test_a_name_that_is_not_a_plain_file_name_is_refused(tmp_path, name):
+def test_a_name_that_is_not_a_plain_file_name_is_refused(tmp_path: Path, name: Any) -> None:
     with pytest.raises(gridkey.TableValueError, match="lock name"):
         locks(tmp_path, 1).lock(name)
     assert not (tmp_path / "cache" / "locks").exists()
 
 
-def test_a_holder_killed_with_sigkill_does_not_block_the_next(tmp_path):
+def test_a_holder_killed_with_sigkill_does_not_block_the_next(tmp_path: Path) -> None:
     code = (
         "import sys, time, gridkey\n"
         f"held = gridkey.KeyLocks({str(tmp_path / 'cache')!r}).lock('k')\n"
@@ -63,7 +66,7 @@ def test_a_holder_killed_with_sigkill_does_not_block_the_next(tmp_path):
     )
     holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:
-        assert holder.stdout.readline().strip() == "True"
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "True"
         assert locks(tmp_path, 0.2).lock("k").gave_up  # held by the live holder
         os.kill(holder.pid, signal.SIGKILL)
         holder.wait(timeout=30)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from typing import Any
+from pathlib import Path
+
 import json
 
 import numpy as np
@@ -9,15 +12,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import gridkey
-from conftest import DATA, dims, icon_like, key_witness_source
+from conftest import DATA, dims, icon_like, key_witness_source, gather
 
 # The witness's functions, without running its command line.
-witness = {"__name__": "translation_key_witness"}
+witness: dict[str, Any] = {"__name__": "translation_key_witness"}
 exec(key_witness_source, witness)
 
 
-def record(frontend="test-frontend", version="1.0.0", program="div", encoding="00ff", options=None, offsets=None,
-           fingerprint="5e1f" * 8):
+def record(frontend: Any="test-frontend", version: Any="1.0.0", program: Any="div", encoding: Any="00ff", options: Any=None, offsets: Any=None,
+           fingerprint: Any="5e1f" * 8) -> Any:
     return {
         "key_format_version": 2,
         "digest_format_version": 1,
@@ -33,17 +36,17 @@ def record(frontend="test-frontend", version="1.0.0", program="div", encoding="0
     }
 
 
-def test_the_golden_key():
+def test_the_golden_key() -> None:
     golden = (DATA / "golden" / "translation-key-v2.txt").read_text().strip()
     inputs = gridkey.KeyInputs.from_json(json.dumps(record()))
     assert inputs.key() == gridkey.translation_key(inputs) == golden
     assert gridkey.KeyInputs.from_json(inputs.to_json()) == inputs
 
 
-def test_explain_matches_the_golden_file():
+def test_explain_matches_the_golden_file() -> None:
     golden = json.loads((DATA / "golden" / "explain-v1.json").read_text())
 
-    def c2e(digest, rows, skip):
+    def c2e(digest: Any, rows: Any, skip: Any) -> Any:
         return {"kind": "gather", "offset": "C2E", "domain": "Cell", "local": "C2EDim", "codomain": "Edge",
                 "skip_value": skip, "dtype": "<i4", "shape": [rows, 3], "digest": digest}
 
@@ -63,8 +66,8 @@ names = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), max_siz
 
 
 @st.composite
-def offset_entries(draw):
-    out = []
+def offset_entries(draw: Any) -> Any:
+    out: list[tuple[Any, ...]] = []
     for i in range(draw(st.integers(0, 4))):
         if draw(st.booleans()):
             out.append(("dimension", f"D{i}", draw(names), draw(st.sampled_from(["horizontal", "vertical", "local"]))))
@@ -78,7 +81,7 @@ def offset_entries(draw):
 
 @settings(max_examples=200, deadline=None)
 @given(names, names, names, st.binary(max_size=40), st.dictionaries(names, names, max_size=4), offset_entries())
-def test_keys_equal_the_witness(frontend, version, program, encoding, options, entries):
+def test_keys_equal_the_witness(frontend: Any, version: Any, program: Any, encoding: Any, options: Any, entries: Any) -> None:
     offsets, encoded = [], []
     for e in entries:
         if e[0] == "dimension":
@@ -95,21 +98,23 @@ def test_keys_equal_the_witness(frontend, version, program, encoding, options, e
     assert gridkey.KeyInputs.from_json(json.dumps(rec)).key() == expected
 
 
-def key_of(provider, store, program="div", options=None, frontend=("fe", "1.0", "f1"), encoding=b"\x01\x02"):
+def key_of(provider: Any, store: gridkey.TableStore, program: Any="div", options: Any=None, frontend: Any=("fe", "1.0", "f1"), encoding: Any=b"\x01\x02") -> Any:
     view = gridkey.compile_time_offset_provider(provider, store)
     return gridkey.KeyInputs(frontend[0], frontend[1], program, encoding, options or {}, view,
                              frontend_fingerprint=frontend[2]).key()
 
 
-def provider(table, skip=-1, domain=None, codomain=None, koff=True, name="C2E"):
+def provider(table: Any, skip: Any=-1, domain: Any=None, codomain: Any=None, koff: Any=True, name: Any="C2E") -> Any:
     d, local, c = dims()
-    out = {name: gridkey.Connectivity(table, domain or d, local, codomain or c, skip)}
+    out: dict[str, gridkey.Connectivity | gridkey.Dimension] = {
+        name: gridkey.Connectivity(table, domain or d, local, codomain or c, skip)
+    }
     if koff:
         out["Koff"] = gridkey.Dimension("K", "vertical")
     return out
 
 
-def test_every_key_input_changes_the_key(store):
+def test_every_key_input_changes_the_key(store: gridkey.TableStore) -> None:
     table = icon_like(seed=11)
     base = key_of(provider(table), store)
     changed_table = table.copy()
@@ -138,7 +143,7 @@ def test_every_key_input_changes_the_key(store):
     assert len(set(variants.values())) == len(variants)
 
 
-def test_layout_width_device_and_path_do_not_enter_the_key(store, tmp_path):
+def test_layout_width_device_and_path_do_not_enter_the_key(store: gridkey.TableStore, tmp_path: Path) -> None:
     from conftest import DeviceTable
 
     table = icon_like(seed=12)
@@ -155,12 +160,12 @@ def test_layout_width_device_and_path_do_not_enter_the_key(store, tmp_path):
         assert key_of(provider(variant), s) == base, what
 
 
-def test_key_inputs_expose_the_record(store):
+def test_key_inputs_expose_the_record(store: gridkey.TableStore) -> None:
     table = icon_like(seed=13)
     view = gridkey.compile_time_offset_provider(provider(table), store)
     inputs = gridkey.KeyInputs("fe", "1.0", "div", b"\xab", {"b": "2", "a": "1"}, view)
     assert inputs.program == "div" and inputs.frontend == "fe" and inputs.frontend_version == "1.0"
     assert inputs.encoding == b"\xab" and list(inputs.options) == ["a", "b"]
-    assert inputs.offsets[0]["digest"] == view["C2E"].digest and inputs.offsets[1]["kind"] == "dimension"
+    assert inputs.offsets[0]["digest"] == gather(view, "C2E").digest and inputs.offsets[1]["kind"] == "dimension"
     rec = json.loads(inputs.to_json())
     assert rec["program_encoding"] == "ab" and str(store.cache_dir) not in inputs.to_json()

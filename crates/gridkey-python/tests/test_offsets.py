@@ -3,6 +3,9 @@ pickling to worker processes."""
 
 from __future__ import annotations
 
+from typing import Any
+from pathlib import Path
+
 import gc
 import multiprocessing
 import os
@@ -12,24 +15,24 @@ import numpy as np
 import pytest
 
 import gridkey
-from conftest import CudaTable, DeviceTable, digest_witness, dims, icon_like
+from conftest import CudaTable, DeviceTable, digest_witness, dims, icon_like, gather
 
 
-def provider_of(*tables, skip=-1):
+def provider_of(*tables: Any, skip: Any=-1) -> Any:
     domain, local, codomain = dims()
-    out = {}
+    out: dict[str, gridkey.Connectivity | gridkey.Dimension] = {}
     for i, t in enumerate(tables):
         out[f"O{i}"] = gridkey.Connectivity(t, domain, local, codomain, skip)
     out["Koff"] = gridkey.Dimension("K", "vertical")
     return out
 
 
-def test_view_keeps_every_entry_in_order(store):
+def test_view_keeps_every_entry_in_order(store: gridkey.TableStore) -> None:
     provider = provider_of(icon_like(seed=1), icon_like(seed=2))
     view = gridkey.compile_time_offset_provider(provider, store)
     assert list(view) == ["O0", "O1", "Koff"]
     assert view["Koff"] is provider["Koff"]
-    ct = view["O0"]
+    ct = gather(view, "O0")
     assert isinstance(ct, gridkey.CompileTimeConnectivity)
     assert (ct.domain, ct.local, ct.codomain, ct.skip_value) == (*dims(), -1)
     assert ct.digest == digest_witness.table_digest(icon_like(seed=1))
@@ -42,7 +45,7 @@ def test_view_keeps_every_entry_in_order(store):
 
 
 @pytest.mark.parametrize("table_dtype", ["canonical", "runtime"])
-def test_every_layout_gives_one_compile_time_table(store, table_dtype):
+def test_every_layout_gives_one_compile_time_table(store: gridkey.TableStore, table_dtype: Any) -> None:
     table = icon_like(400, 4)
     variants = {
         "C": table,
@@ -52,7 +55,7 @@ def test_every_layout_gives_one_compile_time_table(store, table_dtype):
         "big-endian": table.astype(">i4"),
         "strided": np.repeat(table, 2, axis=1)[:, ::2],
     }
-    views = {n: gridkey.compile_time_offset_provider(provider_of(t), store, table_dtype=table_dtype)["O0"]
+    views = {n: gather(gridkey.compile_time_offset_provider(provider_of(t), store, table_dtype=table_dtype), "O0")
              for n, t in variants.items()}
     for name, ct in views.items():
         runtime = variants[name]
@@ -62,14 +65,14 @@ def test_every_layout_gives_one_compile_time_table(store, table_dtype):
         np.testing.assert_array_equal(ct.table, table)
 
 
-def test_canonical_keeps_int64_when_an_index_does_not_fit(store):
+def test_canonical_keeps_int64_when_an_index_does_not_fit(store: gridkey.TableStore) -> None:
     wide = icon_like().astype(np.int64)
     wide[3, 1] = 2**40
-    ct = gridkey.compile_time_offset_provider(provider_of(wide), store)["O0"]
+    ct = gather(gridkey.compile_time_offset_provider(provider_of(wide), store), "O0")
     assert ct.dtype == np.int64 and ct.digest == digest_witness.table_digest(wide)
 
 
-def test_each_connectivity_is_converted_once(store, tmp_path):
+def test_each_connectivity_is_converted_once(store: gridkey.TableStore, tmp_path: Path) -> None:
     provider = provider_of(icon_like(seed=3), icon_like(seed=4))
     before = gridkey.conversion_stats()
     first = gridkey.compile_time_offset_provider(provider, store)
@@ -80,13 +83,13 @@ def test_each_connectivity_is_converted_once(store, tmp_path):
     assert all(first[k] is second[k] for k in ("O0", "O1"))
     # Another store or another table dtype is another conversion.
     other = gridkey.TableStore(tmp_path / "other", settings=gridkey.Settings.from_vars({}))
-    assert gridkey.compile_time_offset_provider(provider, other)["O0"] is not first["O0"]
-    runtime = gridkey.compile_time_offset_provider(provider, store, table_dtype="runtime")["O0"]
-    assert runtime is not first["O0"] and runtime.digest == first["O0"].digest
+    assert gather(gridkey.compile_time_offset_provider(provider, other), "O0") is not first["O0"]
+    runtime = gather(gridkey.compile_time_offset_provider(provider, store, table_dtype="runtime"), "O0")
+    assert runtime is not first["O0"] and runtime.digest == gather(first, "O0").digest
     assert gridkey.conversion_stats()["converted"] - after["converted"] == 4
 
 
-def test_a_new_connectivity_at_a_reused_address_is_not_a_memo_hit(store):
+def test_a_new_connectivity_at_a_reused_address_is_not_a_memo_hit(store: gridkey.TableStore) -> None:
     table = icon_like(seed=5)
     domain, local, codomain = dims()
     conn = gridkey.Connectivity(table, domain, local, codomain)
@@ -109,29 +112,29 @@ def test_a_new_connectivity_at_a_reused_address_is_not_a_memo_hit(store):
         pytest.skip("the allocator never reused the address; the weak-reference check was not exercised")
 
 
-def test_a_runtime_table_changed_in_place_after_conversion(store, verifying_store):
+def test_a_runtime_table_changed_in_place_after_conversion(store: gridkey.TableStore, verifying_store: gridkey.TableStore) -> None:
     table = icon_like(seed=7)
     provider = provider_of(table)
-    ct = gridkey.compile_time_offset_provider(provider, store)["O0"]
+    ct = gather(gridkey.compile_time_offset_provider(provider, store), "O0")
     old = ct.digest
     table[0, 0] += 1  # the contract says this does not happen; it does
     # The memo trusts the connectivity (the Rust crates' contract): the view and its file keep
     # the content that was converted, consistent with its digest.
-    assert gridkey.compile_time_offset_provider(provider, store)["O0"] is ct
+    assert gather(gridkey.compile_time_offset_provider(provider, store), "O0") is ct
     assert gridkey.table_digest(ct.table) == old
     # A verifying store trusts no memo: the changed table is converted again under its digest.
-    verified = gridkey.compile_time_offset_provider(provider, verifying_store)["O0"]
+    verified = gather(gridkey.compile_time_offset_provider(provider, verifying_store), "O0")
     assert verified.digest == digest_witness.table_digest(table) != old
     table[0, 0] += 1
-    again = gridkey.compile_time_offset_provider(provider, verifying_store)["O0"]
+    again = gather(gridkey.compile_time_offset_provider(provider, verifying_store), "O0")
     assert again.digest == digest_witness.table_digest(table) not in (old, verified.digest)
 
 
-def test_identity_memo_with_unhashable_and_unweakrefable_objects():
+def test_identity_memo_with_unhashable_and_unweakrefable_objects() -> None:
     class Unhashable:
-        __hash__ = None
+        __hash__ = None  # type: ignore[assignment]  # unhashable on purpose
 
-        def __eq__(self, other):
+        def __eq__(self, other: object) -> bool:
             return True
 
     memo = gridkey.IdentityMemo()
@@ -149,7 +152,7 @@ def test_identity_memo_with_unhashable_and_unweakrefable_objects():
     assert memo.pop(plain) == "list" and memo.get(plain) is None
 
 
-def test_device_tables_are_copied_to_the_host_once_per_connectivity(store, tmp_path):
+def test_device_tables_are_copied_to_the_host_once_per_connectivity(store: gridkey.TableStore, tmp_path: Path) -> None:
     host = icon_like(800, 4).astype(np.int64)
     device = DeviceTable(host)
     domain, local, codomain = dims()
@@ -161,16 +164,16 @@ def test_device_tables_are_copied_to_the_host_once_per_connectivity(store, tmp_p
         view = gridkey.compile_time_offset_provider({"C2E": conn}, store)
     assert device.host_copies == 1
     assert gridkey.conversion_stats()["host_copies"] - before == 1
-    ct = view["C2E"]
+    ct = gather(view, "C2E")
     assert ct.dtype == np.int32 and ct.digest == digest_witness.table_digest(host.astype(np.int32))
     # The same table on the host keys the same.
-    assert gridkey.compile_time_offset_provider(provider_of(host), store)["O0"].digest == ct.digest
+    assert gather(gridkey.compile_time_offset_provider(provider_of(host), store), "O0").digest == ct.digest
     # Direct digests and puts copy once each.
     assert gridkey.table_digest(device) == digest_witness.table_digest(host) and device.host_copies == 2
     assert store.put(device) == digest_witness.table_digest(host) and device.host_copies == 3
 
 
-def test_cuda_array_interface_tables_use_get(store):
+def test_cuda_array_interface_tables_use_get(store: gridkey.TableStore) -> None:
     host = icon_like(50, 3)
     cuda = CudaTable(host)
     conn = gridkey.Connectivity(cuda, *dims())
@@ -179,9 +182,9 @@ def test_cuda_array_interface_tables_use_get(store):
     assert cuda.host_copies == 1 and ct.digest == digest_witness.table_digest(host)
 
 
-def test_a_failing_or_lying_host_copy_is_a_device_copy_error(store):
+def test_a_failing_or_lying_host_copy_is_a_device_copy_error(store: gridkey.TableStore) -> None:
     class Broken(DeviceTable):
-        def __dlpack__(self, **kwargs):
+        def __dlpack__(self, **kwargs: Any) -> Any:
             raise RuntimeError("device lost")
 
     with pytest.raises(gridkey.DeviceCopyError, match="offset C2E: copying its neighbour table to the host failed: .*Broken table.s host copy raised RuntimeError: device lost") as info:
@@ -196,22 +199,22 @@ def test_a_failing_or_lying_host_copy_is_a_device_copy_error(store):
     assert isinstance(info.value.__cause__, gridkey.TableTypeError)
 
 
-def test_compile_time_connectivities_pickle_as_references(store):
-    ct = gridkey.compile_time_offset_provider(provider_of(icon_like(seed=9)), store)["O0"]
+def test_compile_time_connectivities_pickle_as_references(store: gridkey.TableStore) -> None:
+    ct = gather(gridkey.compile_time_offset_provider(provider_of(icon_like(seed=9)), store), "O0")
     blob = pickle.dumps(ct)
     assert len(blob) < 1000 and ct.table.tobytes() not in blob
-    back = pickle.loads(blob)
+    back: gridkey.CompileTimeConnectivity = pickle.loads(blob)
     assert back.digest == ct.digest and (back.domain, back.local, back.codomain) == dims()
     np.testing.assert_array_equal(back.table, ct.table)
     assert not back.table.flags.writeable
 
 
-def _worker_sum(blob):
+def _worker_sum(blob: Any) -> Any:
     ct = pickle.loads(blob)
     return ct.digest, int(ct.table.sum()), gridkey.table_digest(ct.table)
 
 
-def _worker_open(blob):
+def _worker_open(blob: Any) -> Any:
     try:
         pickle.loads(blob)
     except gridkey.TableNotFoundError as e:
@@ -219,9 +222,9 @@ def _worker_open(blob):
     return "ok", ""
 
 
-def test_a_spawned_worker_maps_the_table_by_reference(store):
+def test_a_spawned_worker_maps_the_table_by_reference(store: gridkey.TableStore) -> None:
     table = icon_like(1000, 3, seed=10)
-    ct = gridkey.compile_time_offset_provider(provider_of(table), store)["O0"]
+    ct = gather(gridkey.compile_time_offset_provider(provider_of(table), store), "O0")
     ctx = multiprocessing.get_context("spawn")
     with ctx.Pool(1) as pool:
         digest, total, recomputed = pool.apply(_worker_sum, (pickle.dumps(ct),))
@@ -232,11 +235,11 @@ def test_a_spawned_worker_maps_the_table_by_reference(store):
         assert kind == "TableNotFoundError" and str(ct.path) in message
 
 
-def test_a_connectivity_under_two_names_is_converted_once(store):
+def test_a_connectivity_under_two_names_is_converted_once(store: gridkey.TableStore) -> None:
     conn = gridkey.Connectivity(icon_like(seed=14), *dims())
     other = gridkey.Connectivity(icon_like(seed=15), *dims())
     before = gridkey.conversion_stats()["converted"]
     view = gridkey.compile_time_offset_provider({"A": conn, "B": other, "C": conn}, store)
     assert list(view) == ["A", "B", "C"] and view["A"] is view["C"] and view["B"] is not view["A"]
     assert gridkey.conversion_stats()["converted"] - before == 2
-    assert view["B"].digest == digest_witness.table_digest(icon_like(seed=15))
+    assert gather(view, "B").digest == digest_witness.table_digest(icon_like(seed=15))

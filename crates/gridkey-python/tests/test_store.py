@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from typing import Any
+from pathlib import Path
+
 import gc
 import os
 import stat
@@ -13,7 +16,7 @@ import gridkey
 from conftest import digest_witness, icon_like
 
 
-def mapped_regions(path):
+def mapped_regions(path: Any) -> Any:
     """(start, end) of every mapping of `path` in this process (/proc/self/maps)."""
     regions = []
     with open("/proc/self/maps") as maps:
@@ -25,7 +28,7 @@ def mapped_regions(path):
     return regions
 
 
-def test_put_returns_the_digest_and_open_maps_the_file(store):
+def test_put_returns_the_digest_and_open_maps_the_file(store: gridkey.TableStore) -> None:
     table = np.asfortranarray(icon_like(500, 3).astype(np.int64))
     digest = store.put(table)
     assert digest == gridkey.table_digest(table) == digest_witness.table_digest(table)
@@ -46,7 +49,7 @@ def test_put_returns_the_digest_and_open_maps_the_file(store):
     assert np.shares_memory(opened, opened[1:])
 
 
-def test_stored_arrays_cannot_be_written(store):
+def test_stored_arrays_cannot_be_written(store: gridkey.TableStore) -> None:
     table = icon_like()
     opened = store.open(store.put(table), np.int32, table.shape)
     with pytest.raises(ValueError, match="read-only"):
@@ -60,7 +63,7 @@ def test_stored_arrays_cannot_be_written(store):
     assert not os.stat(store.path_of(gridkey.table_digest(table))).st_mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH)
 
 
-def test_the_mapping_outlives_the_store_and_the_file(store):
+def test_the_mapping_outlives_the_store_and_the_file(store: gridkey.TableStore) -> None:
     table = icon_like(2000, 4)
     digest = store.put(table)
     opened = store.open(digest, np.int32, table.shape)
@@ -73,7 +76,7 @@ def test_the_mapping_outlives_the_store_and_the_file(store):
     np.testing.assert_array_equal(row, table[1234:1236])
 
 
-def test_put_is_idempotent_and_replaces_a_planted_file(store):
+def test_put_is_idempotent_and_replaces_a_planted_file(store: gridkey.TableStore) -> None:
     table = icon_like()
     digest = store.put(table)
     path = store.path_of(digest)
@@ -88,7 +91,7 @@ def test_put_is_idempotent_and_replaces_a_planted_file(store):
     assert leftovers == []
 
 
-def test_every_layout_stores_one_file(store):
+def test_every_layout_stores_one_file(store: gridkey.TableStore) -> None:
     table = icon_like(300, 4)
     variants = [table, np.asfortranarray(table), table.astype(">i4"), table[::-1][::-1], np.ascontiguousarray(table.T).T]
     digests = {store.put(v) for v in variants}
@@ -97,7 +100,7 @@ def test_every_layout_stores_one_file(store):
     assert len(files) == 1
 
 
-def damage(path, how):
+def damage(path: Any, how: Any) -> Any:
     os.chmod(path, 0o644)
     data = path.read_bytes()
     if how == "truncated":
@@ -134,7 +137,7 @@ def damage(path, how):
         ("symlink", gridkey.GridkeyOSError, "is not a regular file"),
     ],
 )
-def test_bad_files_are_typed_errors_naming_the_file(store, how, error, needle):
+def test_bad_files_are_typed_errors_naming_the_file(store: gridkey.TableStore, how: Any, error: Any, needle: Any) -> None:
     table = icon_like()
     digest = store.put(table)
     path = store.path_of(digest)
@@ -149,7 +152,7 @@ def test_bad_files_are_typed_errors_naming_the_file(store, how, error, needle):
         np.testing.assert_array_equal(store.open(digest, np.int32, table.shape), table)
 
 
-def test_missing_table(store):
+def test_missing_table(store: gridkey.TableStore) -> None:
     with pytest.raises(gridkey.TableNotFoundError) as info:
         store.open("0123456789abcdef0123456789abcdef", np.int32, (4, 3))
     assert isinstance(info.value, FileNotFoundError) and info.value.errno == 2
@@ -157,7 +160,7 @@ def test_missing_table(store):
     assert "convert the offset provider again" in str(info.value)
 
 
-def test_a_file_modified_in_place_is_caught_by_a_verifying_open(store, verifying_store):
+def test_a_file_modified_in_place_is_caught_by_a_verifying_open(store: gridkey.TableStore, verifying_store: gridkey.TableStore) -> None:
     table = icon_like()
     digest = store.put(table)
     path = store.path_of(digest)
@@ -175,7 +178,7 @@ def test_a_file_modified_in_place_is_caught_by_a_verifying_open(store, verifying
     np.testing.assert_array_equal(verifying_store.open(digest, np.int32, table.shape), table)
 
 
-def test_settings_choose_the_cache_directory(tmp_path, monkeypatch):
+def test_settings_choose_the_cache_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GRIDKEY_CACHE_DIR", str(tmp_path / "from-env"))
     monkeypatch.setenv("GRIDKEY_VERIFY_TABLES", "yes")
     settings = gridkey.Settings()

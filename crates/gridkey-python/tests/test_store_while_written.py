@@ -7,6 +7,8 @@ bytes of the file as NumPy loads it), never by gridkey's digest.
 
 from __future__ import annotations
 
+from typing import Any, Literal
+
 import os
 import signal
 import subprocess
@@ -17,13 +19,14 @@ import time
 from pathlib import Path
 
 import numpy as np
+from numpy.typing import NDArray
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from numpy.lib.stride_tricks import as_strided
 
 import gridkey
-from conftest import digest_witness, dims
+from conftest import digest_witness, dims, gather
 
 
 def stored_files(cache: Path) -> list[Path]:
@@ -36,7 +39,7 @@ def temp_files(cache: Path) -> list[Path]:
     return sorted(p for p in (cache / gridkey.TABLES_DIR).rglob(".tmp*"))
 
 
-def assert_file_is_named_by_its_bytes(path: Path, digest: str):
+def assert_file_is_named_by_its_bytes(path: Path, digest: str) -> Any:
     on_disk = np.load(path, mmap_mode="r")
     assert digest_witness.table_digest(on_disk) == digest, f"{path} does not hold the table its name says"
     assert path.name == f"{digest}.npy"
@@ -46,7 +49,7 @@ class Flipper:
     """A thread that keeps writing elements of `table` (row by row, at random) until stopped;
     the values it writes fit in int32 unless `high` says otherwise."""
 
-    def __init__(self, table: np.ndarray, seed: int, high: int = 1 << 20, after: float = 0.0):
+    def __init__(self, table: np.ndarray, seed: int, high: int = 1 << 20, after: float = 0.0) -> None:
         self.table = table
         # Values up to 2**20 until `after` seconds have passed, then up to `high`.
         self.high = high
@@ -56,7 +59,7 @@ class Flipper:
         self.flips = 0
         self.thread = threading.Thread(target=self.run, daemon=True)
 
-    def run(self):
+    def run(self) -> Any:
         n = self.table.shape[0]
         started = time.monotonic()
         while not self.stop.is_set():
@@ -65,28 +68,29 @@ class Flipper:
             self.table[rows, :] = self.rng.integers(0, high, size=(64, self.table.shape[1]))
             self.flips += 1
 
-    def __enter__(self):
+    def __enter__(self) -> Any:
         self.thread.start()
         # The flipper is running before the put starts.
         while self.flips == 0:
             time.sleep(0.001)
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: Any) -> Any:
         self.stop.set()
         self.thread.join()
 
 
-def flipped_table(dtype, order: str, seed: int) -> np.ndarray:
+def flipped_table(dtype: Any, order: Literal["C", "F"], seed: int) -> NDArray[Any]:
     # 24 MiB of int32 (48 of int64): above the size at which a put writes while it hashes, or
     # compares a candidate while it hashes (16 MiB), so both happen while the flipper writes.
     rng = np.random.default_rng(seed)
-    return np.asarray(rng.integers(0, 1 << 20, size=(1_000_000, 6)), dtype=dtype, order=order)
+    table: NDArray[Any] = np.asarray(rng.integers(0, 1 << 20, size=(1_000_000, 6)), dtype=dtype, order=order)
+    return table
 
 
 @pytest.mark.parametrize("dtype", [np.int32, np.int64])
 @pytest.mark.parametrize("order", ["C", "F"])
-def test_put_while_another_thread_writes_stores_the_bytes_of_its_name(store, dtype, order):
+def test_put_while_another_thread_writes_stores_the_bytes_of_its_name(store: gridkey.TableStore, dtype: Any, order: Any) -> None:
     for attempt in range(4):
         table = flipped_table(dtype, order, seed=attempt)
         with Flipper(table, seed=attempt) as flipper:
@@ -97,7 +101,7 @@ def test_put_while_another_thread_writes_stores_the_bytes_of_its_name(store, dty
 
 
 @pytest.mark.parametrize("table_dtype", ["canonical", "runtime"])
-def test_provider_while_another_thread_writes_maps_the_bytes_of_its_digest(store, table_dtype):
+def test_provider_while_another_thread_writes_maps_the_bytes_of_its_digest(store: gridkey.TableStore, table_dtype: Any) -> None:
     domain, local, codomain = dims()
     for attempt in range(4):
         c2e = flipped_table(np.int64, "C", seed=10 + attempt)
@@ -109,7 +113,7 @@ def test_provider_while_another_thread_writes_maps_the_bytes_of_its_digest(store
         with Flipper(c2e, seed=attempt), Flipper(e2c, seed=100 + attempt):
             view = gridkey.compile_time_offset_provider(provider, store, table_dtype=table_dtype)
         for name in provider:
-            ct = view[name]
+            ct = gather(view, name)
             assert_file_is_named_by_its_bytes(ct.path, ct.digest)
             # The view maps the file it names, and its table is those bytes.
             assert digest_witness.table_digest(ct.table) == ct.digest
@@ -121,7 +125,7 @@ def test_provider_while_another_thread_writes_maps_the_bytes_of_its_digest(store
         assert not temp_files(store.cache_dir)
 
 
-def test_a_table_that_stops_fitting_int32_while_narrowed_is_stored_as_its_bytes(store):
+def test_a_table_that_stops_fitting_int32_while_narrowed_is_stored_as_its_bytes(store: gridkey.TableStore) -> None:
     # The flipper writes int64 values that do not fit in int32 into a table that fitted when
     # the canonical conversion checked it: never truncated, the file is still its name's bytes.
     domain, local, codomain = dims()
@@ -133,11 +137,11 @@ def test_a_table_that_stops_fitting_int32_while_narrowed_is_stored_as_its_bytes(
             ct = gridkey.compile_time_connectivity(conn, store, table_dtype="canonical", offset="C2E")
         assert_file_is_named_by_its_bytes(ct.path, ct.digest)
         if ct.dtype == np.int32:
-            assert int(np.asarray(ct.table).max()) < 1 << 31
+            assert int(np.max(ct.table)) < 1 << 31
         assert not temp_files(store.cache_dir)
 
 
-def test_a_table_stored_before_is_kept_only_with_its_bytes_while_written(store):
+def test_a_table_stored_before_is_kept_only_with_its_bytes_while_written(store: gridkey.TableStore) -> None:
     # The second put finds the first one's file (same size and first bytes) while the flipper
     # changes the rows after the first: it must not keep that file under the new digest.
     table = flipped_table(np.int32, "C", seed=5)
@@ -149,12 +153,12 @@ def test_a_table_stored_before_is_kept_only_with_its_bytes_while_written(store):
     assert_file_is_named_by_its_bytes(store.path_of(first), first)
 
 
-def huge_zero_stride(rows: int, cols: int, dtype=np.int64) -> np.ndarray:
+def huge_zero_stride(rows: int, cols: int, dtype: Any=np.int64) -> np.ndarray:
     """A table of `rows` x `cols` elements in 8 bytes of memory (every row the same)."""
     return as_strided(np.arange(cols, dtype=dtype), shape=(rows, cols), strides=(0, np.dtype(dtype).itemsize))
 
 
-def test_a_huge_zero_stride_table_is_refused_by_the_limit_before_it_is_read(store):
+def test_a_huge_zero_stride_table_is_refused_by_the_limit_before_it_is_read(store: gridkey.TableStore) -> None:
     table = huge_zero_stride(2**40, 8)  # 2**46 bytes, over the default of 2**40
     size = 2**40 * 8 * 8
     started = time.monotonic()
@@ -186,7 +190,7 @@ def test_a_huge_zero_stride_table_is_refused_by_the_limit_before_it_is_read(stor
     dtype=st.sampled_from([np.int32, np.int64]),
     limit=st.integers(0, 3000 * 9 * 8),
 )
-def test_the_limit_refuses_exactly_the_tables_larger_than_it(tmp_path_factory, rows, cols, dtype, limit):
+def test_the_limit_refuses_exactly_the_tables_larger_than_it(tmp_path_factory: pytest.TempPathFactory, rows: Any, cols: Any, dtype: Any, limit: Any) -> None:
     cache = tmp_path_factory.mktemp("cache")
     store = gridkey.TableStore(cache, settings=gridkey.Settings.from_vars({}, max_table_bytes=limit))
     table = np.zeros((rows, cols), dtype)
@@ -244,7 +248,7 @@ CHILD = textwrap.dedent(
     dtype=st.sampled_from(["int32", "int64"]),
     delay=st.floats(0.05, 0.4),
 )
-def test_ctrl_c_stops_long_work_within_a_second_and_leaves_no_file(tmp_path_factory, what, dtype, delay):
+def test_ctrl_c_stops_long_work_within_a_second_and_leaves_no_file(tmp_path_factory: pytest.TempPathFactory, what: Any, dtype: Any, delay: Any) -> None:
     cache = tmp_path_factory.mktemp("cache")
     env = {k: v for k, v in os.environ.items() if not k.startswith("GRIDKEY_")}
     child = subprocess.Popen(
@@ -255,7 +259,7 @@ def test_ctrl_c_stops_long_work_within_a_second_and_leaves_no_file(tmp_path_fact
         env=env,
     )
     try:
-        assert child.stdout.readline().strip() == "started"
+        assert child.stdout is not None and child.stdout.readline().strip() == "started"
         time.sleep(delay)
         sent = time.monotonic()
         child.send_signal(signal.SIGINT)

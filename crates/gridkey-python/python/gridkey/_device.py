@@ -9,10 +9,13 @@ and later, any library implementing DLPack 1.0), CuPy's ``x.get()``, Numba's
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
+from numpy.typing import NDArray
 
 
-def host_copy(table):
+def host_copy(table: Any) -> NDArray[Any]:
     """A NumPy array on the host holding a copy of the device array ``table``."""
     if hasattr(table, "__dlpack__"):
         try:

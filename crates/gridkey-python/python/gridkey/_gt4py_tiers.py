@@ -73,7 +73,7 @@ class _State:
     original_contains: Any = None
     original_getitem: Any = None
     original_setitem: Any = None
-    key_inputs: Optional[dict] = None
+    key_inputs: Optional[dict[str, str]] = None
     counters: Counters = dataclasses.field(default_factory=Counters)
 
 
@@ -84,10 +84,10 @@ _lock = threading.Lock()
 class _WorkerHook:
     """Shipped to spawned workers inside GT4Py's configuration; unpickling it installs the hooks there."""
 
-    def __init__(self, cache_dir: str):
+    def __init__(self, cache_dir: str) -> None:
         self.cache_dir = cache_dir
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Any, tuple[str]]:
         return (_install_in_worker, (self.cache_dir,))
 
 
@@ -103,7 +103,7 @@ def _version(distribution: str) -> str:
         return "absent"
 
 
-def extension_key_inputs() -> dict:
+def extension_key_inputs() -> dict[str, str]:
     """The inputs of every extension key of this process but the build folder's name, computed once: the C++
     compiler GT4Py's CMake runs (``CXX``, else ``c++``/``g++``/``clang++`` on ``PATH``) and its identity (ADR 0022),
     the extension suffix and platform of this interpreter, the installed nanobind, gridtools-cpp and GT4Py versions.
@@ -148,7 +148,7 @@ def _write_marker(folder: pathlib.Path, key: str) -> None:
     _file_utils.atomic_write_bytes(folder / MARKER, key.encode())
 
 
-def _sync_rejections(store) -> None:
+def _sync_rejections(store: _gridkey.Gt4pyStore) -> None:
     _state.counters.rejected = store.rejected
 
 
@@ -202,7 +202,7 @@ def prepare_folder(folder: pathlib.Path) -> None:
         _prepare_folder(folder, key)
 
 
-def _compiler_call(self, inp):
+def _compiler_call(self: Any, inp: Any) -> Any:
     if self.force_recompile:
         return _state.original_call(self, inp)
     build_context_id = _fingerprinting.strict_fingerprinter(self.builder_factory) if self.fingerprint_builder_factory else ""
@@ -216,18 +216,18 @@ def _compiler_call(self, inp):
     return artifact
 
 
-def _translation_cache(cache) -> Optional[str]:
+def _translation_cache(cache: Any) -> Optional[str]:
     """The name of the translation cache (``gtfn``) a ``FileCache`` is, or None for another cache."""
     path = pathlib.Path(cache.path)
     return path.name if path.parent.name == _cache.TRANSLATION_CACHE_DIR_NAME else None
 
 
-def _translation_key(cache, name: str, key) -> tuple[pathlib.Path, str]:
-    path = cache._get_path(key)
+def _translation_key(cache: Any, name: str, key: Any) -> tuple[pathlib.Path, str]:
+    path: pathlib.Path = cache._get_path(key)
     return path, _gridkey.gt4py_translation_key(str(gt4py.__version__), name, path.stem)
 
 
-def _materialize_translation(cache, key) -> None:
+def _materialize_translation(cache: Any, key: Any) -> None:
     name = _translation_cache(cache)
     if name is None or _state.store is None:
         return
@@ -245,17 +245,17 @@ def _materialize_translation(cache, key) -> None:
             _state.counters.translations_materialized += 1
 
 
-def _contains(self, key) -> bool:
+def _contains(self: Any, key: Any) -> bool:
     _materialize_translation(self, key)
-    return _state.original_contains(self, key)
+    return bool(_state.original_contains(self, key))
 
 
-def _getitem(self, key):
+def _getitem(self: Any, key: Any) -> Any:
     _materialize_translation(self, key)
     return _state.original_getitem(self, key)
 
 
-def _setitem(self, key, value) -> None:
+def _setitem(self: Any, key: Any, value: Any) -> None:
     _state.original_setitem(self, key, value)
     name = _translation_cache(self)
     if name is None or _state.store is None:
@@ -269,7 +269,7 @@ def _setitem(self, key, value) -> None:
     _state.counters.translations_stored += 1
 
 
-def install(*, cache_dir: Optional[os.PathLike | str] = None) -> None:
+def install(*, cache_dir: Optional[os.PathLike[str] | str] = None) -> None:
     """Puts gridkey's store ``<cache_dir>/gt4py-v1`` behind GT4Py's translation cache and build folders (see the
     module documentation), here and in the build workers GT4Py spawns. ``cache_dir``: default
     ``gridkey.Settings().cache_dir``, made absolute now. Idempotent; a second call with another directory switches.

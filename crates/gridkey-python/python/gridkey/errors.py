@@ -34,7 +34,7 @@ class GridkeyOSError(GridkeyError, OSError):
     ``errno`` and ``filename`` are set where known; ``str()`` is the message alone.
     """
 
-    def __init__(self, message: str, errno: int | None = None, filename: str | os.PathLike | None = None):
+    def __init__(self, message: str, errno: int | None = None, filename: str | os.PathLike[str] | None = None) -> None:
         super().__init__(message)
         self.errno = errno
         self.strerror = os.strerror(errno) if errno is not None else None
@@ -43,7 +43,7 @@ class GridkeyOSError(GridkeyError, OSError):
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else ""
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[type[GridkeyOSError], tuple[str, int | None, str | os.PathLike[str] | None]]:
         return (type(self), (str(self), self.errno, self.filename))
 
 
@@ -72,13 +72,13 @@ class TableTooLargeError(GridkeyError, ValueError):
     (2**40). ``offset`` is the offset name (``None`` outside a conversion), ``size`` the
     table's size and ``limit`` the limit, both in bytes of its elements in C order."""
 
-    def __init__(self, message: str, offset: str | None = None, size: int | None = None, limit: int | None = None):
+    def __init__(self, message: str, offset: str | None = None, size: int | None = None, limit: int | None = None) -> None:
         super().__init__(message)
         self.offset = offset
         self.size = size
         self.limit = limit
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[type[TableTooLargeError], tuple[str, str | None, int | None, int | None]]:
         return (type(self), (str(self), self.offset, self.size, self.limit))
 
 

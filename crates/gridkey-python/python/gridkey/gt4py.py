@@ -49,11 +49,12 @@ import multiprocessing
 import os
 import pathlib
 import threading
-import types
 import warnings
+from collections.abc import Mapping
 from typing import Any, Callable, Optional
 
 import numpy as np
+from numpy.typing import NDArray
 
 import gt4py
 from gt4py.next import backend as _gtx_backend
@@ -122,9 +123,9 @@ class CompileTimeConnectivity(_nd_array_field.NumPyArrayConnectivityField):
         """The table digest, 32 hex digits, or None for a derived instance."""
         return None if self.table_ref is None else self.table_ref.digest
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Any, ...]:
         if self.table_ref is None:
-            return super().__reduce__()
+            return super().__reduce__()  # type: ignore[no-any-return]
         return (_open_compile_time_connectivity, (self.table_ref, self.domain, self.codomain, self.skip_value))
 
 
@@ -135,10 +136,10 @@ class _UnreadableTable:
     kept here and raised when the program's compilation first touches the table: its translation-cache key.
     """
 
-    def __init__(self, error: BaseException):
+    def __init__(self, error: BaseException) -> None:
         self._error = error
 
-    def raise_error(self):
+    def raise_error(self) -> None:
         raise self._error
 
     def __getattr__(self, name: str) -> Any:
@@ -147,7 +148,7 @@ class _UnreadableTable:
         raise self.__dict__["_error"]
 
 
-def _deconstruct(ct: CompileTimeConnectivity):
+def _deconstruct(ct: CompileTimeConnectivity) -> Any:
     if ct.table_ref is None:
         return _fingerprinting.metadata_based_deconstructor_fallback(ct)
     return _fingerprinting.Deconstruction.from_pieces(
@@ -155,7 +156,7 @@ def _deconstruct(ct: CompileTimeConnectivity):
     )
 
 
-def _deconstruct_unreadable(table: _UnreadableTable):
+def _deconstruct_unreadable(table: _UnreadableTable) -> None:
     table.raise_error()
 
 
@@ -168,11 +169,11 @@ del _deconstructor
 
 # Stores and opened tables of this process, so that a worker maps each table once however many tasks name it.
 _lock = threading.Lock()
-_stores: dict[tuple[str, bool], Any] = {}
-_opened: dict[tuple[str, str], np.ndarray] = {}
+_stores: dict[tuple[str, bool], gridkey.TableStore] = {}
+_opened: dict[tuple[str, str], NDArray[np.int32] | NDArray[np.int64]] = {}
 
 
-def _store(cache_dir: str, verify: bool):
+def _store(cache_dir: str, verify: bool) -> gridkey.TableStore:
     with _lock:
         store = _stores.get((cache_dir, verify))
         if store is None:
@@ -181,7 +182,7 @@ def _store(cache_dir: str, verify: bool):
         return store
 
 
-def _open_table(ref: TableRef) -> np.ndarray:
+def _open_table(ref: TableRef) -> NDArray[np.int32] | NDArray[np.int64]:
     key = (ref.cache_dir, ref.digest)
     with _lock:
         table = _opened.get(key)
@@ -192,7 +193,9 @@ def _open_table(ref: TableRef) -> np.ndarray:
     return table
 
 
-def _open_compile_time_connectivity(ref: TableRef, domain, codomain, skip_value):
+def _open_compile_time_connectivity(
+    ref: TableRef, domain: Any, codomain: Any, skip_value: int | None
+) -> CompileTimeConnectivity | _UnreadableTable:
     """Unpickles a `CompileTimeConnectivity`; an error is kept in an `_UnreadableTable` (see there)."""
     try:
         table = _open_table(ref)
@@ -208,7 +211,7 @@ class _Converter:
     verifying store a memo hit recomputes the runtime table's digest, and a table changed in place is converted again.
     """
 
-    def __init__(self, cache_dir: Optional[os.PathLike | str], verify: Optional[bool]):
+    def __init__(self, cache_dir: Optional[os.PathLike[str] | str], verify: Optional[bool]) -> None:
         settings = gridkey.Settings()
         self.cache_dir = str(pathlib.Path(settings.cache_dir if cache_dir is None else cache_dir).absolute())
         self.verify = settings.verify_tables if verify is None else bool(verify)
@@ -216,35 +219,41 @@ class _Converter:
         self._memo = gridkey.IdentityMemo()
         self.conversions = 0
 
-    def connectivity(self, runtime) -> CompileTimeConnectivity:
-        ct = self._memo.get(runtime)
+    def connectivity(self, runtime: Any) -> CompileTimeConnectivity:
+        ct: CompileTimeConnectivity | None = self._memo.get(runtime)
         if ct is not None and (not self.verify or gridkey.table_digest(runtime.ndarray) == ct.digest):
             return ct
         ct = self._convert(runtime)
         self._memo.insert(runtime, ct)
         return ct
 
-    def _convert(self, runtime) -> CompileTimeConnectivity:
+    def _convert(self, runtime: Any) -> CompileTimeConnectivity:
         table = runtime.ndarray
         digest = self.store.put(table)
         dtype = np.dtype(table.dtype).newbyteorder("<")
-        shape = tuple(int(s) for s in runtime.domain.shape)
+        rows, cols = (int(s) for s in runtime.domain.shape)
+        shape = (rows, cols)
         ref = TableRef(self.cache_dir, digest, dtype.str, shape, self.verify)
         self.conversions += 1
         return CompileTimeConnectivity(runtime.domain, _open_table(ref), runtime.codomain, runtime.skip_value, table_ref=ref)
 
-    def provider(self, offset_provider):
+    def provider(self, offset_provider: Mapping[str, Any]) -> dict[str, Any]:
         return {
             name: self.connectivity(value) if _is_runtime_table(value) else value
             for name, value in offset_provider.items()
         }
 
 
-def _is_runtime_table(value) -> bool:
+def _is_runtime_table(value: object) -> bool:
     return isinstance(value, _common.NeighborTable) and not isinstance(value, CompileTimeConnectivity)
 
 
-def compile_time_offset_provider(offset_provider, *, cache_dir=None, verify=None):
+def compile_time_offset_provider(
+    offset_provider: Mapping[str, Any],
+    *,
+    cache_dir: Optional[os.PathLike[str] | str] = None,
+    verify: Optional[bool] = None,
+) -> dict[str, Any]:
     """The compile-time view of a GT4Py offset provider: the same entries in the same order, each neighbour table
     replaced by a `CompileTimeConnectivity` in the store of ``cache_dir`` (default: ``gridkey.Settings().cache_dir``).
 
@@ -288,7 +297,7 @@ def _missing_internals() -> list[str]:
     return missing
 
 
-def _gt(module_name: str) -> types.ModuleType:
+def _gt(module_name: str) -> Any:
     return importlib.import_module(module_name)
 
 
@@ -315,10 +324,10 @@ def stats() -> dict[str, int]:
 
 
 # One `gridkey.KeyLocks` per (cache directory, wait) in this process, workers included.
-_key_locks: dict[tuple[str, float], Any] = {}
+_key_locks: dict[tuple[str, float], gridkey.KeyLocks] = {}
 
 
-def _locks(cache_dir: str, wait: float):
+def _locks(cache_dir: str, wait: float) -> gridkey.KeyLocks:
     with _lock:
         locks = _key_locks.get((cache_dir, wait))
         if locks is None:
@@ -345,7 +354,7 @@ class LockedTranslation:
     cache_dir: str
     wait: float
 
-    def __call__(self, inp):
+    def __call__(self, inp: Any) -> Any:
         cached = self.cached
         key = cached.cache_key(inp)
         try:
@@ -376,7 +385,7 @@ class LockedTranslation:
             held.release()
 
 
-def _is_persistent_cached_step(step) -> bool:
+def _is_persistent_cached_step(step: Any) -> bool:
     return isinstance(step, _gt("gt4py.next.otf.workflow").CachedStep) and isinstance(
         step.cache, _gt("gt4py._core.filecache").FileCache
     )
@@ -386,7 +395,7 @@ def _is_persistent_cached_step(step) -> bool:
 _locked_executors: dict[int, tuple[Any, tuple[str, float], Any]] = {}
 
 
-def _with_locked_translation(executor, cache_dir: str, wait: float):
+def _with_locked_translation(executor: Any, cache_dir: str, wait: float) -> Any:
     """``executor`` (GT4Py's ``OTFCompileWorkflow``) with its persistent translation step in a `LockedTranslation`;
     any other executor unchanged."""
     with _lock:
@@ -402,7 +411,7 @@ def _with_locked_translation(executor, cache_dir: str, wait: float):
     return locked
 
 
-def _cached_translation(executor):
+def _cached_translation(executor: Any) -> Any:
     """The persistent ``CachedStep`` of a GT4Py workflow (under a `LockedTranslation` or not), or None."""
     if not isinstance(executor, _gt("gt4py.next.otf.recipes").OTFCompileWorkflow):
         return None
@@ -415,7 +424,7 @@ def _cached_translation(executor):
 _MISS = object()
 
 
-def _resolve_in_parent(task):
+def _resolve_in_parent(task: Any) -> Any:
     """GT4Py's artifact of ``task`` when its translation and its build are both in GT4Py's caches, else `_MISS`.
 
     The lookups are GT4Py's own: the translation step's key and cache, then the bindings step, the build folder
@@ -470,16 +479,17 @@ class _ParentHitsRunner:
     def __init__(self, default_runner: Callable[[], Any]):
         self._default_runner = default_runner
 
-    def submit(self, task):
+    def submit(self, task: Any) -> concurrent.futures.Future[Any]:
         try:
             artifact = _resolve_in_parent(task)
         except Exception:  # noqa: BLE001 - GT4Py's runner redoes the work and raises GT4Py's own error
             artifact = _MISS
         if artifact is _MISS:
             _counters.handed_to_runner += 1
-            return self._default_runner().submit(task)
+            handed: concurrent.futures.Future[Any] = self._default_runner().submit(task)
+            return handed
         _counters.parent_hits += 1
-        future: concurrent.futures.Future = concurrent.futures.Future()
+        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
         future.set_result(artifact)
         return future
 
@@ -490,12 +500,12 @@ class _ParentHitsRunner:
 
 @dataclasses.dataclass
 class _State:
-    original: Optional[Callable] = None
-    wrapper: Optional[Callable] = None
+    original: Optional[Callable[..., Any]] = None
+    wrapper: Optional[Callable[..., Any]] = None
     converter: Optional[_Converter] = None
     lock_wait: float = 60.0
-    original_runner: Optional[Callable] = None
-    runner_wrapper: Optional[Callable] = None
+    original_runner: Optional[Callable[..., Any]] = None
+    runner_wrapper: Optional[Callable[..., Any]] = None
 
 
 _state = _State()
@@ -535,7 +545,7 @@ def _check_supported() -> None:
         )
 
 
-def install(*, cache_dir: Optional[os.PathLike | str] = None, verify: Optional[bool] = None) -> bool:
+def install(*, cache_dir: Optional[os.PathLike[str] | str] = None, verify: Optional[bool] = None) -> bool:
     """Makes GT4Py compile every program against compile-time connectivities, resolve hits in the calling process and
     translate each key once across processes (see the module documentation).
 
@@ -565,7 +575,7 @@ def install(*, cache_dir: Optional[os.PathLike | str] = None, verify: Optional[b
         return True
     original = current
 
-    def make_compilation_task(backend, definition_stage, compile_time_args):
+    def make_compilation_task(backend: Any, definition_stage: Any, compile_time_args: Any) -> Any:
         task = original(backend, definition_stage, compile_time_args)
         converter = _state.converter
         if converter is None:
@@ -602,7 +612,7 @@ def _install_runner() -> None:
     original = current
     parent_hits = _ParentHitsRunner(original)
 
-    def get_default_runner():
+    def get_default_runner() -> Any:
         # In a worker GT4Py's default is serial and the task is the worker's own: nothing to resolve first.
         return original() if multiprocessing.parent_process() is not None else parent_hits
 
