@@ -9,6 +9,7 @@ use gridkey_remote::trust::generate_signing_key;
 
 use super::super::{s, Matrix, Seen};
 use super::{lost, names, Client, Shared};
+use crate::redis_server::ServerCommands as _;
 
 /// Runs the trust rows.
 pub(super) fn rows(m: &mut Matrix, sh: &mut Shared) -> Result<()> {

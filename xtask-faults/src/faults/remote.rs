@@ -26,7 +26,7 @@ mod remote_deadline;
 mod remote_tls;
 #[path = "remote_trust.rs"]
 mod remote_trust;
-use crate::redis_server::{ensure_installed, RedisServer};
+use crate::redis_server::{ensure_installed, RedisServer, ServerCommands as _};
 
 /// Reply timeout of the rows' clients, seconds.
 const TIMEOUT: &str = "0.5";

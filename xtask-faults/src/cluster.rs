@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use gridkey::RunReport;
 
-use crate::redis_server::{certificates, ensure_installed, RedisServer};
+use crate::redis_server::{certificates, ensure_installed, RedisServer, ServerCommands as _};
 
 /// The password of the cluster's server (so that protected mode lets the namespaces in).
 const PASSWORD: &str = "gridkey-cluster";
