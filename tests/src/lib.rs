@@ -1,10 +1,13 @@
 //! Support of the cross-crate integration tests in `tests/tests/`: where the repository's data
-//! is, the `gridkey` binary their process workers run, and the settings a test runs with.
+//! is, the `gridkey` binary their process workers run, the settings a test runs with, and the
+//! mode matrix ([`mode_matrix`]) that both the mode-equivalence test and `cargo xtask modes` use.
 //!
 //! # Architecture invariant
 //!
 //! Tests here use the crates only through their public APIs, as a frontend would; nothing here
 //! ships. **API boundary:** no.
+
+pub mod mode_matrix;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -15,6 +15,9 @@
 //! - Each versioned bucket of a cache directory carries its format's version (ADR 0043).
 //! - A crate below the entry points names no variable of theirs in a message: it names the
 //!   setting by its role, and the entry point names the variable (ADR 0013).
+//! - No function of the xtask crates (`xtask*/`) runs over [`MAX_FUNCTION_LINES`] lines unless
+//!   its doc comment says why, with a line that contains "over 100 lines because" (ADR 0042):
+//!   a driver is a list of named steps.
 
 use std::path::{Path, PathBuf};
 
@@ -22,7 +25,20 @@ fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-/// The workspace members with a `Cargo.toml`: `crates/*`, `tests`, `xtask`.
+/// The xtask crates: the directories `xtask*` in the root with a `Cargo.toml` (ADR 0042).
+fn xtask_crates() -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = std::fs::read_dir(root())
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("xtask"))
+        .map(|e| e.path())
+        .filter(|p| p.join("Cargo.toml").is_file())
+        .collect();
+    out.sort();
+    out
+}
+
+/// The workspace members with a `Cargo.toml`: `crates/*`, `tests`, the xtask crates.
 fn members() -> Vec<PathBuf> {
     let root = root();
     let mut out: Vec<PathBuf> = std::fs::read_dir(root.join("crates"))
@@ -31,7 +47,8 @@ fn members() -> Vec<PathBuf> {
         .map(|e| e.path())
         .filter(|p| p.join("Cargo.toml").is_file())
         .collect();
-    out.extend([root.join("tests"), root.join("xtask")].into_iter().filter(|p| p.join("Cargo.toml").is_file()));
+    out.extend([root.join("tests")].into_iter().filter(|p| p.join("Cargo.toml").is_file()));
+    out.extend(xtask_crates());
     out.sort();
     out
 }
@@ -399,7 +416,8 @@ fn doc_problems(doc: &Doc, names: &[String], variables: &[String]) -> Vec<String
         let word = word.trim_end_matches(['.', '/']);
         let Some(first) = word.split('/').next() else { continue };
         if !word.contains('/')
-            || !["data", "crates", "tests", "xtask", "adr", "docs", "fuzz", "python"].contains(&first)
+            || !(["data", "crates", "tests", "adr", "docs", "fuzz", "python"].contains(&first)
+                || first.starts_with("xtask"))
         {
             continue;
         }
@@ -418,8 +436,8 @@ fn doc_problems(doc: &Doc, names: &[String], variables: &[String]) -> Vec<String
 fn code_variables() -> Vec<String> {
     let mut out: Vec<String> = gridkey_settings::VARIABLES.iter().map(|v| v.name.to_owned()).collect();
     let mut files = Vec::new();
-    for dir in ["crates", "xtask", "tests"] {
-        rust_files(&root().join(dir), &mut files);
+    for dir in [root().join("crates"), root().join("tests")].into_iter().chain(xtask_crates()) {
+        rust_files(&dir, &mut files);
     }
     for file in files {
         let text = std::fs::read_to_string(&file).unwrap();
@@ -615,6 +633,53 @@ fn variable_problems(file: &str, text: &str) -> Vec<String> {
     out
 }
 
+/// The most lines a function of the xtask crates may have, from its `fn` line to its closing
+/// brace, without a reason in its doc comment.
+const MAX_FUNCTION_LINES: usize = 100;
+
+/// The words of a doc line that gives the reason for a longer function.
+const LONG_FUNCTION_REASON: &str = "over 100 lines because";
+
+/// `(line, name, lines)` of each function in `text` (rustfmt's layout: the closing brace of a
+/// body is the first later line with the `fn` line's indentation and `}`) that is longer than
+/// [`MAX_FUNCTION_LINES`] and whose doc comment (the `///` lines above it, attributes skipped)
+/// has no line with [`LONG_FUNCTION_REASON`].
+fn long_functions(text: &str) -> Vec<(usize, String, usize)> {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut out = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        let trimmed = line.trim_start();
+        let indent = &line[..line.len() - trimmed.len()];
+        let Some(name) = fn_name(trimmed) else { continue };
+        // A declaration without a body (a trait method) ends with `;` before any `{`.
+        let Some(open) = lines[i..].iter().position(|l| l.contains('{') || l.trim_end().ends_with(';')) else {
+            continue;
+        };
+        if !lines[i + open].contains('{') {
+            continue;
+        }
+        let close = format!("{indent}}}");
+        let Some(end) = lines[i..].iter().position(|l| *l == close || l.starts_with(&format!("{close} "))) else {
+            continue;
+        };
+        // A one-line body closes on its own line.
+        let length = if lines[i + open].trim_end().ends_with('}') && open == 0 { 1 } else { end + 1 };
+        if length <= MAX_FUNCTION_LINES {
+            continue;
+        }
+        let doc = lines[..i]
+            .iter()
+            .rev()
+            .map(|l| l.trim_start())
+            .take_while(|l| l.starts_with("///") || l.starts_with("#["))
+            .any(|l| l.starts_with("///") && l.contains(LONG_FUNCTION_REASON));
+        if !doc {
+            out.push((i + 1, name, length));
+        }
+    }
+    out
+}
+
 /// Lower crates take arguments and read no environment (ADR 0013), so their messages name a
 /// setting by its role (`the cache directory`, `gridkey_settings::SETTING_ROLES`) and the entry
 /// point that set it names its variable (`gridkey_settings::name_settings`).
@@ -661,4 +726,72 @@ fn lower_crates_name_no_variable_of_an_entry_point_in_their_messages() {
     for role in gridkey_settings::SETTING_ROLES {
         assert!(lower.contains(role.phrase), "no lower crate names {:?}; remove its role", role.phrase);
     }
+}
+
+/// The name of the function a trimmed line declares (`pub(crate) async fn NAME(`), if any.
+fn fn_name(trimmed: &str) -> Option<String> {
+    let mut rest = trimmed;
+    for qualifier in ["pub(crate) ", "pub(super) ", "pub ", "const ", "async ", "unsafe ", "extern \"C\" "] {
+        rest = rest.strip_prefix(qualifier).unwrap_or(rest);
+    }
+    let rest = rest.strip_prefix("fn ")?;
+    let name: String = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+    (!name.is_empty()).then_some(name)
+}
+
+/// The long functions of `text` as `(name, lines)`: the one place that calls [`long_functions`]
+/// in the tests of the counter.
+fn check_long(text: &str, expected: &[(&str, usize)]) {
+    let found: Vec<(String, usize)> = long_functions(text).into_iter().map(|(_, name, n)| (name, n)).collect();
+    let expected: Vec<(String, usize)> = expected.iter().map(|&(name, n)| (name.to_owned(), n)).collect();
+    assert_eq!(found, expected, "{text}");
+}
+
+/// A function `name` at `indent` with `body` lines of statements and `doc` above it.
+fn synthetic_fn(indent: &str, doc: &str, name: &str, body: usize) -> String {
+    let mut out = String::new();
+    if !doc.is_empty() {
+        out.push_str(&format!("{indent}/// {doc}\n"));
+    }
+    out.push_str(&format!("{indent}pub(crate) fn {name}(x: u32) -> u32 {{\n"));
+    for n in 0..body {
+        out.push_str(&format!("{indent}    let _v{n} = {{ x + {n} }};\n"));
+    }
+    out.push_str(&format!("{indent}    x\n{indent}}}\n"));
+    out
+}
+
+#[test]
+fn the_function_counter_counts_from_fn_to_closing_brace_and_reads_the_reason() {
+    // 98 statements + `fn` line + tail + brace = 101 lines; 97 statements = 100 lines.
+    check_long(&synthetic_fn("", "", "too_long", 98), &[("too_long", 101)]);
+    check_long(&synthetic_fn("", "", "just_fits", 97), &[]);
+    check_long(&synthetic_fn("", "It runs over 100 lines because the table is one match.", "reasoned", 200), &[]);
+    check_long(&synthetic_fn("", "Runs the matrix.", "documented_only", 120), &[("documented_only", 123)]);
+    // A method in an impl, after a trait declaration without a body.
+    let method =
+        format!("trait T {{\n    fn f(&self);\n}}\nimpl S {{\n{}}}\n", synthetic_fn("    ", "", "method", 150));
+    check_long(&method, &[("method", 153)]);
+    check_long("fn one() -> u32 { 1 }\nfn two() -> u32 {\n    2\n}\n", &[]);
+}
+
+#[test]
+fn no_function_of_the_xtask_crates_is_over_100_lines_without_a_reason() {
+    let mut files = Vec::new();
+    for dir in xtask_crates() {
+        rust_files(&dir.join("src"), &mut files);
+    }
+    assert!(files.len() > 10, "the xtask crates' sources: {files:?}");
+    let mut problems = Vec::new();
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap();
+        for (line, name, length) in long_functions(&text) {
+            let rel = file.strip_prefix(root()).unwrap_or(&file).display().to_string();
+            problems.push(format!(
+                "{rel}:{line}: fn {name} has {length} lines (at most {MAX_FUNCTION_LINES}): split it into named steps, \
+                 or say why in its doc with a line containing \"{LONG_FUNCTION_REASON}\""
+            ));
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
 }

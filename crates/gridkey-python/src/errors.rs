@@ -233,7 +233,8 @@ impl IntoPyErr for OffsetsError {
             OffsetsError::HostCopyShape { .. } => error(Kind::DeviceCopy, self.to_string()),
             OffsetsError::DuplicateOffset { .. }
             | OffsetsError::TableLength { .. }
-            | OffsetsError::DimensionKind { .. } => error(Kind::Value, self.to_string()),
+            | OffsetsError::DimensionKind { .. }
+            | OffsetsError::NegativeEntry { .. } => error(Kind::Value, self.to_string()),
         }
     }
 }
@@ -256,7 +257,7 @@ impl IntoPyErr for FingerprintError {
                 construct(Kind::Os, message, source.raw_os_error(), Some(path))
             }
             FingerprintError::TierWrite { .. } => error(Kind::Os, message),
-            FingerprintError::ParseKey { .. } => error(Kind::Value, message),
+            FingerprintError::ParseKey { .. } | FingerprintError::BadEntry { .. } => error(Kind::Value, message),
         }
     }
 }

@@ -8,6 +8,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::common::procs::{children, descendants, exited};
+
 fn data(rel: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../data").join(rel)
 }
@@ -47,34 +49,6 @@ fn gridkey_run(cache: &Path, cc: Option<&str>, json: bool) -> Command {
     }
     cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
     cmd
-}
-
-/// Child processes of `pid` (from every thread's `children` list).
-fn children(pid: u32) -> Vec<u32> {
-    let mut out = Vec::new();
-    for task in std::fs::read_dir(format!("/proc/{pid}/task")).into_iter().flatten().flatten() {
-        let text = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
-        out.extend(text.split_whitespace().filter_map(|p| p.parse::<u32>().ok()));
-    }
-    out
-}
-
-fn descendants(pid: u32) -> Vec<u32> {
-    let mut all = Vec::new();
-    let mut next = children(pid);
-    while let Some(p) = next.pop() {
-        next.extend(children(p));
-        all.push(p);
-    }
-    all
-}
-
-/// Whether `pid` has exited (gone, or a zombie waiting to be reaped).
-fn exited(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Err(_) => true,
-        Ok(stat) => stat.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
-    }
 }
 
 /// Waits until `run` has `n` workers that each run a child (the C compiler): busy workers.

@@ -17,6 +17,9 @@
 //! The JSON goes to `target/gridkey-bench.json`; a table goes to stdout. Goals are reported
 //! (`meets`), never enforced: this is a benchmark, not a test, and it always exits 0 once the
 //! JSON is written.
+//!
+//! This crate is `cargo xtask bench`'s own (ADR 0042): `cargo xtask bench ARGS` runs
+//! `cargo run --release -p xtask-bench -- bench ARGS`.
 
 use std::hint::black_box;
 use std::io::Write as _;
@@ -38,6 +41,26 @@ use gridkey_offsets::{
 use gridkey_store::TableStore;
 use ndarray::{ArcArray2, Array2, ShapeBuilder};
 use serde_json::{json, Value};
+use xtask_common::{build_gridkey, root, settings_for, target_dir};
+
+fn main() -> std::process::ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        Some("bench") => bench(&args[1..]),
+        _ => {
+            eprintln!("usage: cargo xtask bench [--quick]");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    match result {
+        Ok(true) => std::process::ExitCode::SUCCESS,
+        Ok(false) => std::process::ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("xtask: error: {e:#}");
+            std::process::ExitCode::from(2)
+        }
+    }
+}
 
 /// Rows of the large synthetic table (R2B9 scale: 3e7 rows x 2 int32 = 240 MB).
 const LARGE_ROWS: usize = 30_000_000;
@@ -55,7 +78,7 @@ struct Reps {
 }
 
 /// Runs the benchmark; returns Ok(true) once the JSON is written.
-pub fn bench(args: &[String]) -> Result<bool> {
+fn bench(args: &[String]) -> Result<bool> {
     let quick = match args {
         [] => false,
         [flag] if flag == "--quick" => true,
@@ -68,11 +91,11 @@ pub fn bench(args: &[String]) -> Result<bool> {
         Reps { large: 15, small_batches: 41, builds: 5 }
     };
     let started = Instant::now();
-    let target = crate::target_dir();
+    let target = target_dir();
     let scratch = target.join("bench-scratch");
     let _ = std::fs::remove_dir_all(&scratch);
     std::fs::create_dir_all(&scratch).with_context(|| format!("cannot create {}", scratch.display()))?;
-    let grid_path = crate::root().join(gridkey::SHIPPED_GRID);
+    let grid_path = root().join(gridkey::SHIPPED_GRID);
     let grid = read_grid(&grid_path)?;
     let mut cases = Vec::new();
 
@@ -98,7 +121,7 @@ pub fn bench(args: &[String]) -> Result<bool> {
     eprintln!("bench: convert_stored (R2B9-size provider, fresh processes)");
     cases.push(convert_stored(&scratch, reps.builds)?);
     eprintln!("bench: process_speedup, worker_start");
-    let gridkey_bin = crate::build_gridkey()?;
+    let gridkey_bin = build_gridkey()?;
     cases.push(process_speedup(&grid, &grid_path, &gridkey_bin, &scratch, reps.builds)?);
     cases.push(worker_start(&gridkey_bin, &scratch, reps.builds.max(3) + 2)?);
     eprintln!("bench: key_lock, warm_run, concurrent_runs");
@@ -586,7 +609,7 @@ const CHILD_FLAG: &str = "--child";
 /// [`digest_table`] of every gather table once; `read`: a plain read of every gather table and
 /// of its stored file) and prints `{"seconds": ..}` and what it did as one JSON line.
 fn child(kind: &str, cache: &Path) -> Result<bool> {
-    let grid = read_grid(&crate::root().join(gridkey::SHIPPED_GRID))?;
+    let grid = read_grid(&root().join(gridkey::SHIPPED_GRID))?;
     let r2b9 = r2b9_provider(grid.provider())?;
     let tables: Vec<ArcArray2<i32>> = r2b9
         .entries()
@@ -730,7 +753,7 @@ fn frame_of(provider: &Arc<CompileTimeOffsetProvider>, cache_dir: &Path) -> Resu
         encoding: div.encode(),
         options: TranslationOptions::new(),
         provider: provider.clone(),
-        settings: gridkey::task_settings(&crate::settings_for(cache_dir, BuildJobs::new(BuildJobsMode::Serial, 1)))?,
+        settings: gridkey::task_settings(&settings_for(cache_dir, BuildJobs::new(BuildJobsMode::Serial, 1)))?,
     };
     let message = ToWorker::Task { id: 0, task: Box::new(WireTask::from_task(&task).map_err(anyhow::Error::msg)?) };
     let mut frame = Vec::new();
@@ -775,7 +798,7 @@ fn process_speedup(grid: &Grid, grid_path: &Path, gridkey_bin: &Path, scratch: &
             let runner = Runner::new(jobs, Arc::new(StencilHandler), WorkerCommand::gridkey(gridkey_bin.to_path_buf()));
             let config = RunConfig {
                 grid: grid_path.to_path_buf(),
-                settings: crate::settings_for(&cache, jobs),
+                settings: settings_for(&cache, jobs),
                 worker: WorkerCommand::gridkey(gridkey_bin.to_path_buf()),
                 options: TranslationOptions::new(),
             };
@@ -870,7 +893,7 @@ fn worker_start(gridkey_bin: &Path, scratch: &Path, reps: usize) -> Result<Value
         encoding: Vec::new(),
         options: TranslationOptions::new(),
         provider: Arc::new(CompileTimeOffsetProvider::new()),
-        settings: gridkey::task_settings(&crate::settings_for(&cache, BuildJobs::new(BuildJobsMode::Process, 1)))?,
+        settings: gridkey::task_settings(&settings_for(&cache, BuildJobs::new(BuildJobsMode::Process, 1)))?,
     };
     let mut times = Vec::new();
     let mut answered = true;

@@ -11,6 +11,12 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use gridkey::RunReport;
 
+use crate::procs::{children, exited};
+
+/// Runs the demo with `gridkey_bin`; `Ok(true)` when the killed worker failed only its program
+/// and the second run verified everything from the cache.
+///
+/// Errors: the runs cannot be started or print no report.
 pub fn kill_demo(args: &[String], gridkey_bin: &Path) -> Result<bool> {
     let grid = crate::grid_arg(args)?;
     let cache = tempfile::Builder::new().prefix("gridkey-kill-demo-").tempdir_in(crate::root().join("target"))?;
@@ -64,15 +70,6 @@ pub fn kill_demo(args: &[String], gridkey_bin: &Path) -> Result<bool> {
     Ok(ok)
 }
 
-fn children(pid: u32) -> Vec<u32> {
-    let mut out = Vec::new();
-    for task in std::fs::read_dir(format!("/proc/{pid}/task")).into_iter().flatten().flatten() {
-        let text = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
-        out.extend(text.split_whitespace().filter_map(|p| p.parse::<u32>().ok()));
-    }
-    out
-}
-
 /// A worker of `run` that has a child process (its C compiler): a worker in the middle of a task.
 fn busy_worker(run: &Child) -> Result<u32> {
     let deadline = Instant::now() + Duration::from_secs(300);
@@ -80,8 +77,7 @@ fn busy_worker(run: &Child) -> Result<u32> {
         if let Some(w) = children(run.id()).into_iter().find(|&w| !children(w).is_empty()) {
             return Ok(w);
         }
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", run.id())).unwrap_or_default();
-        if stat.rsplit_once(')').is_none_or(|(_, rest)| rest.trim_start().starts_with('Z')) {
+        if exited(run.id()) {
             bail!("gridkey run (pid {}) ended before a worker could be caught running its C compiler", run.id());
         }
         std::thread::sleep(Duration::from_millis(2));

@@ -3,12 +3,14 @@
 //! TLS rows are in `remote_tls.rs`).
 
 use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
 
 use anyhow::{bail, Context, Result};
 use gridkey_remote::trust::generate_signing_key;
 
 use super::super::{s, Matrix, Seen};
 use super::{lost, names, Client, Shared};
+use crate::redis_server::ServerCommands as _;
 
 /// Runs the trust rows.
 pub(super) fn rows(m: &mut Matrix, sh: &mut Shared) -> Result<()> {
@@ -20,7 +22,13 @@ pub(super) fn rows(m: &mut Matrix, sh: &mut Shared) -> Result<()> {
     let trusted = keys.join("trusted");
     std::fs::write(&trusted, format!("{public} ci\n"))?;
     let all = sh.reference.len();
+    forgery_rows(m, sh, &writer_key, &trusted, all)?;
+    push_rows(m, sh, &writer_key, &trusted)
+}
 
+/// Forged objects for a reader without trusted keys, and signed objects replayed under another
+/// key and kind: `writer_key` signs, `trusted` lists its public key, `all` is the programs' count.
+fn forgery_rows(m: &mut Matrix, sh: &mut Shared, writer_key: &Path, trusted: &Path, all: usize) -> Result<()> {
     m.row(
         "shared tier: forged objects, reader without trusted keys (no opt-in)",
         "nothing downloaded, translated and built here",
@@ -50,7 +58,7 @@ pub(super) fn rows(m: &mut Matrix, sh: &mut Shared) -> Result<()> {
     m.row("shared tier: signed objects replayed under another key and kind", "rejected, same results", |m| {
         let url = sh.server.url();
         let ns = sh.ns("replay");
-        m.seed(&Client::writer(&url, &ns).with("GRIDKEY_REMOTE_SIGNING_KEY", s(&writer_key).to_owned()))?;
+        m.seed(&Client::writer(&url, &ns).with("GRIDKEY_REMOTE_SIGNING_KEY", s(writer_key).to_owned()))?;
         let entries = names(&sh.server, &ns, "obj-v1:te:*")?;
         let libraries = names(&sh.server, &ns, "obj-v1:kl:*")?;
         let (Some(first), Some(second), Some(library)) = (entries.first(), entries.get(1), libraries.first()) else {
@@ -62,7 +70,7 @@ pub(super) fn rows(m: &mut Matrix, sh: &mut Shared) -> Result<()> {
         sh.server.set_raw(library, &signed)?;
         let cache = m.fresh("remote-replay");
         let n =
-            m.node(&cache, &Client::reader(&url, &ns).with("GRIDKEY_REMOTE_TRUSTED_KEYS", s(&trusted).to_owned()))?;
+            m.node(&cache, &Client::reader(&url, &ns).with("GRIDKEY_REMOTE_TRUSTED_KEYS", s(trusted).to_owned()))?;
         let st = n.remote();
         let ok = n.run.ok() && st.rejected >= 1 && n.remote_hits() == all - 1 && n.run.translations() == 1;
         Ok(Seen::new(
@@ -71,7 +79,11 @@ pub(super) fn rows(m: &mut Matrix, sh: &mut Shared) -> Result<()> {
             format!("{} rejected, {} remote hits, {}", st.rejected, n.remote_hits(), n.run.summary()),
         ))
     });
+    Ok(())
+}
 
+/// `cache push` from a cache with a tampered library and from a world-writable cache.
+fn push_rows(m: &mut Matrix, sh: &mut Shared, writer_key: &Path, trusted: &Path) -> Result<()> {
     m.row(
         "shared tier: cache push from a cache with a tampered library",
         "that library and its entry not pushed",
@@ -92,7 +104,7 @@ pub(super) fn rows(m: &mut Matrix, sh: &mut Shared) -> Result<()> {
             let i = bytes.len() / 2;
             bytes[i] ^= 0x01;
             std::fs::write(victim, &bytes)?;
-            let writer = Client::writer(&url, &ns).with("GRIDKEY_REMOTE_SIGNING_KEY", s(&writer_key).to_owned());
+            let writer = Client::writer(&url, &ns).with("GRIDKEY_REMOTE_SIGNING_KEY", s(writer_key).to_owned());
             let mut args = vec!["cache", "push", "--json", "--cache-dir", s(&cache)];
             args.extend(writer.args());
             let out = m.gridkey(&args, &writer.vars())?;
@@ -103,7 +115,7 @@ pub(super) fn rows(m: &mut Matrix, sh: &mut Shared) -> Result<()> {
             // A reader that trusts the writer still runs everything, building the left-out one.
             let fresh = m.fresh("remote-push-reader");
             let n =
-                m.node(&fresh, &Client::reader(&url, &ns).with("GRIDKEY_REMOTE_TRUSTED_KEYS", s(&trusted).to_owned()))?;
+                m.node(&fresh, &Client::reader(&url, &ns).with("GRIDKEY_REMOTE_TRUSTED_KEYS", s(trusted).to_owned()))?;
             let ok = out.status.success()
                 && named
                 && report["skipped"].as_u64() == Some(1)
@@ -133,6 +145,5 @@ pub(super) fn rows(m: &mut Matrix, sh: &mut Shared) -> Result<()> {
         let first = stderr.lines().next().unwrap_or("").chars().take(90).collect::<String>();
         Ok(Seen::new(ok, &[], format!("exit {:?}, {} keys written: {first}", out.status.code(), written.len())))
     });
-
     Ok(())
 }

@@ -26,7 +26,7 @@ mod remote_deadline;
 mod remote_tls;
 #[path = "remote_trust.rs"]
 mod remote_trust;
-use crate::redis_server::{ensure_installed, RedisServer};
+use crate::redis_server::{ensure_installed, RedisServer, ServerCommands as _};
 
 /// Reply timeout of the rows' clients, seconds.
 const TIMEOUT: &str = "0.5";
@@ -204,6 +204,19 @@ pub(super) fn rows(m: &mut Matrix) -> Result<()> {
     };
     let baseline = t.elapsed().as_secs_f64();
     let mut sh = Shared { binary, server, reference, rows: 0 };
+    start_rows(m, &mut sh, baseline)?;
+    object_rows(m, &mut sh)?;
+    load_rows(m, &mut sh)?;
+    client_rows(m, &mut sh)?;
+    signing_rows(m, &mut sh)?;
+    super::verified_travel::rows(m, &sh.server.url(), &sh.ns("miscompile"), &sh.reference);
+    remote_trust::rows(m, &mut sh)?;
+    remote_tls::rows(m, &mut sh)?;
+    remote_deadline::rows(m, &mut sh, baseline)
+}
+
+/// The shared tier down, black-holed or slow at start: one warning, the run as without it.
+fn start_rows(m: &mut Matrix, sh: &mut Shared, baseline: f64) -> Result<()> {
     let expected_local = "one warning, same keys and results";
 
     m.row("shared tier: server down at start", expected_local, |m| {
@@ -248,7 +261,11 @@ pub(super) fn rows(m: &mut Matrix) -> Result<()> {
             ))
         });
     }
+    Ok(())
+}
 
+/// The server killed mid-run, and objects tampered with in the server: rejected, built here.
+fn object_rows(m: &mut Matrix, sh: &mut Shared) -> Result<()> {
     m.row("shared tier: server killed mid-run (4 writers)", "all complete, same keys and results", |m| {
         let mut server = RedisServer::start(&sh.binary, None)?;
         let url = server.url();
@@ -339,7 +356,11 @@ pub(super) fn rows(m: &mut Matrix) -> Result<()> {
             format!("{} rejected, {} built, {}", n.remote().rejected, n.builds(), n.run.summary()),
         ))
     });
+    Ok(())
+}
 
+/// FLUSHALL during runs, many writers of one key, a lease holder killed mid-translation.
+fn load_rows(m: &mut Matrix, sh: &mut Shared) -> Result<()> {
     m.row("shared tier: FLUSHALL again and again during 4 runs", "misses, same keys and results", |m| {
         let server = RedisServer::start(&sh.binary, None)?;
         let url = server.url();
@@ -419,7 +440,11 @@ pub(super) fn rows(m: &mut Matrix) -> Result<()> {
             format!("waited {:.1} s, {} take-overs, {}", st.lease_wait_seconds, st.takeovers, waited.run.summary()),
         ))
     });
+    Ok(())
+}
 
+/// A read-only client, a wrong password, objects over the size limit.
+fn client_rows(m: &mut Matrix, sh: &mut Shared) -> Result<()> {
     m.row("shared tier: read-only client", "translates here, writes nothing", |m| {
         let url = sh.server.url();
         let ns = sh.ns("reader");
@@ -462,7 +487,11 @@ pub(super) fn rows(m: &mut Matrix) -> Result<()> {
             format!("{} rejected, {} bytes in, {} built, {}", st.rejected, st.bytes_in, n.builds(), n.run.summary()),
         ))
     });
+    Ok(())
+}
 
+/// Who signed an object and what the reader trusts: unsigned, foreign and missing keys.
+fn signing_rows(m: &mut Matrix, sh: &mut Shared) -> Result<()> {
     let keys = m.fresh("remote-keys");
     std::fs::create_dir_all(&keys)?;
     let (writer_key, other_key) = (keys.join("writer.key"), keys.join("other.key"));
@@ -512,10 +541,7 @@ pub(super) fn rows(m: &mut Matrix) -> Result<()> {
         let ok = n.run.code == Some(2) && n.run.stderr.contains("/nonexistent/trusted");
         Ok(Seen::new(ok, &[], format!("exit {:?}", n.run.code)))
     });
-    super::verified_travel::rows(m, &sh.server.url(), &sh.ns("miscompile"), &sh.reference);
-    remote_trust::rows(m, &mut sh)?;
-    remote_tls::rows(m, &mut sh)?;
-    remote_deadline::rows(m, &mut sh, baseline)
+    Ok(())
 }
 
 impl Matrix {

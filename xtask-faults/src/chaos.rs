@@ -271,66 +271,144 @@ struct Driver {
     flaky_flag: PathBuf,
 }
 
+/// The command line of `cargo xtask chaos`.
+struct ChaosArgs {
+    seconds: u64,
+    seed: u64,
+    max_live: usize,
+    keep: bool,
+    with_remote: bool,
+}
+
+impl ChaosArgs {
+    /// `[--seconds N] [--seed S] [--runs K] [--keep] [--no-remote]`; without `--seed`, one from
+    /// the clock and the process id.
+    fn parse(args: &[String]) -> Result<ChaosArgs> {
+        let (mut seconds, mut seed, mut max_live, mut keep, mut with_remote) = (60u64, None, 3usize, false, true);
+        let mut it = args.iter();
+        while let Some(flag) = it.next() {
+            if flag == "--keep" {
+                keep = true;
+                continue;
+            }
+            if flag == "--no-remote" {
+                with_remote = false;
+                continue;
+            }
+            let value = it.next().with_context(|| format!("{flag} needs a value"))?;
+            match flag.as_str() {
+                "--seconds" => seconds = value.parse().with_context(|| format!("--seconds {value:?}"))?,
+                "--seed" => seed = Some(value.parse::<u64>().with_context(|| format!("--seed {value:?}"))?),
+                "--runs" => max_live = value.parse().with_context(|| format!("--runs {value:?}"))?,
+                other => {
+                    bail!(
+                        "unexpected argument {other:?}: expected --seconds N [--seed S] [--runs K] [--keep] [--no-remote]"
+                    )
+                }
+            }
+        }
+        let seed = seed.unwrap_or_else(|| {
+            let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+            t.as_nanos() as u64 ^ u64::from(std::process::id())
+        });
+        if max_live == 0 {
+            bail!("--runs must be at least 1");
+        }
+        Ok(ChaosArgs { seconds, seed, max_live, keep, with_remote })
+    }
+}
+
+/// What the independent check and the final runs found.
+struct FinalCheck {
+    compared: usize,
+    differ: usize,
+    unknown: usize,
+    tampered_left: usize,
+    final_ok: usize,
+    final_runs: usize,
+    compared_after: usize,
+    differ_after: usize,
+    unknown_after: usize,
+    seconds: f64,
+}
+
 /// Parses the arguments, runs the chaos and prints its figures; `Ok(true)` when there were no
 /// false hits and no runs lost.
 pub fn chaos(args: &[String], bin: &Path) -> Result<bool> {
-    let (mut seconds, mut seed, mut max_live, mut keep, mut with_remote) = (60u64, None, 3usize, false, true);
-    let mut it = args.iter();
-    while let Some(flag) = it.next() {
-        if flag == "--keep" {
-            keep = true;
-            continue;
-        }
-        if flag == "--no-remote" {
-            with_remote = false;
-            continue;
-        }
-        let value = it.next().with_context(|| format!("{flag} needs a value"))?;
-        match flag.as_str() {
-            "--seconds" => seconds = value.parse().with_context(|| format!("--seconds {value:?}"))?,
-            "--seed" => seed = Some(value.parse::<u64>().with_context(|| format!("--seed {value:?}"))?),
-            "--runs" => max_live = value.parse().with_context(|| format!("--runs {value:?}"))?,
-            other => {
-                bail!(
-                    "unexpected argument {other:?}: expected --seconds N [--seed S] [--runs K] [--keep] [--no-remote]"
-                )
-            }
-        }
-    }
-    let seed = seed.unwrap_or_else(|| {
-        let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-        t.as_nanos() as u64 ^ u64::from(std::process::id())
-    });
-    if max_live == 0 {
-        bail!("--runs must be at least 1");
-    }
-    let root = crate::root();
+    let args = ChaosArgs::parse(args)?;
+    let seed = args.seed;
     let work = tempfile::Builder::new().prefix("gridkey-chaos-").tempdir_in(crate::target_dir())?;
-    let cache = work.path().join("cache");
-    let bin_dir = work.path().join("bin");
+    let mut d = start_driver(bin, work.path(), &args)?;
+    println!(
+        "chaos: seed {seed}, {} s, at most {} runs at a time, cache {}",
+        args.seconds,
+        args.max_live,
+        d.cache.display()
+    );
+    if let Some(shared) = &d.shared {
+        println!("chaos: shared tier {} for {} nodes", shared.url(), d.caches.len());
+    }
+
+    // The collector, in a loop beside the runs until the chaos ends.
+    let stop = Arc::new(AtomicBool::new(false));
+    let gc_counts = Arc::new(Mutex::new(GcCounts::default()));
+    let collector = {
+        let (stop, counts, bin, caches) = (stop.clone(), gc_counts.clone(), d.bin.clone(), d.caches.clone());
+        let mut rng = Rng::new(seed ^ 0x6763);
+        std::thread::spawn(move || collect_loop(&bin, &caches, &stop, &counts, &mut rng))
+    };
+    let chaos_seconds = d.run_phases(args.seconds, args.max_live)?;
+    d.drain(QUIET_WAIT)?;
+    stop.store(true, Ordering::SeqCst);
+    let _ = collector.join();
+
+    let check = d.check_after_chaos()?;
+    let gc = gc_counts.lock().expect("collector counts");
+    d.tally.faults.insert("gc", gc.runs);
+    d.tally.faults.insert("gc --max-size 0", gc.max_size_zero);
+    for f in &gc.failures {
+        d.tally.problems.push(format!("cache gc failed: {f}"));
+    }
+    println!("\nchaos: seed {seed}; chaos phase {chaos_seconds:.1} s, final check {:.1} s", check.seconds);
+    print_tally(&d.tally, &check, &gc);
+    let ok = d.tally.false_hits == 0 && d.tally.lost == 0 && gc.failures.is_empty();
+    if !ok {
+        println!("chaos FAILED: rerun with --seed {seed}");
+    }
+    if !ok || args.keep {
+        println!("the cache and the output of every run that failed a program are kept in {}", work.keep().display());
+    }
+    Ok(ok)
+}
+
+/// The driver of a chaos run in `work`: its caches (a second node's when the shared tier runs),
+/// the compiler scripts it swaps in, the shared tier.
+fn start_driver(bin: &Path, work: &Path, args: &ChaosArgs) -> Result<Driver> {
+    let cache = work.join("cache");
+    let bin_dir = work.join("bin");
     fs::create_dir_all(&cache)?;
     fs::create_dir_all(&bin_dir)?;
     write_script(&bin_dir.join("cc-o0"), "exec gcc \"$@\" -O0\n")?;
     write_script(&bin_dir.join("cc-wrong"), WRONG_BODY)?;
     write_script(&bin_dir.join("cc-switch"), switch_body(SwitchTarget::Gcc))?;
-    let flaky_flag = work.path().join("cc-flaky-miscompiles");
+    let flaky_flag = work.join("cc-flaky-miscompiles");
     write_script(&bin_dir.join("cc-flaky"), &flaky_body(&flaky_flag))?;
-    let shared = if with_remote { Some(remote::SharedTier::start(&work.path().join("keys"))?) } else { None };
+    let shared = if args.with_remote { Some(remote::SharedTier::start(&work.join("keys"))?) } else { None };
     let mut caches = vec![cache.clone()];
     if shared.is_some() {
-        let second = work.path().join("cache-node-b");
+        let second = work.join("cache-node-b");
         fs::create_dir_all(&second)?;
         caches.push(second);
     }
     let (results_tx, results) = mpsc::channel();
-    let mut d = Driver {
+    Ok(Driver {
         bin: bin.to_path_buf(),
-        root,
-        cache: cache.clone(),
-        caches: caches.clone(),
+        root: crate::root(),
+        cache,
+        caches,
         shared,
         bin_dir,
-        rng: Rng::new(seed),
+        rng: Rng::new(args.seed),
         tally: Tally::default(),
         tampers: Vec::new(),
         flipped: HashSet::new(),
@@ -340,71 +418,35 @@ pub fn chaos(args: &[String], bin: &Path) -> Result<bool> {
         results_tx,
         switch_target: SwitchTarget::Gcc,
         flaky_flag,
-    };
-    println!("chaos: seed {seed}, {seconds} s, at most {max_live} runs at a time, cache {}", cache.display());
-    if let Some(shared) = &d.shared {
-        println!("chaos: shared tier {} for {} nodes", shared.url(), d.caches.len());
-    }
+    })
+}
 
-    // The collector, in a loop beside the runs until the chaos ends.
-    let stop = Arc::new(AtomicBool::new(false));
-    let gc_counts = Arc::new(Mutex::new(GcCounts::default()));
-    let collector = {
-        let (stop, counts, bin, caches) = (stop.clone(), gc_counts.clone(), d.bin.clone(), caches.clone());
-        let mut rng = Rng::new(seed ^ 0x6763);
-        std::thread::spawn(move || collect_loop(&bin, &caches, &stop, &counts, &mut rng))
-    };
-
-    let started = Instant::now();
-    let end = started + Duration::from_secs(seconds);
-    while Instant::now() < end {
-        let phase_end = (Instant::now() + Duration::from_millis(4000 + d.rng.below(8000) as u64)).min(end);
-        d.active_phase(phase_end, max_live)?;
-        if Instant::now() < end {
-            d.quiet_phase()?;
-        }
-    }
-    let chaos_seconds = started.elapsed().as_secs_f64();
-    d.drain(QUIET_WAIT)?;
-    stop.store(true, Ordering::SeqCst);
-    let _ = collector.join();
-
-    // The independent check, and a final run per grid and mode with every check on.
-    let check_started = Instant::now();
-    let (compared, differ, unknown, tampered_left) = d.check_entries()?;
-    d.tally.false_hits += (differ + unknown) as u64;
-    let (final_ok, final_runs) = d.final_runs()?;
-    let (compared_after, differ_after, unknown_after, _) = d.check_entries()?;
-    d.tally.false_hits += (differ_after + unknown_after) as u64;
-    d.tally.lost += (final_runs - final_ok) as u64;
-    let check_seconds = check_started.elapsed().as_secs_f64();
-
-    let gc = gc_counts.lock().expect("collector counts");
-    d.tally.faults.insert("gc", gc.runs);
-    d.tally.faults.insert("gc --max-size 0", gc.max_size_zero);
-    for f in &gc.failures {
-        d.tally.problems.push(format!("cache gc failed: {f}"));
-    }
-    let t = &d.tally;
+/// Prints the figures of a chaos run: runs, hits, faults, the independent check, the final runs
+/// and the problems found.
+fn print_tally(t: &Tally, check: &FinalCheck, gc: &GcCounts) {
     let total: u64 = t.started.values().sum();
-    println!("\nchaos: seed {seed}; chaos phase {chaos_seconds:.1} s, final check {check_seconds:.1} s");
     println!(
         "runs: {total} ({}); ok {}, killed by the driver {}, detected own-input faults {}, lost {}",
         t.started.iter().map(|(m, n)| format!("{m} {n}")).collect::<Vec<_>>().join(", "),
         t.ok,
         t.killed,
         t.detected,
-        t.lost - (final_runs - final_ok) as u64,
+        t.lost - (check.final_runs - check.final_ok) as u64,
     );
     println!(
         "cache hits: {} in runs that reported, {} of them compared with a fresh translation",
         t.hits, t.verified_hits
     );
     println!("faults injected: {}", t.faults.iter().map(|(k, n)| format!("{k} {n}")).collect::<Vec<_>>().join(", "));
+    let FinalCheck { compared, differ, unknown, tampered_left, compared_after, differ_after, unknown_after, .. } =
+        check;
     println!(
         "independent check: {compared} entries compared with a fresh translation from an independent cache, {differ} differ, {unknown} with an unknown key, {tampered_left} tampered (a miss); after the final runs {compared_after} compared, {differ_after} differ, {unknown_after} unknown"
     );
-    println!("final runs (every check on, each grid in each mode): {final_ok}/{final_runs} verified every program");
+    println!(
+        "final runs (every check on, each grid in each mode): {}/{} verified every program",
+        check.final_ok, check.final_runs
+    );
     println!("gc failures: {}", gc.failures.len());
     println!("flaky compiler's wrong kernels caught by a later run's check: {}", t.flaky_caught);
     for p in t.problems.iter().take(40) {
@@ -418,14 +460,25 @@ pub fn chaos(args: &[String], bin: &Path) -> Result<bool> {
     }
     println!("false hits: {}", t.false_hits);
     println!("runs lost to a neighbour: {}", t.lost);
-    let ok = t.false_hits == 0 && t.lost == 0 && gc.failures.is_empty();
-    if !ok {
-        println!("chaos FAILED: rerun with --seed {seed}");
-    }
-    if !ok || keep {
-        println!("the cache and the output of every run that failed a program are kept in {}", work.keep().display());
-    }
-    Ok(ok)
+}
+
+/// How a run is named in the problems: its id, mode, grid, node, compiler and role.
+fn run_label(run: &Live) -> String {
+    format!(
+        "run {} ({} mode, {}, node {}, CC {:?}{}{}{})",
+        run.id,
+        run.mode,
+        GRIDS[run.grid].rsplit('/').next().unwrap_or(""),
+        run.node,
+        run.cc,
+        if run.wrong { " = wrong kernel" } else { "" },
+        if run.verify { ", verifying" } else { "" },
+        match run.remote {
+            Some(true) => ", shared-tier writer",
+            Some(false) => ", shared-tier reader",
+            None => "",
+        }
+    )
 }
 
 fn write_script(path: &Path, body: &str) -> Result<()> {
@@ -468,6 +521,44 @@ fn collect_loop(bin: &Path, caches: &[PathBuf], stop: &AtomicBool, counts: &Mute
 }
 
 impl Driver {
+    /// Active and quiet phases in turn for `seconds`; returns how long they took in seconds.
+    fn run_phases(&mut self, seconds: u64, max_live: usize) -> Result<f64> {
+        let started = Instant::now();
+        let end = started + Duration::from_secs(seconds);
+        while Instant::now() < end {
+            let phase_end = (Instant::now() + Duration::from_millis(4000 + self.rng.below(8000) as u64)).min(end);
+            self.active_phase(phase_end, max_live)?;
+            if Instant::now() < end {
+                self.quiet_phase()?;
+            }
+        }
+        Ok(started.elapsed().as_secs_f64())
+    }
+
+    /// The independent check of every entry, a final run per grid and mode with every check on,
+    /// and the check again; counts false hits and lost runs into the tally.
+    fn check_after_chaos(&mut self) -> Result<FinalCheck> {
+        let started = Instant::now();
+        let (compared, differ, unknown, tampered_left) = self.check_entries()?;
+        self.tally.false_hits += (differ + unknown) as u64;
+        let (final_ok, final_runs) = self.final_runs()?;
+        let (compared_after, differ_after, unknown_after, _) = self.check_entries()?;
+        self.tally.false_hits += (differ_after + unknown_after) as u64;
+        self.tally.lost += (final_runs - final_ok) as u64;
+        Ok(FinalCheck {
+            compared,
+            differ,
+            unknown,
+            tampered_left,
+            final_ok,
+            final_runs,
+            compared_after,
+            differ_after,
+            unknown_after,
+            seconds: started.elapsed().as_secs_f64(),
+        })
+    }
+
     fn grid(&self, i: usize) -> PathBuf {
         self.root.join(GRIDS[i])
     }
@@ -847,21 +938,7 @@ impl Driver {
         }
         let stdout = String::from_utf8_lossy(&out.stdout);
         let stderr = String::from_utf8_lossy(&out.stderr);
-        let label = format!(
-            "run {} ({} mode, {}, node {}, CC {:?}{}{}{})",
-            run.id,
-            run.mode,
-            GRIDS[run.grid].rsplit('/').next().unwrap_or(""),
-            run.node,
-            run.cc,
-            if run.wrong { " = wrong kernel" } else { "" },
-            if run.verify { ", verifying" } else { "" },
-            match run.remote {
-                Some(true) => ", shared-tier writer",
-                Some(false) => ", shared-tier reader",
-                None => "",
-            }
-        );
+        let label = run_label(run);
         let report: Option<RunReport> = serde_json::from_str(&stdout).ok();
         if report.as_ref().is_none_or(|r| !r.all_verified()) {
             // Kept for a look when the chaos fails (or with --keep).
@@ -885,6 +962,25 @@ impl Driver {
             self.tally.problems.push(format!("{label}: panicked: {}", tail(&stderr)));
             return;
         }
+        let (mut lost, detected, killed) = self.judge_programs(run, &report, &label);
+        if lost.is_none() && report.all_verified() && !out.status.success() {
+            lost = Some(format!("every program verified but exit {:?}", out.status.code()));
+        }
+        match lost {
+            Some(why) => {
+                self.tally.lost += 1;
+                self.tally.problems.push(format!("{label}: {why}"));
+            }
+            None if killed => self.tally.killed += 1,
+            None if detected => self.tally.detected += 1,
+            None => self.tally.ok += 1,
+        }
+    }
+
+    /// Judges each program of a run's report that did not verify: a false hit, a fault the run
+    /// detected (its own wrong compiler, a file tampered twice), a worker the driver killed, or
+    /// lost. Returns (why the run is lost, detected, killed) and counts hits into the tally.
+    fn judge_programs(&mut self, run: &Live, report: &RunReport, label: &str) -> (Option<String>, bool, bool) {
         let window: Vec<&Path> =
             self.tampers.iter().filter(|t| t.at >= run.started).map(|t| t.path.as_path()).collect();
         let mut lost = None;
@@ -934,18 +1030,7 @@ impl Driver {
                 lost.get_or_insert_with(|| format!("{}: {error}", p.program));
             }
         }
-        if lost.is_none() && report.all_verified() && !out.status.success() {
-            lost = Some(format!("every program verified but exit {:?}", out.status.code()));
-        }
-        match lost {
-            Some(why) => {
-                self.tally.lost += 1;
-                self.tally.problems.push(format!("{label}: {why}"));
-            }
-            None if killed => self.tally.killed += 1,
-            None if detected => self.tally.detected += 1,
-            None => self.tally.ok += 1,
-        }
+        (lost, detected, killed)
     }
 
     /// Every translation entry in the cache that decodes, compared with a fresh translation

@@ -1,13 +1,15 @@
-//! Real Redis servers for the tests, `cargo xtask cluster` and `cargo xtask faults`.
+//! Real Redis servers for the test command, `cargo xtask with-redis`, `cargo xtask gt4py`, the
+//! fault matrix, chaos and the cluster driver: the server process only, with no Redis client
+//! library (ADR 0042).
 //!
 //! [`ensure_installed`] installs Debian's `redis-server` when it is missing (`apt-get`, as root
 //! or through `sudo -n`); [`RedisServer::start`] starts one on loopback on a free port of its own,
-//! with no persistence, in a temp directory, and stops it when dropped.
-//! `cargo xtask with-redis -- CMD ARGS...` runs a command with `GRIDKEY_TEST_REDIS_URL` (and
-//! `GRIDKEY_TEST_REDIS_SERVER`, the binary) set to such a server, which is how the test command
-//! runs the real-server tests.
+//! with no persistence, in a temp directory, waits until it answers a RESP `PING` over std TCP,
+//! and stops it when dropped. The drivers that send it other commands do so with the `redis`
+//! crate, in `xtask-faults`.
 
-use std::net::TcpListener;
+use std::io::{BufRead, BufReader, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
@@ -221,7 +223,7 @@ impl RedisServer {
         self.child = Some(child);
         let started = Instant::now();
         loop {
-            if self.command(&["PING"]).is_ok() {
+            if self.ping().is_ok() {
                 return Ok(());
             }
             if started.elapsed() > Duration::from_secs(10) {
@@ -267,42 +269,42 @@ impl RedisServer {
         }
     }
 
-    /// A connection to the server with 5 s timeouts, for driving it from outside the client
-    /// under test.
+    /// Whether the server answers `PING` with `PONG` (after `AUTH` when it has a password), over
+    /// a plain TCP connection with 1 s timeouts: the RESP of two commands, no client library.
     ///
-    /// Errors: the server cannot be reached.
-    pub fn connection(&self) -> Result<redis::Connection> {
-        let client = redis::Client::open(self.url())?;
-        let con = client.get_connection_with_timeout(Duration::from_secs(1))?;
-        con.set_read_timeout(Some(Duration::from_secs(5)))?;
-        Ok(con)
-    }
-
-    /// One command over a fresh connection: its reply as a `redis::Value`.
-    ///
-    /// Errors: the server cannot be reached or answers with an error.
-    pub fn command(&self, words: &[&str]) -> Result<redis::Value> {
-        let mut cmd = redis::cmd(words[0]);
-        for w in &words[1..] {
-            cmd.arg(*w);
+    /// Errors: the server cannot be reached, refuses the password or answers something else.
+    pub fn ping(&self) -> Result<()> {
+        let address = SocketAddr::from(([127, 0, 0, 1], self.port));
+        let mut stream = TcpStream::connect_timeout(&address, Duration::from_secs(1))?;
+        stream.set_read_timeout(Some(Duration::from_secs(1)))?;
+        stream.set_write_timeout(Some(Duration::from_secs(1)))?;
+        let mut reader = BufReader::new(stream.try_clone()?);
+        if let Some(password) = &self.password {
+            stream.write_all(&resp_command(&["AUTH", password]))?;
+            expect_line(&mut reader, "+OK", self.port)?;
         }
-        Ok(cmd.query(&mut self.connection()?)?)
+        stream.write_all(&resp_command(&["PING"]))?;
+        expect_line(&mut reader, "+PONG", self.port)
     }
+}
 
-    /// Sets the raw bytes of `name` (what a hostile or broken writer could do).
-    ///
-    /// Errors: as [`RedisServer::command`].
-    pub fn set_raw(&self, name: &str, value: &[u8]) -> Result<()> {
-        redis::cmd("SET").arg(name).arg(value).query::<()>(&mut self.connection()?)?;
-        Ok(())
+/// `words` as a RESP array of bulk strings, the form a Redis server reads commands in.
+fn resp_command(words: &[&str]) -> Vec<u8> {
+    let mut out = format!("*{}\r\n", words.len()).into_bytes();
+    for word in words {
+        out.extend_from_slice(format!("${}\r\n{word}\r\n", word.len()).as_bytes());
     }
+    out
+}
 
-    /// The raw bytes of `name`, if any.
-    ///
-    /// Errors: as [`RedisServer::command`].
-    pub fn get_raw(&self, name: &str) -> Result<Option<Vec<u8>>> {
-        Ok(redis::cmd("GET").arg(name).query(&mut self.connection()?)?)
+/// Reads one reply line and fails unless it is `expected`.
+fn expect_line(reader: &mut impl BufRead, expected: &str, port: u16) -> Result<()> {
+    let mut line = String::new();
+    reader.read_line(&mut line)?;
+    if line.trim_end() != expected {
+        bail!("redis-server on port {port} answered {:?} where {expected:?} was expected", line.trim_end());
     }
+    Ok(())
 }
 
 impl Drop for RedisServer {

@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use gridkey::RunReport;
 
-use crate::redis_server::{certificates, ensure_installed, RedisServer};
+use crate::redis_server::{certificates, ensure_installed, RedisServer, ServerCommands as _};
 
 /// The password of the cluster's server (so that protected mode lets the namespaces in).
 const PASSWORD: &str = "gridkey-cluster";
@@ -339,6 +339,22 @@ pub fn cluster(args: &[String], bin: &Path) -> Result<bool> {
         ok = false;
     };
 
+    let (cold_caches, reference) = cold_start(&mut c, main, &mut fail)?;
+    warm_starts(&mut c, main, &cold_caches, &reference, &mut fail)?;
+    server_killed(&mut c, &mut server, main, &reference, &mut fail)?;
+    println!("cluster: {} nodes, {}", o.nodes, if ok { "ok" } else { "FAILED" });
+    drop(c);
+    Ok(ok)
+}
+
+/// Step 1: the cold start, every node on an empty cache; one translation per key cluster-wide.
+/// Returns the nodes' caches and the keys they agree on.
+fn cold_start(
+    c: &mut Cluster<'_>,
+    main: Link,
+    fail: &mut impl FnMut(String),
+) -> Result<(Vec<PathBuf>, Option<Vec<String>>)> {
+    let o = c.o;
     // 1. Cold start.
     let cold_caches = c.fresh();
     let cold = c.wave(&cold_caches, main, |_| {})?;
@@ -373,12 +389,23 @@ pub fn cluster(args: &[String], bin: &Path) -> Result<bool> {
     let waits: u64 = cold.reports.iter().filter_map(remote_tier).map(|t| t.stats.lease_waits).sum();
     let takeovers: u64 = cold.reports.iter().filter_map(remote_tier).map(|t| t.stats.takeovers).sum();
     println!("cold start: {waits} lease waits, {takeovers} take-overs cluster-wide");
+    Ok((cold_caches, reference))
+}
 
-    // 2. Warm starts, interleaved: fresh nodes from the shared tier vs the cold nodes from their own caches.
+/// Step 2: warm starts, interleaved: fresh nodes from the shared tier (and over TLS with
+/// `--compare-tls`) against the cold nodes from their own caches, with the ratio of medians.
+fn warm_starts(
+    c: &mut Cluster<'_>,
+    main: Link,
+    cold_caches: &[PathBuf],
+    reference: &Option<Vec<String>>,
+    fail: &mut impl FnMut(String),
+) -> Result<()> {
+    let o = c.o;
     let (mut shared_s, mut local_s, mut tls_s) = (Vec::new(), Vec::new(), Vec::new());
     let mut last_shared = None;
     for round in 0..o.rounds {
-        let local = c.wave(&cold_caches, Link::Off, |_| {})?;
+        let local = c.wave(cold_caches, Link::Off, |_| {})?;
         local.failures.iter().for_each(|f| fail(format!("warm start from local caches, round {round}: {f}")));
         if local.reports.iter().any(|r| r.translations() > 0 || r.builds() > 0) {
             fail(format!("warm start from local caches, round {round}: a node translated or built"));
@@ -390,7 +417,7 @@ pub fn cluster(args: &[String], bin: &Path) -> Result<bool> {
             let fresh = c.fresh();
             let wave = c.wave(&fresh, link, |_| {})?;
             let what = if link == Link::Tls { "over TLS" } else { "in plain TCP" };
-            check_warm(&wave, &reference, &format!("warm start from the shared tier {what}, round {round}"), &mut fail);
+            check_warm(&wave, reference, &format!("warm start from the shared tier {what}, round {round}"), fail);
             waves.push(wave);
         }
         let shared = waves.remove(0);
@@ -437,12 +464,23 @@ pub fn cluster(args: &[String], bin: &Path) -> Result<bool> {
             fail(format!("warm start over TLS is {tls_ratio:.2} times the plain one, over 1.2"));
         }
     }
+    Ok(())
+}
 
-    // 3. The server killed mid-run.
+/// Step 3: the server killed as soon as the first object is uploaded; every node completes with
+/// the cold start's keys.
+fn server_killed(
+    c: &mut Cluster<'_>,
+    server: &mut RedisServer,
+    main: Link,
+    reference: &Option<Vec<String>>,
+    fail: &mut impl FnMut(String),
+) -> Result<()> {
+    let o = c.o;
     server.command(&["FLUSHALL"])?;
     let fresh = c.fresh();
     let mut killed_at = None;
-    let probe = RedisProbe { server: &server };
+    let probe = RedisProbe { server };
     let killed = c.wave(&fresh, main, |started| {
         // Kill the server as soon as the first object is uploaded (or after 60 s).
         while started.elapsed() < Duration::from_secs(60) && probe.objects() == 0 {
@@ -468,15 +506,13 @@ pub fn cluster(args: &[String], bin: &Path) -> Result<bool> {
     if complete != o.nodes {
         fail(format!("server killed mid-run: only {complete}/{} nodes completed", o.nodes));
     }
-    if common_keys(&killed.reports) != reference {
+    if common_keys(&killed.reports) != *reference {
         fail("server killed mid-run: keys differ from the cold start".to_owned());
     }
     if errors.iter().any(|&e| e > 2.0) {
         fail("server killed mid-run: a node met more than one failed request (and one heartbeat)".to_owned());
     }
-    println!("cluster: {} nodes, {}", o.nodes, if ok { "ok" } else { "FAILED" });
-    drop(c);
-    Ok(ok)
+    Ok(())
 }
 
 /// Checks a warm wave from the shared tier: no translation or build, every program a remote hit

@@ -22,7 +22,7 @@ use gridkey_remote::object::{self, Kind};
 use gridkey_remote::trust::{generate_signing_key, load_signing_key, Trust};
 
 use super::Rng;
-use crate::redis_server::{ensure_installed, RedisServer};
+use crate::redis_server::{ensure_installed, RedisServer, ServerCommands as _};
 
 /// Reply timeout of the runs' clients, seconds.
 const TIMEOUT: &str = "0.5";

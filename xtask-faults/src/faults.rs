@@ -90,6 +90,39 @@ pub fn faults(root: &Path, bin: PathBuf, only: Option<String>) -> Result<bool> {
     let started = Instant::now();
     println!("{:<58} {:<44} seen", "fault", "expected");
 
+    crash_rows(&mut m);
+
+    bad_file_rows(&mut m);
+
+    disk_full_rows(&mut m);
+
+    cache_dir_rows(&mut m);
+
+    race_and_live_table_rows(&mut m);
+
+    // Stopped lock holders and stray lock and run files (ADR 0033).
+    bounded_waits::rows(&mut m);
+    truncated_map::rows(&mut m);
+
+    task_settings::rows(&mut m)?;
+    // 8. The shared tier (ADR 0018, ADR 0019).
+    remote::rows(&mut m)?;
+
+    println!(
+        "\n{} s; tmpfs mounts {}",
+        started.elapsed().as_secs(),
+        if m.can_mount {
+            "used for disk-full and read-only"
+        } else {
+            "not permitted: faults injected through the writer"
+        }
+    );
+    println!("faults: {} tried, {} survived, {} lost", m.tried, m.survived, m.lost);
+    Ok(m.survived == m.tried && m.lost == 0)
+}
+
+/// Row group 1: SIGKILL in the middle of each kind of write, at every pause point.
+fn crash_rows(m: &mut Matrix) {
     // 1. SIGKILL in the middle of writing a table and a translation entry, at every point.
     for (what, filter) in [("table", "tables-v1"), ("translation entry", ".bin"), ("kernel library", ".so")] {
         for point in PausePoint::ALL {
@@ -104,7 +137,10 @@ pub fn faults(root: &Path, bin: PathBuf, only: Option<String>) -> Result<bool> {
         "next run removes the temp and verifies",
         Matrix::kill_then_run,
     );
+}
 
+/// Row groups 2 and 3: bad table files and bad translation entries under a final name.
+fn bad_file_rows(m: &mut Matrix) {
     // 2. Bad table files under a final name.
     for bad in BadTable::ALL {
         m.row(&format!("table file: {}", bad.name()), "rebuild, or typed error naming the file", |m| m.bad_table(bad));
@@ -114,7 +150,10 @@ pub fn faults(root: &Path, bin: PathBuf, only: Option<String>) -> Result<bool> {
     for bad in ["truncated", "corrupted byte", "future format version"] {
         m.row(&format!("translation entry: {bad}"), "a miss, retranslated, entry rewritten", |m| m.bad_entry(bad));
     }
+}
 
+/// Row group 4: the disk filling up during a write, on a tmpfs where permitted and injected.
+fn disk_full_rows(m: &mut Matrix) {
     // 4. The disk filling up during a write.
     if m.can_mount {
         m.row("disk full (64 KiB tmpfs) while storing tables", "clear error, nothing left behind", |m| {
@@ -133,10 +172,13 @@ pub fn faults(root: &Path, bin: PathBuf, only: Option<String>) -> Result<bool> {
     m.row("ENOSPC injected in the writer: kernel library", "clear error, nothing left behind", |m| {
         m.disk_full_injected(".so")
     });
+}
 
+/// Row group 5: unusable, shared and read-only cache directories, and the site cache.
+fn cache_dir_rows(m: &mut Matrix) {
     // 5. Cache directories.
     m.row("read-only cache directory", "run ok, nothing cached, one warning naming it", Matrix::read_only_dir);
-    site_cache::rows(&mut m);
+    site_cache::rows(m);
     // Giving a directory to another user needs root; without it the row is skipped, not tried.
     if is_root() {
         m.row("cache directory owned by another user", "warning naming the owner, run ok", |m| m.shared_dir(true));
@@ -148,7 +190,10 @@ pub fn faults(root: &Path, bin: PathBuf, only: Option<String>) -> Result<bool> {
     }
     m.row("cache directory writable by everyone", "warning, run ok", |m| m.shared_dir(false));
     m.row("cache path that is a file", "typed error naming it", Matrix::dir_is_file);
+}
 
+/// Row groups 6 and 7: races between processes, tables changed in place, gc beside live runs.
+fn race_and_live_table_rows(m: &mut Matrix) {
     // 6. Races.
     m.row(
         "8 processes convert+key ICON into one empty cache",
@@ -189,26 +234,6 @@ pub fn faults(root: &Path, bin: PathBuf, only: Option<String>) -> Result<bool> {
         "every program verified; gc removes all after",
         Matrix::gc_loop_beside_run,
     );
-
-    // Stopped lock holders and stray lock and run files (ADR 0033).
-    bounded_waits::rows(&mut m);
-    truncated_map::rows(&mut m);
-
-    task_settings::rows(&mut m)?;
-    // 8. The shared tier (ADR 0018, ADR 0019).
-    remote::rows(&mut m)?;
-
-    println!(
-        "\n{} s; tmpfs mounts {}",
-        started.elapsed().as_secs(),
-        if m.can_mount {
-            "used for disk-full and read-only"
-        } else {
-            "not permitted: faults injected through the writer"
-        }
-    );
-    println!("faults: {} tried, {} survived, {} lost", m.tried, m.survived, m.lost);
-    Ok(m.survived == m.tried && m.lost == 0)
 }
 
 impl Matrix {

@@ -16,7 +16,7 @@ use anyhow::{Context, Result};
 
 use super::{lost, names, Client, Node, Shared, TIMEOUT};
 use crate::faults::{s, Matrix, Run, Seen};
-use crate::redis_server::RedisServer;
+use crate::redis_server::{RedisServer, ServerCommands as _};
 
 /// Longest a run of these rows may take before it is killed (a client without deadlines hangs
 /// on a trickling server for ever).
