@@ -1,5 +1,6 @@
-//! `cargo xtask gt4py [--reduced | --warm-only REPEATS | --icon4py | --nodes N] [--python PYTHON]`: the proof on GT4Py itself (README "gridkey for GT4Py");
-//! `--nodes N` runs `gt4py_nodes.py` instead (N nodes sharing GT4Py's builds through gridkey's store, in `target/gt4py-nodes`).
+//! `cargo xtask gt4py [--reduced | --warm-only REPEATS | --icon4py | --nodes N [--redis]] [--python PYTHON]`: the proof on GT4Py itself (README "gridkey for GT4Py");
+//! `--nodes N` runs `gt4py_nodes.py` instead (N nodes sharing GT4Py's builds through gridkey's store, in `target/gt4py-nodes`);
+//! `--redis` makes them share a private `redis-server` instead (ADR 0041), with the figures in `target/gt4py-nodes.json`.
 //!
 //! 1. Uses the test command's environment `target/test-venv` when it runs a CPython 3.12 or later and no `--python`
 //!    is given (`cargo xtask test` installs GT4Py there); else creates `target/gt4py-venv` (kept between runs) with a
@@ -36,23 +37,28 @@ pub fn gt4py(args: &[String]) -> Result<bool> {
     let mut python: Option<PathBuf> = None;
     let mut nodes: Option<String> = None;
     let mut icon4py = false;
+    let mut redis = false;
     let mut it = args.iter();
     while let Some(arg) = it.next() {
         match arg.as_str() {
             "--reduced" => reduced = true,
             "--icon4py" => icon4py = true,
+            "--redis" => redis = true,
             "--warm-only" => warm_only = Some(it.next().context("--warm-only needs a number of repeats")?.clone()),
             "--python" => python = Some(PathBuf::from(it.next().context("--python needs an interpreter path")?)),
             "--nodes" => nodes = Some(it.next().context("--nodes needs a number of nodes")?.clone()),
             other => {
                 bail!(
-                    "unexpected argument {other:?}: expected [--reduced | --warm-only REPEATS | --icon4py | --nodes N] [--python PYTHON]"
+                    "unexpected argument {other:?}: expected [--reduced | --warm-only REPEATS | --icon4py | --nodes N [--redis]] [--python PYTHON]"
                 )
             }
         }
     }
     if icon4py {
         return crate::icon4py::icon4py(python);
+    }
+    if redis && nodes.is_none() {
+        bail!("--redis shares the Redis tier between nodes: give --nodes N too");
     }
     let root = crate::root();
     let target = crate::target_dir();
@@ -100,9 +106,17 @@ pub fn gt4py(args: &[String]) -> Result<bool> {
     for var in gridkey::environment() {
         command.env_remove(var);
     }
+    // The server lives until the proof is done (dropped at the end of this function).
+    let mut server = None;
     if let Some(n) = &nodes {
         let _ = std::fs::remove_dir_all(&work);
         command.args(["--nodes", n]);
+        if redis {
+            let started = crate::redis_server::RedisServer::start(&crate::redis_server::ensure_installed()?, None)?;
+            println!("gt4py: redis-server on {} for the nodes", started.url());
+            command.arg("--redis").arg(started.url()).arg("--json").arg(target.join("gt4py-nodes.json"));
+            server = Some(started);
+        }
     } else if reduced {
         command.arg("--reduced");
     }
@@ -110,6 +124,7 @@ pub fn gt4py(args: &[String]) -> Result<bool> {
         command.args(["--warm-only", "--warm-repeats", repeats]);
     }
     let status = command.status().context("cannot run the GT4Py proof script")?;
+    drop(server);
     Ok(status.success())
 }
 

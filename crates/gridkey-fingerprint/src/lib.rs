@@ -88,6 +88,7 @@
 
 pub mod gt4py;
 mod protocol;
+pub mod shared;
 
 pub use protocol::{translate_cached, CacheProtocolError, Cached, Request, SiteCache, Tier, Tiers};
 

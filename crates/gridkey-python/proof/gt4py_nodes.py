@@ -8,10 +8,15 @@ cache writes and ``CompiledbProject.build``), what gridkey's store materialized,
 the compile phase and whether every result verified.
 
 Without ``--node`` it is the proof: ``--nodes N`` nodes fill their caches one after the other from a common store
-(``--shared DIR``, the gridkey cache directory they share; the Redis tier is not wired to GT4Py yet), then a fresh
-node (empty GT4Py cache) is timed warm from that store against the same node warm from its own GT4Py cache. Exit
-status 0 when translations and builds equal the programs cluster-wide, the fresh node translated and built nothing,
-and its compile phase took at most 1.2x the local warm one.
+(the gridkey cache directory they share), then a fresh node (empty GT4Py cache) is timed warm from that store against
+the same node warm from its own GT4Py cache. Exit status 0 when translations and builds equal the programs
+cluster-wide, the fresh node translated and built nothing, and its compile phase took at most 1.2x the local warm one.
+
+``--redis URL`` shares the Redis tier instead (ADR 0041): the N nodes, all writers signing with one cluster key and
+each with its own gridkey cache directory and GT4Py cache, start at once; then a fresh node (empty caches) is timed
+warm from Redis against the same node warm from its local caches. Exit status 0 when translations and builds equal
+the programs cluster-wide, the fresh node translated and built nothing and took every extension from Redis, every
+result verified; the ratio is a timing on a shared machine, printed against ``--max-ratio``.
 """
 
 from __future__ import annotations
@@ -89,6 +94,12 @@ def node(args) -> dict:
         "extensions_stored": c.extensions_stored,
         "foreign_rebuilt": c.foreign_rebuilt,
         "rejected": c.rejected,
+        "translations_from_remote": c.translations_from_remote,
+        "extensions_from_remote": c.extensions_from_remote,
+        "translations_uploaded": c.translations_uploaded,
+        "extensions_uploaded": c.extensions_uploaded,
+        "remote_rejected": c.remote_rejected,
+        "remote_warnings": c.remote_warnings,
         "compile_seconds": compile_seconds,
         "max_rel_error": errors,
         "verified": all(e <= 1e-12 for e in errors.values()),
@@ -109,22 +120,122 @@ def node_env(gt4py_cache: pathlib.Path, gridkey_cache: pathlib.Path, extra: dict
     return env
 
 
+def start_node(gt4py_cache, gridkey_cache, programs, *, grid=GRID, extra_env=None) -> subprocess.Popen:
+    """Starts one node in a fresh interpreter; `finish_node` waits for it."""
+    command = [sys.executable, str(pathlib.Path(__file__).resolve()), "--node", "--grid", str(grid), *programs]
+    return subprocess.Popen(
+        command,
+        env=node_env(gt4py_cache, gridkey_cache, extra_env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def finish_node(process: subprocess.Popen) -> dict:
+    """The JSON object of a node `start_node` started, with its standard error as ``stderr`` (raises with its output
+    when it fails)."""
+    stdout, stderr = process.communicate()
+    if process.returncode != 0:
+        raise RuntimeError(f"node {process.args} failed ({process.returncode}):\n{stdout[-3000:]}\n{stderr[-6000:]}")
+    return {**json.loads(stdout.strip().splitlines()[-1]), "stderr": stderr}
+
+
 def run_node(gt4py_cache, gridkey_cache, programs, *, grid=GRID, extra_env=None) -> dict:
     """Runs one node in a fresh interpreter and returns its JSON object (raises with its output when it fails)."""
-    command = [sys.executable, str(pathlib.Path(__file__).resolve()), "--node", "--grid", str(grid), *programs]
-    done = subprocess.run(command, env=node_env(gt4py_cache, gridkey_cache, extra_env), capture_output=True, text=True)
-    if done.returncode != 0:
-        raise RuntimeError(f"node {gt4py_cache} failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return finish_node(start_node(gt4py_cache, gridkey_cache, programs, grid=grid, extra_env=extra_env))
+
+
+def shared_env(url: str, namespace: str, keys: pathlib.Path) -> dict[str, str]:
+    """The variables of a writer node of the shared tier ``url`` in ``namespace``: it signs with the cluster's key
+    ``keys/signing.key`` and trusts only ``keys/trusted.keys`` (made by `cluster_keys`)."""
+    return {
+        "GRIDKEY_REMOTE_URL": url,
+        "GRIDKEY_REMOTE_NAMESPACE": namespace,
+        "GRIDKEY_REMOTE_WRITER": "1",
+        "GRIDKEY_REMOTE_SIGNING_KEY": str(keys / "signing.key"),
+        "GRIDKEY_REMOTE_TRUSTED_KEYS": str(keys / "trusted.keys"),
+        "GRIDKEY_REMOTE_LEASE_WAIT": "600",
+    }
+
+
+def cluster_keys(folder: pathlib.Path) -> pathlib.Path:
+    """A signing key and the trusted keys file naming it, in ``folder`` (mode 0700, as trust anchors need)."""
+    from gridkey import _gridkey
+
+    folder.mkdir(parents=True, exist_ok=True)
+    folder.chmod(0o700)
+    public = _gridkey.remote_keygen(folder / "signing.key")
+    (folder / "trusted.keys").write_text(public + "\n")
+    (folder / "trusted.keys").chmod(0o600)
+    return folder
+
+
+def _shown(row: dict) -> str:
+    return json.dumps({k: v for k, v in row.items() if k != "stderr"})
+
+
+def redis_proof(args, work: pathlib.Path) -> int:
+    """``--redis URL``: N writer nodes, each with its own gridkey cache directory and GT4Py cache, started at once
+    against one Redis server; then a fresh node warm from Redis against the same node warm from its local caches."""
+    keys = cluster_keys(work / "keys")
+    namespace = f"gt4py-proof-{os.getpid()}-{time.time_ns()}"
+    env = shared_env(args.redis, namespace, keys)
+    started = [
+        start_node(work / f"node{n}" / ".gt4py_cache", work / f"node{n}" / "gridkey", args.programs, grid=args.grid, extra_env=env)
+        for n in range(args.nodes)
+    ]
+    rows = [finish_node(p) for p in started]
+    for n, row in enumerate(rows):
+        print(f"node {n}: {_shown(row)}", flush=True)
+    translations = sum(r["translations"] for r in rows)
+    builds = sum(r["builds"] for r in rows)
+    fresh_runs, local_runs = [], []
+    for r in range(args.repeats):
+        place = work / f"fresh{r}"
+        fresh_runs.append(run_node(place / ".gt4py_cache", place / "gridkey", args.programs, grid=args.grid, extra_env=env))
+        local_runs.append(run_node(place / ".gt4py_cache", place / "gridkey", args.programs, grid=args.grid, extra_env=env))
+    fresh, local = fresh_runs[0], local_runs[0]
+    print(f"fresh node warm from Redis: {_shown(fresh)}")
+    print(f"same node warm from its local caches: {_shown(local)}")
+    fresh_s = statistics.median(r["compile_seconds"] for r in fresh_runs)
+    local_s = statistics.median(r["compile_seconds"] for r in local_runs)
+    ratio = fresh_s / max(local_s, 1e-9)
+    n = len(args.programs)
+    counted = (
+        translations == n
+        and builds == n
+        and all(r["translations"] == 0 and r["builds"] == 0 for r in fresh_runs + local_runs)
+        and all(r["extensions_from_remote"] == n for r in fresh_runs)
+        and all(r["verified"] for r in [*rows, *fresh_runs, *local_runs])
+    )
+    print(
+        f"{args.nodes} nodes on Redis, {n} programs: {translations} translations, {builds} builds cluster-wide;"
+        f" fresh node {fresh['translations']} translations, {fresh['builds']} builds,"
+        f" {fresh['extensions_from_remote']} extensions from Redis; warm from Redis / warm from local, median of"
+        f" {args.repeats}: {fresh_s:.2f} s / {local_s:.2f} s = {ratio:.2f}x, {'within' if ratio <= args.max_ratio else 'over'}"
+        f" its limit of {args.max_ratio}x (a timing on a shared machine, not in the exit status): {'ok' if counted else 'FAILED'}"
+    )
+    if args.json is not None:
+        args.json.write_text(json.dumps({
+            "nodes": args.nodes, "programs": args.programs, "translations": translations, "builds": builds,
+            "fresh_seconds": fresh_s, "local_seconds": local_s, "ratio": ratio,
+            "fresh": {k: v for k, v in fresh.items() if k != "stderr"},
+        }, indent=2))
+    if args.work is None and counted:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0 if counted else 1
 
 
 def proof(args) -> int:
     work = pathlib.Path(tempfile.mkdtemp(prefix="gt4py-nodes-")) if args.work is None else args.work
+    if args.redis is not None:
+        return redis_proof(args, work)
     shared = work / "gridkey"
     rows = []
     for n in range(args.nodes):
         rows.append(run_node(work / f"node{n}" / ".gt4py_cache", shared, args.programs, grid=args.grid))
-        print(f"node {n}: {json.dumps(rows[-1])}", flush=True)
+        print(f"node {n}: {_shown(rows[-1])}", flush=True)
     translations = sum(r["translations"] for r in rows)
     builds = sum(r["builds"] for r in rows)
     # Alternating, so that the load of a shared machine weighs on both sides alike; medians compared.
@@ -134,8 +245,8 @@ def proof(args) -> int:
         fresh_runs.append(run_node(cache, shared, args.programs, grid=args.grid))
         local_runs.append(run_node(cache, shared, args.programs, grid=args.grid))
     fresh, local = fresh_runs[0], local_runs[0]
-    print(f"fresh node warm from the store: {json.dumps(fresh)}")
-    print(f"same node warm from its own cache: {json.dumps(local)}")
+    print(f"fresh node warm from the store: {_shown(fresh)}")
+    print(f"same node warm from its own cache: {_shown(local)}")
     fresh_s = statistics.median(r["compile_seconds"] for r in fresh_runs)
     local_s = statistics.median(r["compile_seconds"] for r in local_runs)
     ratio = fresh_s / max(local_s, 1e-9)
@@ -163,6 +274,9 @@ def main() -> int:
     parser.add_argument("--grid", type=pathlib.Path, default=GRID)
     parser.add_argument("--work", type=pathlib.Path, default=None)
     parser.add_argument("--repeats", type=int, default=3, help="fresh and local warm starts, alternating")
+    parser.add_argument("--redis", default=None, help="URL of a Redis server: the nodes share it as their shared tier")
+    parser.add_argument("--max-ratio", type=float, default=1.5, help="--redis: the warm-from-Redis ratio's limit")
+    parser.add_argument("--json", type=pathlib.Path, default=None, help="--redis: write the figures to this file")
     parser.add_argument("programs", nargs="*", default=["div", "rot", "grad_n"])
     args = parser.parse_args()
     if args.node:

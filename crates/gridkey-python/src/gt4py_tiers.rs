@@ -117,7 +117,7 @@ fn parse_key(key: &str) -> PyResult<TranslationKey> {
 /// (`rejected`), so that GT4Py builds again and the store gets a good one.
 #[pyclass(module = "gridkey", frozen)]
 pub struct Gt4pyStore {
-    inner: core::Gt4pyStore,
+    pub(crate) inner: core::Gt4pyStore,
     rejected: AtomicU64,
     last_rejection: std::sync::Mutex<Option<String>>,
 }
@@ -229,6 +229,15 @@ impl Gt4pyStore {
                 py.detach(|| self.inner.put(Gt4pyKind::Extension, &key, &bundle)).map_err(IntoPyErr::into_py_err)?;
             Ok((path, bundle.len() as u64))
         })
+    }
+
+    /// Removes the entry of `kind` (`"translation"` or `"extension"`) under `key`, if any: one
+    /// that came from the shared tier and failed its check here.
+    ///
+    /// Errors: `TableValueError` for another kind or a key that is not 32 hex digits.
+    fn remove(&self, kind: &str, key: &str) -> PyResult<()> {
+        self.inner.remove(kind_of(kind)?, &parse_key(key)?);
+        Ok(())
     }
 
     /// Writes the files of the stored extension `key` into the build folder `folder`, each

@@ -3,8 +3,8 @@
 //!
 //! It exposes gridkey's crates to NumPy users with the field's names: the table digest
 //! (gridkey-digest, format v1), the table store (gridkey-store), compile-time views of offset
-//! providers (gridkey-offsets), translation keys (gridkey-fingerprint) and the per-key locks
-//! (gridkey-fs). The package
+//! providers (gridkey-offsets), translation keys (gridkey-fingerprint), the per-key locks
+//! (gridkey-fs) and GT4Py's side of the shared tier (gridkey-remote, ADR 0041). The package
 //! `python/gridkey` re-exports it and holds what must be Python (the exception classes, the
 //! host copy of device arrays).
 //!
@@ -44,6 +44,7 @@ mod locks;
 mod offsets;
 mod raw;
 mod settings;
+mod shared;
 mod store;
 
 use pyo3::prelude::*;
@@ -104,5 +105,7 @@ fn _gridkey(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(gt4py_tiers::cxx_compiler_identity, m)?)?;
     m.add_function(wrap_pyfunction!(gt4py_tiers::gt4py_extension_key, m)?)?;
     m.add_function(wrap_pyfunction!(gt4py_tiers::gt4py_translation_key, m)?)?;
+    m.add_class::<shared::Gt4pyShared>()?;
+    m.add_function(wrap_pyfunction!(shared::remote_keygen, m)?)?;
     Ok(())
 }

@@ -79,6 +79,11 @@ impl Settings {
         self.inner.verify_tables
     }
 
+    /// The shared tier's settings (`GRIDKEY_REMOTE_*`), when `GRIDKEY_REMOTE_URL` is set.
+    pub fn remote(&self) -> Option<&gridkey_settings::RemoteSettings> {
+        self.inner.remote.as_ref()
+    }
+
     /// The bound of a per-key lock wait (`GRIDKEY_LOCK_WAIT`, ADR 0033).
     pub fn key_lock_wait(&self) -> std::time::Duration {
         self.inner.key_lock_wait

@@ -40,8 +40,8 @@ const MAX_POLL: Duration = Duration::from_millis(100);
 /// holds of replies at once (ADR 0029).
 const BATCH_BYTES: u64 = 64 << 20;
 
-/// A 16-byte key an object answers: a translation key, or a kernel library's remote key.
-pub type ObjectKey = [u8; 16];
+/// A 16-byte key an object answers: a translation key, or a built artifact's remote key.
+pub use gridkey_fingerprint::shared::ObjectKey;
 
 /// What a lookup found.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -74,20 +74,9 @@ pub enum Stored {
     Off,
 }
 
-/// What [`Remote::claim`] decided for one key that missed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Claim {
-    /// This writer holds the lease: translate, then [`Remote::put_many`] (which releases it).
-    Won,
-    /// The object arrived in the meantime: look it up again.
-    Present,
-    /// Another writer holds the lease: [`Remote::wait`] for it.
-    Held,
-    /// Read-only and no writer holds a lease: translate here and upload nothing.
-    Free,
-    /// The tier is off for this run: translate here.
-    Off,
-}
+/// What [`Remote::claim`] decided for one key that missed: the shared-tier protocol's
+/// [`gridkey_fingerprint::shared::Claim`] (ADR 0041).
+pub use gridkey_fingerprint::shared::Claim;
 
 /// How a [`Remote::wait`] on another writer's lease ended for one key.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -7,7 +7,7 @@
 //! |---|---|---|
 //! | 0 | 4 | magic `b"GKRO"` ([`OBJECT_MAGIC`]) |
 //! | 4 | 2 | format version, u16 ([`OBJECT_FORMAT_VERSION`]) |
-//! | 6 | 1 | kind ([`Kind`]: 1 translation entry, 2 kernel library) |
+//! | 6 | 1 | kind ([`Kind`]: 1 translation entry, 2 kernel library, 3 GT4Py translation entry, 4 GT4Py extension) |
 //! | 7 | 1 | flags: bit 0 set when signed; every other bit 0 |
 //! | 8 | 16 | the key the object answers |
 //! | 24 | 8 | payload length `n`, u64 |
@@ -18,8 +18,6 @@
 //! [`decode`] checks every field before it hands out the payload: a short, foreign, future,
 //! mislabelled, misplaced (another key), resized, corrupted, oversize, unsigned-where-required
 //! or wrongly signed object is a [`Reject`], never a payload.
-
-use std::fmt;
 
 use ed25519_dalek::{Signature, Signer, VerifyingKey};
 use xxhash_rust::xxh3::xxh3_128;
@@ -44,54 +42,9 @@ pub const CHECKSUM_BYTES: usize = 16;
 
 const FLAG_SIGNED: u8 = 1;
 
-/// What an object holds.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Kind {
-    /// A translation-cache entry: the payload is the translated source, the key a translation key.
-    TranslationEntry,
-    /// A kernel library of the build cache: the payload is the shared library, the key the
-    /// build key combined with the compiler identity.
-    KernelLibrary,
-}
-
-impl Kind {
-    /// Both kinds.
-    pub const ALL: [Kind; 2] = [Kind::TranslationEntry, Kind::KernelLibrary];
-
-    /// The kind byte of the format.
-    pub fn code(self) -> u8 {
-        match self {
-            Kind::TranslationEntry => 1,
-            Kind::KernelLibrary => 2,
-        }
-    }
-
-    /// The short name used in Redis key names: `te` or `kl`.
-    pub fn tag(self) -> &'static str {
-        match self {
-            Kind::TranslationEntry => "te",
-            Kind::KernelLibrary => "kl",
-        }
-    }
-
-    /// The name people read: `translation entry` or `kernel library`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Kind::TranslationEntry => "translation entry",
-            Kind::KernelLibrary => "kernel library",
-        }
-    }
-
-    fn from_code(code: u8) -> Option<Kind> {
-        Kind::ALL.into_iter().find(|k| k.code() == code)
-    }
-}
-
-impl fmt::Display for Kind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+/// What an object holds: [`gridkey_fingerprint::shared::Kind`], the kinds of the shared-tier
+/// protocol (ADR 0041); its kind byte is the format's byte 6.
+pub use gridkey_fingerprint::shared::Kind;
 
 /// Why a downloaded object was not used. Each is reported and counted, and is a miss.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

@@ -1,12 +1,13 @@
-//! The shared tier as a [`Tier`] of the translation cache, and the remote key of a kernel
-//! library of the build cache.
+//! The shared tier as a [`Tier`] of the translation cache and as the [`SharedTier`] of the
+//! shared-tier protocol (ADR 0041), and the remote key of a kernel library of the build cache.
 
 use std::sync::Arc;
 
+use gridkey_fingerprint::shared::{self as protocol, SharedTier};
 use gridkey_fingerprint::{FingerprintError, KeyInputs, Miss, Tier, TranslationKey};
 use xxhash_rust::xxh3::Xxh3;
 
-use crate::{Fetched, Kind, ObjectKey, Reject, Remote, Stored};
+use crate::{Claim, Fetched, Kind, ObjectChecksum, ObjectKey, Reject, Remote, Retracted, Stored, Waited};
 
 /// The shared tier of the translation cache, for [`gridkey_fingerprint::Tiers`] after the local
 /// tier: [`Tier::get`] downloads and checks the translation entry, [`Tier::put`] uploads it
@@ -83,6 +84,80 @@ impl Tier for RemoteTier {
     /// the frontend's check of the result (ADR 0030).
     fn shared(&self) -> bool {
         true
+    }
+}
+
+/// The Redis tier under the shared-tier protocol ([`gridkey_fingerprint::shared::SharedSession`],
+/// ADR 0041): each batch is one request of the one [`Remote`] of the process, so a dead server
+/// costs one timeout, whichever batch meets it. A rejected object is named with the check it
+/// failed ([`Reject`]).
+impl SharedTier for RemoteTier {
+    fn is_writer(&self) -> bool {
+        self.remote.is_writer()
+    }
+
+    fn is_on(&self) -> bool {
+        self.remote.is_on()
+    }
+
+    fn object_name(&self, kind: Kind, key: &ObjectKey) -> String {
+        self.remote.object_name(kind, key)
+    }
+
+    fn look_up(&self, kind: Kind, keys: &[ObjectKey]) -> Vec<protocol::Lookup> {
+        self.remote
+            .get_many(kind, keys)
+            .into_iter()
+            .map(|f| match f {
+                Fetched::Hit(payload) => protocol::Lookup::Hit(payload),
+                Fetched::Absent => protocol::Lookup::Absent,
+                Fetched::Rejected(reject) => protocol::Lookup::Rejected(reject.to_string()),
+                Fetched::Off => protocol::Lookup::Off,
+            })
+            .collect()
+    }
+
+    fn claim(&self, kind: Kind, keys: &[ObjectKey]) -> Vec<Claim> {
+        self.remote.claim(kind, keys)
+    }
+
+    fn wait(&self, kind: Kind, keys: &[ObjectKey]) -> Vec<protocol::WaitEnd> {
+        self.remote
+            .wait(kind, keys)
+            .into_iter()
+            .map(|w| match w {
+                Waited::Arrived(payload) => protocol::WaitEnd::Arrived(payload),
+                Waited::Rejected(reject) => protocol::WaitEnd::Rejected(reject.to_string()),
+                Waited::TakenOver => protocol::WaitEnd::TakenOver,
+                Waited::Gone => protocol::WaitEnd::Gone,
+                Waited::TimedOut => protocol::WaitEnd::TimedOut,
+                Waited::Off => protocol::WaitEnd::Off,
+            })
+            .collect()
+    }
+
+    fn upload(&self, kind: Kind, items: &[(ObjectKey, &[u8])]) {
+        self.remote.put_many(kind, items);
+    }
+
+    fn release(&self, kind: Kind, keys: &[ObjectKey]) {
+        self.remote.release(kind, keys);
+    }
+
+    fn retract(&self, kind: Kind, items: &[(ObjectKey, &[u8])]) -> Vec<Retracted> {
+        self.remote.retract_many(kind, items)
+    }
+
+    fn checksums(&self, kind: Kind, keys: &[ObjectKey]) -> Option<Vec<Option<ObjectChecksum>>> {
+        self.remote.checksums(kind, keys)
+    }
+
+    fn checksums_holding(&self, kind: Kind, items: &[(ObjectKey, &[u8])]) -> Vec<Option<ObjectChecksum>> {
+        self.remote.checksums_holding(kind, items)
+    }
+
+    fn count_rejected(&self, n: u64) {
+        self.remote.count_rejected(n);
     }
 }
 

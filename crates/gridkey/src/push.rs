@@ -146,6 +146,8 @@ pub fn push(settings: &Settings) -> Result<PushReport, AppError> {
                         match kind {
                             Kind::KernelLibrary => report.libraries += 1,
                             Kind::TranslationEntry => report.entries += 1,
+                            // This loop pushes only the CLI's two kinds.
+                            Kind::Gt4pyTranslation | Kind::Gt4pyExtension => {}
                         }
                     }
                     Stored::TooLarge { len, max } => skip(

@@ -168,7 +168,7 @@ impl SharedTier {
                     Kind::TranslationEntry => {
                         String::from_utf8(payload).ok()?.replacen("acc += ", "acc -= ", 1).into_bytes()
                     }
-                    Kind::KernelLibrary => {
+                    Kind::KernelLibrary | Kind::Gt4pyTranslation | Kind::Gt4pyExtension => {
                         let mut p = payload;
                         let at = p.len() / 2;
                         *p.get_mut(at)? ^= 0x5a;

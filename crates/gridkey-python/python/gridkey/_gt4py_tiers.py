@@ -18,19 +18,31 @@ gridkey's store ``<cache_dir>/gt4py-v1/`` behind both:
 - entries are checked on every read (magic, key, length, checksum, paths inside the folder); a truncated or corrupted
   one is removed and counted, and GT4Py builds again.
 
+With a shared tier configured (``GRIDKEY_REMOTE_URL``, the variables of the ``gridkey`` command, ADR 0041), what
+gridkey's store lacks is looked up there next (``gridkey.Gt4pyShared``: checked, signed by a trusted key where trusted
+keys are set, of GT4Py's own object kinds); a writer takes the lease around each translation and each build, so N nodes
+make one of each per key, and uploads what verified here: a translation entry once GT4Py stored it and it unpickles in
+this process, an extension once its module loaded in this process. What came from the shared tier and then fails here
+(an entry that does not unpickle, a module that does not load) is rejected: a writer retracts it, a reader quarantines
+it, and it is made here. A shared tier that cannot be reached costs one timeout and one warning per process, and the
+builds are local.
+
 Spawned build workers get the same hooks: ``install`` sets ``gt4py.next.config.GRIDKEY_GT4PY_TIERS``, which GT4Py's
 process runner ships to every worker with its configuration, and whose unpickling installs them there.
 """
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import importlib.metadata
 import os
 import pathlib
 import sysconfig
+import pickle
 import threading
-from typing import Any, Optional
+import warnings
+from typing import Any, Callable, Optional, cast
 
 import gt4py
 from gt4py._core import file_utils as _file_utils
@@ -44,7 +56,19 @@ from gt4py.next.otf.compilation import compiler as _compiler
 
 from . import _gridkey
 
-__all__ = ["Counters", "extension_key_inputs", "install", "installed", "uninstall", "counters", "prepare_folder", "MARKER"]
+__all__ = [
+    "Counters",
+    "extension_key_inputs",
+    "install",
+    "installed",
+    "uninstall",
+    "counters",
+    "prepare_folder",
+    "shared",
+    "translate",
+    "verify_loaded",
+    "MARKER",
+]
 
 #: The file in a build folder that names the extension key it was built or materialized for.
 MARKER = ".gridkey-extension"
@@ -63,6 +87,16 @@ class Counters:
     extensions_materialized: int = 0
     foreign_rebuilt: int = 0
     rejected: int = 0
+    #: Translation entries and extensions that came from the shared tier (ADR 0041).
+    translations_from_remote: int = 0
+    extensions_from_remote: int = 0
+    #: Translation entries and extensions uploaded to the shared tier.
+    translations_uploaded: int = 0
+    extensions_uploaded: int = 0
+    #: Objects of the shared tier that failed their check here and were retracted or quarantined.
+    remote_rejected: int = 0
+    #: Warnings that the shared tier is off in this process (at most one).
+    remote_warnings: int = 0
 
 
 @dataclasses.dataclass
@@ -74,6 +108,8 @@ class _State:
     original_getitem: Any = None
     original_setitem: Any = None
     key_inputs: Optional[dict[str, str]] = None
+    shared: Any = None
+    warned: bool = False
     counters: Counters = dataclasses.field(default_factory=Counters)
 
 
@@ -167,6 +203,11 @@ def _prepare_folder(folder: pathlib.Path, key: str) -> None:
         _state.counters.foreign_rebuilt += 1
     names = store.materialize(key, folder)
     _sync_rejections(store)
+    shared = _state.shared
+    if names is None and shared is not None and shared.fetch("extension", key, store):
+        _state.counters.extensions_from_remote += 1
+        names = store.materialize(key, folder)
+    _warn_if_off()
     if names is None:
         return
     if _compiler.is_usable(_build_data.read_data(folder), folder):
@@ -202,6 +243,21 @@ def prepare_folder(folder: pathlib.Path) -> None:
         _prepare_folder(folder, key)
 
 
+def _claimed(kind: str, key: str) -> str:
+    """The route of the object of ``kind`` under ``key`` that gridkey's store lacks: claimed in the shared tier, and
+    waited for when another writer holds its lease."""
+    shared, store = _state.shared, _state.store
+    route = shared.claim(kind, key, store)
+    if route == "wait":
+        route = shared.wait(kind, key, store)
+    _warn_if_off()
+    return str(route)
+
+
+def _made_here(route: str) -> bool:
+    return route in ("lease", "here", "here-upload")
+
+
 def _compiler_call(self: Any, inp: Any) -> Any:
     if self.force_recompile:
         return _state.original_call(self, inp)
@@ -210,10 +266,108 @@ def _compiler_call(self: Any, inp: Any) -> Any:
     key = extension_key(folder.name)
     with _locking.lock(folder):
         _prepare_folder(folder, key)
-    artifact = _state.original_call(self, inp)
+        usable = _compiler.is_usable(_build_data.read_data(folder), folder)
+    shared = _state.shared
+    route = "local"
+    if shared is not None and not usable:
+        # A writer takes the build's lease: of the nodes that miss this extension, one builds it.
+        route = _claimed("extension", key)
+        if route == "remote":
+            _state.counters.extensions_from_remote += 1
+            with _locking.lock(folder):
+                _prepare_folder(folder, key)
+    try:
+        artifact = _state.original_call(self, inp)
+    except BaseException:
+        if shared is not None and _made_here(route):
+            shared.upload("extension", key, route, _state.store, verified=False)
+        raise
     with _locking.lock(folder):
         _store_folder(folder, key)
+    if shared is None:
+        return artifact
+    return _verified_build(self, inp, artifact, folder, key, route)
+
+
+def _loads(artifact: Any) -> Optional[BaseException]:
+    """Why the module of ``artifact`` does not load in this process, or None when it does (GT4Py's own load)."""
+    try:
+        artifact.load()
+    except Exception as e:  # noqa: BLE001 - any failure to load is a failed check
+        return e
+    return None
+
+
+def _unusable(folder: pathlib.Path, key: str) -> None:
+    """Makes ``folder`` unusable and drops gridkey's stored extension ``key``, so that GT4Py builds it here."""
+    (folder / "gt4py.json").unlink(missing_ok=True)
+    (folder / MARKER).unlink(missing_ok=True)
+    _state.store.remove("extension", key)
+
+
+def _verified_build(compiler: Any, inp: Any, artifact: Any, folder: pathlib.Path, key: str, route: str) -> Any:
+    """With a shared tier: the module of an extension that came from it, or that is to be uploaded, is loaded here
+    first (ADR 0041). One from the shared tier that does not load is rejected and built here; one built here is
+    uploaded once it loaded, and its lease released either way."""
+    shared = _state.shared
+    from_remote = shared.fetched("extension", key)
+    if not from_remote and not _made_here(route):
+        return artifact
+    failure = _loads(artifact)
+    if failure is not None and from_remote:
+        _reject("extension", key, f"the module of GT4Py extension {folder.name} does not load: {failure}")
+        with _locking.lock(folder):
+            _unusable(folder, key)
+        artifact = _state.original_call(compiler, inp)
+        with _locking.lock(folder):
+            _store_folder(folder, key)
+        route = "here-upload" if shared.is_writer else "here"
+        failure = _loads(artifact)
+    elif from_remote:
+        shared.confirm("extension", key)
+    if _made_here(route) and shared.upload("extension", key, route, _state.store, verified=failure is None):
+        _state.counters.extensions_uploaded += 1
     return artifact
+
+
+def verify_loaded(folder: pathlib.Path, artifact: Any) -> bool:
+    """For a hit resolved in the calling process (ADR 0038): whether ``artifact``, made of ``folder``, may be used. An
+    extension that came from the shared tier in this process is loaded first; one that does not load is rejected
+    there, the folder made unusable, and False returned (GT4Py's runner then builds it). True otherwise."""
+    shared = _state.shared
+    if shared is None:
+        return True
+    key = extension_key(folder.name)
+    if not shared.fetched("extension", key):
+        return True
+    failure = _loads(artifact)
+    if failure is None:
+        shared.confirm("extension", key)
+        return True
+    _reject("extension", key, f"the module of GT4Py extension {folder.name} does not load: {failure}")
+    with _locking.lock(folder):
+        _unusable(folder, key)
+    return False
+
+
+def _reject(kind: str, key: str, reason: str) -> None:
+    said = _state.shared.reject(kind, key, reason)
+    _state.store.remove(kind, key)
+    if said is not None:
+        _state.counters.remote_rejected += 1
+        warnings.warn(f"gridkey: {reason}, so it is made here; {said}", RuntimeWarning, stacklevel=3)
+
+
+def _warn_if_off() -> None:
+    """The one warning of this process when the shared tier went off (unreachable, or a request failed)."""
+    shared = _state.shared
+    if shared is None or _state.warned or shared.is_on:
+        return
+    _state.warned = True
+    _state.counters.remote_warnings += 1
+    warnings.warn(
+        f"gridkey: {shared.warning}; GT4Py translates and builds locally in this process", RuntimeWarning, stacklevel=3
+    )
 
 
 def _translation_cache(cache: Any) -> Optional[str]:
@@ -236,6 +390,11 @@ def _materialize_translation(cache: Any, key: Any) -> None:
         return
     data = _state.store.get_translation(gk)
     _sync_rejections(_state.store)
+    shared = _state.shared
+    if data is None and shared is not None and shared.fetch("translation", gk, _state.store):
+        _state.counters.translations_from_remote += 1
+        data = _state.store.get_translation(gk)
+    _warn_if_off()
     if data is None:
         return
     cache.path.mkdir(parents=True, exist_ok=True)
@@ -252,7 +411,20 @@ def _contains(self: Any, key: Any) -> bool:
 
 def _getitem(self: Any, key: Any) -> Any:
     _materialize_translation(self, key)
-    return _state.original_getitem(self, key)
+    shared = _state.shared
+    name = _translation_cache(self) if shared is not None else None
+    if name is None:
+        return _state.original_getitem(self, key)
+    _, gk = _translation_key(self, name, key)
+    try:
+        value = _state.original_getitem(self, key)
+    except KeyError:
+        # GT4Py could not unpickle it (and removed its file): one from the shared tier is rejected there too.
+        if shared.fetched("translation", gk):
+            _reject("translation", gk, "the GT4Py translation entry from the shared tier does not unpickle here")
+        raise
+    shared.confirm("translation", gk)
+    return value
 
 
 def _setitem(self: Any, key: Any, value: Any) -> None:
@@ -269,20 +441,70 @@ def _setitem(self: Any, key: Any, value: Any) -> None:
     _state.counters.translations_stored += 1
 
 
-def install(*, cache_dir: Optional[os.PathLike[str] | str] = None) -> None:
+def _unpickles(data: Optional[bytes]) -> bool:
+    if data is None:
+        return False
+    try:
+        pickle.loads(data)
+    except Exception:  # noqa: BLE001 - what does not unpickle here does not travel
+        return False
+    return True
+
+
+def translate(cache: Any, key: Any, make: Callable[[], Any]) -> Any:
+    """GT4Py's translation of ``key`` into its translation cache ``cache`` (a ``FileCache``), after the cache and
+    gridkey's store missed, made by ``make()`` (GT4Py's step), which ``gridkey.gt4py`` calls under the key's lock
+    (ADR 0039). With a shared tier: claimed there first, so a writer translates under the key's lease, another
+    writer's translation is waited for and taken, and what was translated here and unpickles is uploaded (ADR 0041).
+    Returns the value GT4Py's step made (or the one that arrived)."""
+    shared = _state.shared
+    name = _translation_cache(cache) if shared is not None else None
+    if name is None:
+        value = cache[key] = make()
+        return value
+    _, gk = _translation_key(cache, name, key)
+    route = _claimed("translation", gk)
+    if route == "remote":
+        _state.counters.translations_from_remote += 1
+        try:
+            return cache[key]
+        except KeyError:
+            route = "here-upload" if shared.is_writer else "here"
+    try:
+        value = make()
+    except BaseException:
+        shared.upload("translation", gk, route, _state.store, verified=False)
+        raise
+    cache[key] = value
+    verified = _unpickles(_state.store.get_translation(gk))
+    if _made_here(route) and shared.upload("translation", gk, route, _state.store, verified=verified):
+        _state.counters.translations_uploaded += 1
+    return value
+
+
+def install(*, cache_dir: Optional[os.PathLike[str] | str] = None, settings: Any = None) -> None:
     """Puts gridkey's store ``<cache_dir>/gt4py-v1`` behind GT4Py's translation cache and build folders (see the
     module documentation), here and in the build workers GT4Py spawns. ``cache_dir``: default
-    ``gridkey.Settings().cache_dir``, made absolute now. Idempotent; a second call with another directory switches.
+    ``gridkey.Settings().cache_dir``, made absolute now. ``settings`` (a ``gridkey.Settings``, default the
+    environment's, read now) says whether a shared tier is behind the store (``GRIDKEY_REMOTE_URL`` and the variables
+    of the ``gridkey`` command, ADR 0041); it is connected here, once per process, and workers connect their own.
+    Idempotent; a second call with another directory switches.
 
-    Raises ``GridkeyOSError`` when the store cannot be created.
+    Raises ``GridkeyOSError`` when the store cannot be created, ``SettingsError`` for a misconfigured shared tier.
     """
+    if settings is None:
+        settings = _gridkey.Settings()
     if cache_dir is None:
-        cache_dir = _gridkey.Settings().cache_dir
+        cache_dir = settings.cache_dir
     cache_dir = str(pathlib.Path(cache_dir).absolute())
     with _lock:
         if _state.cache_dir != cache_dir:
             _state.store = _gridkey.Gt4pyStore(cache_dir)
+            _state.shared = _gridkey.Gt4pyShared.connect(settings, cache_dir)
+            _state.warned = False
             _state.cache_dir = cache_dir
+            if _state.shared is not None and _state.shared.is_writer:
+                atexit.register(_state.shared.publish_stats)
         if _state.original_call is None:
             _state.original_call = _compiler.CPPCompiler.__call__
             _state.original_contains = _filecache.FileCache.__contains__
@@ -293,6 +515,7 @@ def install(*, cache_dir: Optional[os.PathLike[str] | str] = None) -> None:
             _filecache.FileCache.__getitem__ = _getitem
             _filecache.FileCache.__setitem__ = _setitem
     setattr(_config, _CONFIG_NAME, _WorkerHook(cache_dir))
+    _warn_if_off()
 
 
 def uninstall() -> bool:
@@ -305,10 +528,15 @@ def uninstall() -> bool:
         _filecache.FileCache.__getitem__ = _state.original_getitem
         _filecache.FileCache.__setitem__ = _state.original_setitem
         _state.original_call = _state.original_contains = _state.original_getitem = _state.original_setitem = None
-        _state.cache_dir = _state.store = None
+        _state.cache_dir = _state.store = _state.shared = None
     if hasattr(_config, _CONFIG_NAME):
         delattr(_config, _CONFIG_NAME)
     return True
+
+
+def shared() -> Optional[_gridkey.Gt4pyShared]:
+    """The shared tier behind gridkey's store in this process (a ``gridkey.Gt4pyShared``), or None."""
+    return cast(Optional[_gridkey.Gt4pyShared], _state.shared)
 
 
 def installed() -> bool:

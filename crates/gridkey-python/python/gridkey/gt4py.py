@@ -379,8 +379,8 @@ class LockedTranslation:
             except KeyError:
                 pass
             _counters.locked_translations += 1
-            result = cached.cache[key] = cached.step(inp)
-            return result
+            # With a shared tier, claimed there first: under its lease, or taken from another writer (ADR 0041).
+            return _gt4py_tiers.translate(cached.cache, key, lambda: cached.step(inp))
         finally:
             held.release()
 
@@ -464,7 +464,10 @@ def _resolve_in_parent(task: Any) -> Any:
     data = _gt("gt4py.next.otf.compilation.build_data").read_data(folder)
     if not compiler_module.is_usable(data, folder):
         return _MISS
-    return compilation._make_artifact(folder, data.module, data.entry_point_name)
+    artifact = compilation._make_artifact(folder, data.module, data.entry_point_name)
+    # An extension that came from the shared tier is loaded here before it is used; one that does not load is
+    # rejected there and built by GT4Py's runner (ADR 0041).
+    return artifact if _gt4py_tiers.verify_loaded(folder, artifact) else _MISS
 
 
 class _ParentHitsRunner:

@@ -22,19 +22,9 @@ const HOLDS: &str = "local o = redis.call('GET', KEYS[1]) if not o then return 0
     if ARGV[2] == 'del' then redis.call('DEL', KEYS[1]) return 1 end \
     return string.sub(o, -tonumber(ARGV[4]))";
 
-/// What [`Remote::retract_many`] or [`Remote::delete_many`] did to one object.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Retracted {
-    /// The object was deleted.
-    Deleted,
-    /// Nothing was deleted: no object under the key, or (for a retraction) another object than
-    /// the one fetched, which a writer uploaded since.
-    NotThere,
-    /// Nothing was deleted: this client is read-only.
-    ReadOnly,
-    /// The tier is off for this run.
-    Off,
-}
+/// What [`Remote::retract_many`] or [`Remote::delete_many`] did to one object: the shared-tier
+/// protocol's [`gridkey_fingerprint::shared::Retracted`] (ADR 0041).
+pub use gridkey_fingerprint::shared::Retracted;
 
 impl Remote {
     /// Retracts the objects of `kind` for `items` (key, the payload this client fetched and

@@ -1,0 +1,350 @@
+//! `gridkey.Gt4pyShared`: GT4Py's translation entries and extensions in the shared tier on Redis,
+//! through the shared-tier protocol the CLI uses (`gridkey_fingerprint::shared`, ADR 0041).
+//!
+//! One object per Python process (a dead server costs one timeout per process, ADR 0029); the
+//! objects are of GT4Py's own kinds (`Kind::Gt4pyTranslation`, `Kind::Gt4pyExtension`), carried in
+//! each object's signed header, so a GT4Py object never checks as a CLI one or the other way. The
+//! local side is GT4Py's store in gridkey's cache directory (`Gt4pyStore`): what arrives is written
+//! there, what is uploaded is read from there.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use gridkey_fingerprint::gt4py::{self as core, Gt4pyKind};
+use gridkey_fingerprint::shared::{Domain, Kind, ObjectKey, Route, SharedSession, Taken, Verified};
+use gridkey_fingerprint::TranslationKey;
+use gridkey_remote::{Remote, RemoteTier};
+use pyo3::prelude::*;
+
+use crate::errors::{error, guard, Kind as ErrorKind};
+use crate::gt4py_tiers::Gt4pyStore;
+use crate::settings::Settings;
+
+/// The protocol and the program index of each object downloaded, so that it can be rejected.
+struct State {
+    session: SharedSession<RemoteTier>,
+    ids: BTreeMap<(Kind, ObjectKey), usize>,
+}
+
+impl State {
+    fn id(&mut self, kind: Kind, key: ObjectKey) -> usize {
+        let next = self.ids.len();
+        *self.ids.entry((kind, key)).or_insert(next)
+    }
+}
+
+/// GT4Py's side of the shared tier (ADR 0041): look-ups, leases around translation and build,
+/// uploads of what verified, rejection of what came from the tier and failed here. Made by
+/// `Gt4pyShared.connect(settings, cache_dir)` from the same variables as the `gridkey` command
+/// (`GRIDKEY_REMOTE_URL`, `GRIDKEY_REMOTE_WRITER`, `GRIDKEY_REMOTE_SIGNING_KEY`,
+/// `GRIDKEY_REMOTE_TRUSTED_KEYS`, `GRIDKEY_REMOTE_TRUST`, the timeouts). Every object is checked
+/// before it is handed out (format, kind, key, length, checksum, size limit, signature where
+/// trusted keys are set, ADR 0019, ADR 0031). `kind` is `"translation"` or `"extension"`, `key`
+/// 32 hex digits (`gt4py_translation_key`, `gt4py_extension_key`). Routes are `"local"`,
+/// `"remote"`, `"lease"`, `"here"`, `"here-upload"` and `"wait"`.
+#[pyclass(module = "gridkey", frozen)]
+pub struct Gt4pyShared {
+    remote: Arc<Remote>,
+    state: Mutex<State>,
+}
+
+fn kind_of(kind: &str) -> PyResult<(Kind, Gt4pyKind)> {
+    match kind {
+        "translation" => Ok((Kind::Gt4pyTranslation, Gt4pyKind::Translation)),
+        "extension" => Ok((Kind::Gt4pyExtension, Gt4pyKind::Extension)),
+        _ => Err(error(
+            ErrorKind::Value,
+            format!("{kind:?} is not a GT4Py object kind: expected translation or extension"),
+        )),
+    }
+}
+
+fn key_of(key: &str) -> PyResult<TranslationKey> {
+    key.parse().map_err(|e: gridkey_fingerprint::FingerprintError| error(ErrorKind::Value, e.to_string()))
+}
+
+fn route_name(route: Route) -> &'static str {
+    match route {
+        Route::Local => "local",
+        Route::Remote => "remote",
+        Route::Lease => "lease",
+        Route::Here { upload: false } => "here",
+        Route::Here { upload: true } => "here-upload",
+        Route::Wait => "wait",
+    }
+}
+
+fn route_of(name: &str) -> PyResult<Route> {
+    Ok(match name {
+        "local" => Route::Local,
+        "remote" => Route::Remote,
+        "lease" => Route::Lease,
+        "here" => Route::Here { upload: false },
+        "here-upload" => Route::Here { upload: true },
+        "wait" => Route::Wait,
+        _ => {
+            return Err(error(
+                ErrorKind::Value,
+                format!("{name:?} is not a route: expected local, remote, lease, here, here-upload or wait"),
+            ))
+        }
+    })
+}
+
+/// Writes a payload of `kind` downloaded for `key` into the local store: an extension bundle
+/// only when it decodes (paths inside the folder), so that a bad bundle is never half-written.
+fn store_locally(store: &core::Gt4pyStore, kind: Gt4pyKind, key: &TranslationKey, payload: &[u8]) -> Taken {
+    if kind == Gt4pyKind::Extension && core::decode_bundle(payload).is_err() {
+        return Taken::Unusable;
+    }
+    match store.put(kind, key, payload) {
+        Ok(_) => Taken::Stored,
+        Err(_) => Taken::Failed,
+    }
+}
+
+impl Gt4pyShared {
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        // Every update of the state is complete before a panic could happen.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Plan or wait (one program) for the object of `kind` under `key`, storing what arrives.
+    fn route(&self, py: Python<'_>, kind: &str, key: &str, store: &Gt4pyStore, wait: bool) -> PyResult<&'static str> {
+        let (kind, local) = kind_of(kind)?;
+        let key = key_of(key)?;
+        let object = *key.as_bytes();
+        let route = py.detach(|| {
+            let mut state = self.state();
+            let id = state.id(kind, object);
+            let mut keys = vec![[0u8; 16]; id + 1];
+            keys[id] = object;
+            let mut take = |_: usize, payload: &[u8]| store_locally(&store.inner, local, &key, payload);
+            if wait {
+                state.session.wait(kind, &keys, &[id], &mut take)[0]
+            } else {
+                let mut hit = vec![true; id + 1];
+                hit[id] = false;
+                state.session.plan(kind, &keys, &hit, &mut take)[id]
+            }
+        });
+        Ok(route_name(route))
+    }
+}
+
+#[pymethods]
+impl Gt4pyShared {
+    /// The shared tier of `settings` (a `gridkey.Settings`) for a node whose GT4Py store and
+    /// quarantine are in `cache_dir`, or None when `GRIDKEY_REMOTE_URL` is not set. A server that
+    /// cannot be reached is not an error: the tier is off, with one `warning`, after at most the
+    /// connect timeout.
+    ///
+    /// Errors: `SettingsError` for a misconfiguration (a URL it cannot use, refused
+    /// credentials, a key file that is missing, malformed or writable by others), with its fix.
+    #[staticmethod]
+    fn connect(py: Python<'_>, settings: &Settings, cache_dir: PathBuf) -> PyResult<Option<Self>> {
+        guard(|| {
+            let Some(remote) = settings.remote() else { return Ok(None) };
+            let remote =
+                py.detach(|| Remote::connect(remote)).map_err(|e| error(ErrorKind::Settings, e.to_string()))?;
+            let remote = Arc::new(remote);
+            let session = SharedSession::new(RemoteTier::new(remote.clone()), &cache_dir);
+            Ok(Some(Self { remote, state: Mutex::new(State { session, ids: BTreeMap::new() }) }))
+        })
+    }
+
+    /// Whether the tier is still on in this process.
+    #[getter]
+    fn is_on(&self) -> bool {
+        self.remote.is_on()
+    }
+
+    /// Whether this client uploads and takes leases (`GRIDKEY_REMOTE_WRITER`).
+    #[getter]
+    fn is_writer(&self) -> bool {
+        self.remote.is_writer()
+    }
+
+    /// Why the tier went off in this process, if it did (its one warning).
+    #[getter]
+    fn warning(&self) -> Option<String> {
+        self.remote.warning()
+    }
+
+    /// What this client takes from the shared tier (signed by trusted keys, the ACL, nothing).
+    #[getter]
+    fn trust_statement(&self) -> String {
+        self.remote.trust_statement()
+    }
+
+    /// This process's counters of the tier: hits, misses, rejected, fetches, bytes_in, uploads,
+    /// bytes_out, errors, leases, takeovers, lease_waits, round_trips (counts and bytes).
+    fn stats(&self) -> BTreeMap<&'static str, u64> {
+        let s = self.remote.stats();
+        BTreeMap::from([
+            ("hits", s.hits),
+            ("misses", s.misses),
+            ("rejected", s.rejected),
+            ("fetches", s.fetches),
+            ("bytes_in", s.bytes_in),
+            ("uploads", s.uploads),
+            ("bytes_out", s.bytes_out),
+            ("errors", s.errors),
+            ("leases", s.leases),
+            ("takeovers", s.takeovers),
+            ("lease_waits", s.lease_waits),
+            ("round_trips", s.round_trips),
+        ])
+    }
+
+    /// Looks the object of `kind` under `key` up without a lease (quarantined objects are not
+    /// fetched) and writes a checked one into `store` (a `Gt4pyStore`). Returns whether it did.
+    ///
+    /// Errors: `TableValueError` for another kind or a key that is not 32 hex digits.
+    fn fetch(&self, py: Python<'_>, kind: &str, key: &str, store: &Bound<'_, Gt4pyStore>) -> PyResult<bool> {
+        let store = store.get();
+        let (kind, local) = kind_of(kind)?;
+        let key = key_of(key)?;
+        let object = *key.as_bytes();
+        Ok(py.detach(|| {
+            let mut state = self.state();
+            let id = state.id(kind, object);
+            let mut stored = false;
+            state.session.fetch(kind, &[(id, object)], &mut |_, payload| {
+                stored = store_locally(&store.inner, local, &key, payload) == Taken::Stored;
+                stored
+            });
+            stored
+        }))
+    }
+
+    /// Who makes the object of `kind` under `key` that `store` lacks: looks it up once more and
+    /// writes a checked one into `store` (`"remote"`), or claims it: `"lease"` (this writer
+    /// makes it, then `upload`), `"wait"` (another writer holds the lease: call `wait`),
+    /// `"here"` or `"here-upload"` (make it here; upload it only in the second case).
+    ///
+    /// Errors: `TableValueError` for another kind or a key that is not 32 hex digits.
+    fn claim(&self, py: Python<'_>, kind: &str, key: &str, store: &Bound<'_, Gt4pyStore>) -> PyResult<&'static str> {
+        let store = store.get();
+        self.route(py, kind, key, store, false)
+    }
+
+    /// Waits on another writer's lease on the object of `kind` under `key` (at most
+    /// `GRIDKEY_REMOTE_LEASE_WAIT` seconds): `"remote"` when it arrived (written into `store`),
+    /// `"lease"` when its holder died and this writer took the lease over, `"here"` or
+    /// `"here-upload"` otherwise.
+    ///
+    /// Errors: `TableValueError` for another kind or a key that is not 32 hex digits.
+    fn wait(&self, py: Python<'_>, kind: &str, key: &str, store: &Bound<'_, Gt4pyStore>) -> PyResult<&'static str> {
+        let store = store.get();
+        self.route(py, kind, key, store, true)
+    }
+
+    /// Uploads the object of `kind` under `key` as `store` holds it, when `route` uploads
+    /// (`"lease"`, `"here-upload"`) and this client is a writer, and releases the lease; call it
+    /// only once what it holds verified (GT4Py unpickled the translation entry, or loaded the
+    /// extension's module, ADR 0041). `verified=False` (it failed) uploads nothing and releases
+    /// the lease. Returns whether something was uploaded.
+    ///
+    /// Errors: `TableValueError` for another kind, route, or a key that is not 32 hex digits.
+    #[pyo3(signature = (kind, key, route, store, *, verified = true))]
+    fn upload(
+        &self,
+        py: Python<'_>,
+        kind: &str,
+        key: &str,
+        route: &str,
+        store: &Bound<'_, Gt4pyStore>,
+        verified: bool,
+    ) -> PyResult<bool> {
+        let store = store.get();
+        let (kind, local) = kind_of(kind)?;
+        let key = key_of(key)?;
+        let route = route_of(route)?;
+        let object = *key.as_bytes();
+        // Each object is leased on its own: a domain of its one kind.
+        let domain = Domain { translation: kind, artifact: kind };
+        Ok(py.detach(|| {
+            let state = self.state();
+            let done = if verified {
+                let translation = if route.uploads() { store.inner.get(local, &key).ok() } else { None };
+                Verified::Passed { key: object, route, translation, artifact: None }
+            } else {
+                Verified::Failed { key: object, route }
+            };
+            let uploads = self.remote.is_writer()
+                && self.remote.is_on()
+                && matches!(&done, Verified::Passed { route, translation: Some(_), .. } if route.uploads());
+            state.session.upload(domain, &[done]);
+            uploads && self.remote.is_on()
+        }))
+    }
+
+    /// Whether the object of `kind` under `key` came from the shared tier in this process (and
+    /// was neither confirmed nor rejected since).
+    ///
+    /// Errors: `TableValueError` for another kind or a key that is not 32 hex digits.
+    fn fetched(&self, kind: &str, key: &str) -> PyResult<bool> {
+        let (kind, _) = kind_of(kind)?;
+        let object = *key_of(key)?.as_bytes();
+        let state = self.state();
+        Ok(state.ids.get(&(kind, object)).is_some_and(|&id| state.session.fetched(id, kind)))
+    }
+
+    /// The object of `kind` under `key` that came from the shared tier passed its check here:
+    /// it is no longer held for a rejection.
+    ///
+    /// Errors: `TableValueError` for another kind or a key that is not 32 hex digits.
+    fn confirm(&self, kind: &str, key: &str) -> PyResult<()> {
+        let (kind, _) = kind_of(kind)?;
+        let object = *key_of(key)?.as_bytes();
+        let mut state = self.state();
+        if let Some(&id) = state.ids.get(&(kind, object)) {
+            state.session.confirm(id);
+        }
+        Ok(())
+    }
+
+    /// Rejects the object of `kind` under `key` that came from the shared tier and failed a
+    /// check here (`reason`): a writer retracts it from the server (only while it is still the
+    /// object fetched), a reader quarantines it on this node and does not fetch it again.
+    /// Returns the sentence saying which, or None when it did not come from the shared tier.
+    ///
+    /// Errors: `TableValueError` for another kind or a key that is not 32 hex digits.
+    fn reject(&self, py: Python<'_>, kind: &str, key: &str, reason: &str) -> PyResult<Option<String>> {
+        let (kind, _) = kind_of(kind)?;
+        let object = *key_of(key)?.as_bytes();
+        Ok(py.detach(|| {
+            let mut state = self.state();
+            let id = *state.ids.get(&(kind, object))?;
+            let rejected = state.session.reject(id, &[kind], reason);
+            (!rejected.is_empty()).then(|| rejected.describe())
+        }))
+    }
+
+    /// Adds this process's counters to the server's totals (`gridkey cache stats`); a reader
+    /// publishes nothing.
+    fn publish_stats(&self, py: Python<'_>) {
+        py.detach(|| self.remote.publish_stats());
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "Gt4pyShared(url={:?}, writer={}, on={})",
+            self.remote.shown_url(),
+            if self.remote.is_writer() { "True" } else { "False" },
+            if self.remote.is_on() { "True" } else { "False" }
+        )
+    }
+}
+
+/// Writes a new Ed25519 signing key for the shared tier to `path` (created, never replaced; mode
+/// 0600), as `gridkey cache keygen` does, and returns its public key as 64 hex digits: the line
+/// to add to the readers' trusted keys file (`GRIDKEY_REMOTE_TRUSTED_KEYS`, ADR 0031).
+///
+/// Errors: `SettingsError` naming the file when it exists or cannot be written.
+#[pyfunction]
+pub fn remote_keygen(path: PathBuf) -> PyResult<String> {
+    guard(|| gridkey_remote::trust::generate_signing_key(&path).map_err(|e| error(ErrorKind::Settings, e.to_string())))
+}

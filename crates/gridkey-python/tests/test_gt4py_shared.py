@@ -1,0 +1,143 @@
+"""GT4Py's translation entries and extensions in the shared tier on a real Redis server (ADR 0041).
+
+Each node is a fresh interpreter with its own gridkey cache directory and its own GT4Py cache
+(``crates/gridkey-python/proof/gt4py_nodes.py``); the nodes share only the Redis server. Without
+``GRIDKEY_TEST_REDIS_URL`` every test skips (and fails when ``GRIDKEY_TEST_REQUIRE`` names ``redis``); run them with
+``cargo xtask with-redis -- target/test-venv/bin/python -m pytest crates/gridkey-python/tests/test_gt4py_shared.py``.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import shutil
+import socket
+import sys
+import time
+
+import pytest
+from typing import Any, Literal
+
+import gridkey
+from gridkey import _gridkey
+
+ROOT = pathlib.Path(__file__).resolve().parents[3]
+URL_VAR = "GRIDKEY_TEST_REDIS_URL"
+
+
+def _redis_url() -> str:
+    url = os.environ.get(URL_VAR, "").strip()
+    if url:
+        return url
+    if "redis" in os.environ.get("GRIDKEY_TEST_REQUIRE", "").split(","):
+        pytest.fail(f"a Redis server is required (GRIDKEY_TEST_REQUIRE) but {URL_VAR} is unset")
+    pytest.skip(f"no test Redis server ({URL_VAR} unset); run under `cargo xtask with-redis -- ...`")
+
+
+@pytest.fixture(scope="module")
+def nodes() -> Any:
+    pytest.importorskip("gt4py", reason="GT4Py needs CPython 3.12 or later; cargo xtask gt4py installs it")
+    if shutil.which("cmake", path=f"{pathlib.Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}") is None:
+        pytest.skip("GT4Py's builds need cmake")
+    sys.path.insert(0, str(ROOT / "crates" / "gridkey-python" / "proof"))
+    import gt4py_nodes
+
+    return gt4py_nodes
+
+
+@pytest.fixture(scope="module")
+def cluster(nodes: Any, tmp_path_factory: Any) -> Any:
+    """Two writer nodes started at once on one Redis namespace, then a fresh node: their JSON objects, the
+    namespace's variables and the fresh node's gridkey cache directory."""
+    url = _redis_url()
+    work = tmp_path_factory.mktemp("cluster")
+    keys = nodes.cluster_keys(work / "keys")
+    env = nodes.shared_env(url, f"gktest-gt4py-{os.getpid()}-{time.time_ns()}", keys)
+    started = [nodes.start_node(work / n / ".gt4py_cache", work / n / "gridkey", ["div"], extra_env=env) for n in "ab"]
+    a, b = (nodes.finish_node(p) for p in started)
+    fresh = nodes.run_node(work / "c" / ".gt4py_cache", work / "c" / "gridkey", ["div"], extra_env=env)
+    return {"a": a, "b": b, "fresh": fresh, "env": env, "work": work, "url": url}
+
+
+def test_two_writers_translate_and_build_each_program_once_cluster_wide(cluster: Any) -> None:
+    a, b = cluster["a"], cluster["b"]
+    assert a["verified"] and b["verified"]
+    # One translation and one build between them: the other node waited on the leases and took both from Redis.
+    assert a["translations"] + b["translations"] == 1, (a, b)
+    assert a["builds"] + b["builds"] == 1, (a, b)
+    assert a["translations_uploaded"] + b["translations_uploaded"] == 1
+    assert a["extensions_uploaded"] + b["extensions_uploaded"] == 1
+    assert a["extensions_from_remote"] + b["extensions_from_remote"] == 1
+    assert a["remote_warnings"] == b["remote_warnings"] == 0
+
+
+def test_a_fresh_node_warm_from_redis_translates_and_builds_nothing(cluster: Any) -> None:
+    fresh = cluster["fresh"]
+    assert (fresh["translations"], fresh["builds"]) == (0, 0), fresh
+    assert fresh["translations_from_remote"] >= 1 and fresh["extensions_from_remote"] == 1
+    assert fresh["verified"] and fresh["remote_rejected"] == 0 and fresh["remote_warnings"] == 0
+    # What arrived is in the node's own store now: GT4Py's extension there, under its key.
+    store = cluster["work"] / "c" / "gridkey" / gridkey.GT4PY_DIR
+    assert len(list((store / "extension").rglob("*.bin"))) == 1
+
+
+def _upload_as(settings_vars: dict[str, str], source: pathlib.Path, kind: Literal["translation", "extension"]) -> int:
+    """Uploads every ``kind`` entry of the gridkey store ``source`` with a client of ``settings_vars``; returns how
+    many."""
+    settings = gridkey.Settings.from_vars(settings_vars)
+    store = _gridkey.Gt4pyStore(source)
+    shared = _gridkey.Gt4pyShared.connect(settings, source)
+    assert shared is not None and shared.is_on, shared and shared.warning
+    keys = [p.stem for p in (source / gridkey.GT4PY_DIR / kind).rglob("*.bin")]
+    for key in keys:
+        assert shared.upload(kind, key, "here-upload", store), (kind, key, shared.warning)
+    return len(keys)
+
+
+def test_unsigned_and_forged_objects_are_never_loaded_where_keys_are_trusted(cluster: Any, nodes: Any, tmp_path: Any) -> None:
+    """A namespace whose translation entry is unsigned and whose extension is signed by a key nobody trusts, both
+    holding exactly what the cluster built: a node that trusts the cluster's key takes neither, and builds here."""
+    namespace = f"gktest-gt4py-forged-{os.getpid()}-{time.time_ns()}"
+    base = {"GRIDKEY_REMOTE_URL": cluster["url"], "GRIDKEY_REMOTE_NAMESPACE": namespace, "GRIDKEY_REMOTE_WRITER": "1"}
+    source = cluster["work"] / "c" / "gridkey"
+    assert _upload_as({**base, "GRIDKEY_REMOTE_TRUST": "acl"}, source, "translation") >= 1
+    forger = tmp_path / "forger"
+    forger.mkdir(mode=0o700)
+    _gridkey.remote_keygen(forger / "signing.key")
+    assert _upload_as({**base, "GRIDKEY_REMOTE_TRUST": "acl", "GRIDKEY_REMOTE_SIGNING_KEY": str(forger / "signing.key")}, source, "extension") == 1
+
+    # Read-only, so that the objects stay as planted for the second node.
+    env = {**cluster["env"], "GRIDKEY_REMOTE_NAMESPACE": namespace}
+    env.pop("GRIDKEY_REMOTE_WRITER")
+    reader = nodes.run_node(tmp_path / "r" / ".gt4py_cache", tmp_path / "r" / "gridkey", ["div"], extra_env=env)
+    assert (reader["translations_from_remote"], reader["extensions_from_remote"]) == (0, 0), reader
+    assert (reader["translations"], reader["builds"], reader["verified"]) == (1, 1, True), reader
+
+    # The same objects are taken by a node that trusts the ACL instead: the refusal above is the signature policy's.
+    acl = {**env, "GRIDKEY_REMOTE_TRUST": "acl"}
+    acl.pop("GRIDKEY_REMOTE_TRUSTED_KEYS")
+    taker = nodes.run_node(tmp_path / "t" / ".gt4py_cache", tmp_path / "t" / "gridkey", ["div"], extra_env=acl)
+    assert (taker["translations"], taker["builds"], taker["extensions_from_remote"]) == (0, 0, 1), taker
+    assert taker["verified"]
+
+
+def test_a_dead_redis_costs_one_warning_and_local_builds(nodes: Any, tmp_path: Any) -> None:
+    _redis_url()
+    # A server that takes the connection and never answers: the first request waits its whole timeout.
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(16)
+    try:
+        url = f"redis://127.0.0.1:{silent.getsockname()[1]}/"
+        keys = nodes.cluster_keys(tmp_path / "keys")
+        env = {
+            **nodes.shared_env(url, "gktest-dead", keys),
+            "GRIDKEY_REMOTE_CONNECT_TIMEOUT": "0.5",
+            "GRIDKEY_REMOTE_TIMEOUT": "0.5",
+        }
+        row = nodes.run_node(tmp_path / "n" / ".gt4py_cache", tmp_path / "n" / "gridkey", ["div"], extra_env=env)
+    finally:
+        silent.close()
+    assert (row["translations"], row["builds"], row["verified"]) == (1, 1, True), row
+    assert row["remote_warnings"] == 1
+    assert row["stderr"].count("GT4Py translates and builds locally") == 1, row["stderr"][-3000:]
