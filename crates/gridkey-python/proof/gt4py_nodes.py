@@ -275,7 +275,7 @@ def main() -> int:
     parser.add_argument("--work", type=pathlib.Path, default=None)
     parser.add_argument("--repeats", type=int, default=3, help="fresh and local warm starts, alternating")
     parser.add_argument("--redis", default=None, help="URL of a Redis server: the nodes share it as their shared tier")
-    parser.add_argument("--max-ratio", type=float, default=1.5, help="--redis: the warm-from-Redis ratio's limit")
+    parser.add_argument("--max-ratio", type=float, default=1.2, help="--redis: the warm-from-Redis ratio's limit")
     parser.add_argument("--json", type=pathlib.Path, default=None, help="--redis: write the figures to this file")
     parser.add_argument("programs", nargs="*", default=["div", "rot", "grad_n"])
     args = parser.parse_args()
