@@ -755,33 +755,13 @@ impl ConversionMemo {
         provider: &OffsetProvider,
         store: &TableStore,
     ) -> Result<CompileTimeOffsetProvider, OffsetsError> {
-        let entries = provider.entries();
         let mut out = CompileTimeOffsetProvider::new();
-        // The tables are converted [`PARALLEL_TABLES`] at a time, so that the file syncs of
-        // their stores overlap (a fresh cache directory syncs one file per table, ADR 0047);
-        // the first error in the provider's order is the one returned.
-        for chunk in entries.chunks(PARALLEL_TABLES) {
-            let converted: Vec<Result<Entry<Arc<CompileTimeConnectivity>>, OffsetsError>> =
-                std::thread::scope(|scope| {
-                    let running: Vec<_> = chunk
-                        .iter()
-                        .map(|(name, entry)| {
-                            scope.spawn(move || -> Result<Entry<Arc<CompileTimeConnectivity>>, OffsetsError> {
-                                Ok(match entry {
-                                    Entry::Dimension(d) => Entry::Dimension(d.clone()),
-                                    Entry::Gather(c) => Entry::Gather(self.connectivity(name, c, store)?),
-                                })
-                            })
-                        })
-                        .collect();
-                    running
-                        .into_iter()
-                        .map(|t| t.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
-                        .collect()
-                });
-            for ((name, _), entry) in chunk.iter().zip(converted) {
-                out.entries.push(((*name).clone(), entry?));
-            }
+        for (name, entry) in provider.entries() {
+            let entry = match entry {
+                Entry::Dimension(d) => Entry::Dimension(d.clone()),
+                Entry::Gather(c) => Entry::Gather(self.connectivity(name, c, store)?),
+            };
+            out.entries.push((name.clone(), entry));
         }
         Ok(out)
     }
@@ -887,11 +867,6 @@ pub fn compile_time_connectivity(
 ) -> Result<Arc<CompileTimeConnectivity>, OffsetsError> {
     ConversionMemo::new().connectivity(offset, connectivity, store)
 }
-
-/// How many tables of one provider [`ConversionMemo::provider`] converts at once: enough for
-/// the syncs of a grid's tables to overlap, few enough that the host copies of large tables do
-/// not all live at once.
-const PARALLEL_TABLES: usize = 4;
 
 /// How many times [`stored_and_mapped`] stores a table whose file failed the open after the put.
 const PUT_ATTEMPTS: usize = 3;
