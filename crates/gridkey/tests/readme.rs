@@ -81,7 +81,12 @@ fn the_synopsis_names_only_subcommands_and_flags_the_binary_accepts() {
         let mut args = sub.clone();
         args.push("--help");
         let out = gridkey_command(&args, &[]).output().unwrap();
-        assert!(out.status.success(), "`gridkey {}` of README.md's synopsis is not a subcommand: {}", sub.join(" "), text(&out));
+        assert!(
+            out.status.success(),
+            "`gridkey {}` of README.md's synopsis is not a subcommand: {}",
+            sub.join(" "),
+            text(&out)
+        );
         let help = String::from_utf8_lossy(&out.stdout).into_owned();
         let flags: BTreeSet<&str> = words
             .iter()
@@ -162,8 +167,11 @@ fn the_tls_quick_start_of_the_shared_tier_runs_as_written() {
     let said = text(&out);
     assert!(out.status.success(), "README.md's TLS quick start failed:\n{block}\n{said}");
     assert_eq!(said.matches("8/8 programs verified").count(), 2, "the writer and the reader each verify 8/8:\n{said}");
-    // The run says at start what it trusts (ADR 0031), and no line shows a password.
+    // No line shows a password (ADR 0037).
     assert!(!said.contains("W-s3cret") && !said.contains("R-s3cret"), "a password was printed:\n{said}");
     // The server is stopped by the block's last line: nothing answers on its port any more.
-    assert!(std::net::TcpStream::connect(("127.0.0.1", port.parse::<u16>().unwrap())).is_err(), "the block left its server running");
+    assert!(
+        std::net::TcpStream::connect(("127.0.0.1", port.parse::<u16>().unwrap())).is_err(),
+        "the block left its server running"
+    );
 }
