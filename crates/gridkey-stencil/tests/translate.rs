@@ -223,7 +223,8 @@ fn a_negative_entry_that_is_not_the_skip_value_is_reported_where_it_is_in_every_
             }
             t
         });
-        match infer(&program("div"), &provider) {
+        // The translator reports it on the runtime tables...
+        match infer_domains_runtime(&program("div"), &provider) {
             Err(StencilError::TableEntry { program, offset, row, col, value, skip_value }) => {
                 assert_eq!(
                     (program.as_str(), offset.as_str(), row, col, value, skip_value),
@@ -231,6 +232,15 @@ fn a_negative_entry_that_is_not_the_skip_value_is_reported_where_it_is_in_every_
                 );
             }
             other => panic!("expected TableEntry with {layout:?}, got {other:?}"),
+        }
+        // ...and the conversion refuses the table before any compile-time view of it exists.
+        let dir = tempfile::tempdir().unwrap();
+        let store = gridkey_store::TableStore::open(dir.path()).unwrap();
+        match gridkey_offsets::compile_time_offset_provider(&provider, &store) {
+            Err(gridkey_offsets::OffsetsError::NegativeEntry { offset, row, col, value, skip_value }) => {
+                assert_eq!((offset.as_str(), row, col, value, skip_value), ("C2E", 2, 1, -2, Some(-1)), "{layout:?}");
+            }
+            other => panic!("expected NegativeEntry with {layout:?}, got {other:?}"),
         }
     }
 }
