@@ -3,7 +3,7 @@
 //!
 //! - Every integration-test file is part of its crate's one test binary: a crate with files in
 //!   `tests/` says `autotests = false`, declares one `[[test]]` at `crates/*/tests/all.rs`
-//!   (`tests/tests/all.rs` for this crate), and that root declares every `tests/NAME.rs` (and
+//!   (for this crate, the `all.rs` of its own `tests/`), and that root declares every `tests/NAME.rs` (and
 //!   `tests/common/`) as a module. A file left out would never be compiled, so its tests would
 //!   pass by not running.
 //! - The docs cannot drift: every versioned name (`tables-v1`), format version (`key format
