@@ -70,3 +70,16 @@ pub fn settings_for(cache_dir: &Path, jobs: BuildJobs) -> Settings {
     let settings = Settings::from_vars(compiler_vars).expect("the caller's CC parses");
     Settings { cache_dir: cache_dir.to_path_buf(), build_jobs: jobs, ..settings }
 }
+
+/// The exit status of a driver command: 0 when it passed (`Ok(true)`), 1 when it ran and found a
+/// failure (`Ok(false)`), 2 when it could not run (`Err`, printed as `xtask: error: ...`).
+pub fn exit_status(result: Result<bool>) -> std::process::ExitCode {
+    match result {
+        Ok(true) => std::process::ExitCode::SUCCESS,
+        Ok(false) => std::process::ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("xtask: error: {e:#}");
+            std::process::ExitCode::from(2)
+        }
+    }
+}

@@ -48,14 +48,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match result {
-        Ok(true) => ExitCode::SUCCESS,
-        Ok(false) => ExitCode::FAILURE,
-        Err(e) => {
-            eprintln!("xtask: error: {e:#}");
-            ExitCode::from(2)
-        }
-    }
+    xtask_common::exit_status(result)
 }
 
 /// `faults [--bin GRIDKEY] [--only TEXT]`: the matrix against this checkout's release build, or

@@ -76,14 +76,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match result {
-        Ok(true) => ExitCode::SUCCESS,
-        Ok(false) => ExitCode::FAILURE,
-        Err(e) => {
-            eprintln!("xtask: error: {e:#}");
-            ExitCode::from(2)
-        }
-    }
+    xtask_common::exit_status(result)
 }
 
 /// A command's exit code, or 2 after printing its error.
