@@ -345,6 +345,27 @@ pub fn remove_if_unlocked(path: &Path) -> io::Result<bool> {
     }
 }
 
+/// [`remove_if_unlocked`], tried again every 10 ms for at most `within` while a lock keeps the
+/// file: for a caller whose own last use of the file has ended (a kernel dropped, a table
+/// unmapped). A process that another thread of this process forks meanwhile holds a copy of
+/// every descriptor, and so of its lock, until it executes its program (`O_CLOEXEC` closes them
+/// only then); this waits that moment out. `Ok(false)` when the file is gone or still locked
+/// after `within` (another process uses it).
+///
+/// Errors: those of [`remove_if_unlocked`].
+pub fn remove_once_unlocked(path: &Path, within: Duration) -> io::Result<bool> {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        if remove_if_unlocked(path)? {
+            return Ok(true);
+        }
+        if !path.exists() || std::time::Instant::now() >= deadline {
+            return Ok(false);
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// Whether `file` is the file `meta` describes (same device and inode).
 pub(crate) fn same_file(meta: &fs::Metadata, file: &File) -> bool {
     file.metadata().is_ok_and(|f| f.dev() == meta.dev() && f.ino() == meta.ino())

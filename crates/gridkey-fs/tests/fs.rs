@@ -140,7 +140,8 @@ fn a_file_used_in_place_is_never_removed_and_a_removed_one_is_missing() {
     assert!(!remove_if_unlocked(&path).unwrap(), "a shared lock keeps it");
     assert!(path.exists());
     drop(used);
-    assert!(remove_if_unlocked(&path).unwrap());
+    // A process another test of this binary spawns meanwhile holds the descriptor until it execs.
+    assert!(gridkey_fs::remove_once_unlocked(&path, std::time::Duration::from_secs(10)).unwrap());
     assert_eq!(lock::open_shared(&path).unwrap_err().raw_os_error(), Some(libc::ENOENT));
     assert!(!remove_if_unlocked(&path).unwrap(), "already gone");
 }
@@ -235,4 +236,22 @@ proptest! {
         prop_assert_eq!(fault.applies_to(Path::new(&path)), path.contains(&part));
         prop_assert!(Fault::new(FaultKind::NoSpace(0), None).applies_to(Path::new(&path)));
     }
+}
+
+#[test]
+fn remove_once_unlocked_waits_out_a_holder_that_lets_go_and_not_one_that_stays() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("kernel.so");
+    write_atomic(&path, None, |out| out.write_all(b"library")).unwrap();
+    let kept = lock::open_shared(&path).unwrap();
+    assert!(!gridkey_fs::remove_once_unlocked(&path, Duration::from_millis(50)).unwrap(), "a holder that stays");
+    assert!(path.exists());
+    let letting_go = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(100));
+        drop(kept);
+    });
+    assert!(gridkey_fs::remove_once_unlocked(&path, Duration::from_secs(10)).unwrap(), "a holder that lets go");
+    letting_go.join().unwrap();
+    assert!(!path.exists());
+    assert!(!gridkey_fs::remove_once_unlocked(&path, Duration::from_secs(10)).unwrap(), "already gone, at once");
 }
