@@ -131,6 +131,14 @@ pub trait TaskHandler: Send + Sync {
     ///
     /// Errors: [`Self::Error`], whatever the frontend's compile step returns.
     fn handle(&self, task: &CompilationTask) -> Result<Self::Output, Self::Error>;
+
+    /// The word a progress line gives a task that produced `output` ([`Ended::Done`]): the
+    /// frontend's own account of what the task did, such as `hit` or `compiled` (README
+    /// "Progress"); `done` unless the frontend says more. Called in the parent, on the output
+    /// as it came back, in every mode.
+    fn outcome_word(_output: &Self::Output) -> &'static str {
+        "done"
+    }
 }
 
 /// Why a task failed (ADR 0010): the handler's own failure, or what happened to its worker.
@@ -220,13 +228,33 @@ pub(crate) fn worker_progress() -> Option<fn(&str)> {
     WORKER_PROGRESS.get().copied()
 }
 
+/// How a task ended, as [`Progress::finished`] is told it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ended {
+    /// It produced its output; the word is the handler's [`TaskHandler::outcome_word`] for it
+    /// (`hit`, `compiled`, ...).
+    Done(&'static str),
+    /// It failed (its [`TaskError`] is in the batch's results).
+    Failed,
+}
+
+impl Ended {
+    /// `Done(word(output))` for a result holding an output, `Failed` for an error.
+    pub fn of<T, E>(result: &Result<T, E>, word: fn(&T) -> &'static str) -> Self {
+        match result {
+            Ok(output) => Ended::Done(word(output)),
+            Err(_) => Ended::Failed,
+        }
+    }
+}
+
 /// Told when each task of a batch starts and ends, from the threads that run (or drive) the
 /// tasks, so calls may come from several threads at once. Indices are positions in the batch.
 pub trait Progress: Sync {
     /// Task `index` (program `program`) started.
     fn started(&self, index: usize, program: &str);
-    /// Task `index` ended; `ok` is false when it failed.
-    fn finished(&self, index: usize, program: &str, ok: bool);
+    /// Task `index` ended, as `ended` says (with the handler's word for what it did).
+    fn finished(&self, index: usize, program: &str, ended: Ended);
 }
 
 /// A [`Progress`] that ignores everything.
@@ -235,7 +263,7 @@ pub struct NoProgress;
 
 impl Progress for NoProgress {
     fn started(&self, _: usize, _: &str) {}
-    fn finished(&self, _: usize, _: &str, _: bool) {}
+    fn finished(&self, _: usize, _: &str, _: Ended) {}
 }
 
 /// Runs the handler on one task in this thread, turning a panic into a failure.
@@ -277,7 +305,9 @@ impl<H: TaskHandler + 'static> Runner<H> {
         match jobs.mode {
             BuildJobsMode::Serial => Runner::Serial(handler),
             BuildJobsMode::Thread => Runner::Thread { handler, jobs: jobs.jobs },
-            BuildJobsMode::Process => Runner::Process(ProcessPool::new(worker, jobs.jobs).with_timeout(jobs.timeout)),
+            BuildJobsMode::Process => Runner::Process(
+                ProcessPool::new(worker, jobs.jobs).with_timeout(jobs.timeout).with_outcome_word(H::outcome_word),
+            ),
         }
     }
 
@@ -310,7 +340,10 @@ impl<H: TaskHandler + 'static> Runner<H> {
             Runner::Serial(handler) => tasks
                 .iter()
                 .enumerate()
-                .map(|(i, t)| observed(progress, i, t, || run_guarded(handler.as_ref(), t)).map_err(|c| fail(t, c)))
+                .map(|(i, t)| {
+                    observed(progress, i, t, H::outcome_word, || run_guarded(handler.as_ref(), t))
+                        .map_err(|c| fail(t, c))
+                })
                 .collect(),
             Runner::Thread { handler, jobs } => run_threads(handler.as_ref(), *jobs, tasks, progress)
                 .into_iter()
@@ -326,11 +359,12 @@ fn observed<T>(
     progress: &dyn Progress,
     index: usize,
     task: &CompilationTask,
+    word: fn(&T) -> &'static str,
     run: impl FnOnce() -> Result<T, TaskFailure>,
 ) -> Result<T, TaskFailure> {
     progress.started(index, &task.program);
     let result = run();
-    progress.finished(index, &task.program, result.is_ok());
+    progress.finished(index, &task.program, Ended::of(&result, word));
     result
 }
 
@@ -351,7 +385,8 @@ fn run_threads<H: TaskHandler>(
             let (task_rx, done_tx) = (task_rx.clone(), done_tx.clone());
             scope.spawn(move || {
                 for i in task_rx {
-                    let _ = done_tx.send((i, observed(progress, i, &tasks[i], || run_guarded(handler, &tasks[i]))));
+                    let run = || run_guarded(handler, &tasks[i]);
+                    let _ = done_tx.send((i, observed(progress, i, &tasks[i], H::outcome_word, run)));
                 }
             });
         }

@@ -17,7 +17,6 @@
 
 use std::collections::{BTreeSet, VecDeque};
 use std::io::{BufReader, Read};
-use std::marker::PhantomData;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
@@ -31,7 +30,7 @@ use serde::de::DeserializeOwned;
 use crate::protocol::{
     read_frame, write_frame, FromWorker, ToWorker, WireError, WireFailure, WireTask, PROGRESS_MARK, PROTOCOL_VERSION,
 };
-use crate::{CompilationTask, NoProgress, Progress, TaskError, TaskFailure};
+use crate::{CompilationTask, Ended, NoProgress, Progress, TaskError, TaskFailure};
 
 /// Bytes of a worker's stderr kept for error messages.
 pub const STDERR_TAIL_BYTES: usize = 4096;
@@ -89,7 +88,7 @@ pub struct ProcessPool<O> {
     handshake: Duration,
     idle: Mutex<Vec<Worker>>,
     started: Mutex<u64>,
-    _output: PhantomData<fn() -> O>,
+    word: fn(&O) -> &'static str,
 }
 
 struct Worker {
@@ -112,8 +111,15 @@ impl<O: DeserializeOwned + Send> ProcessPool<O> {
             handshake: HANDSHAKE_DEADLINE,
             idle: Mutex::new(Vec::new()),
             started: Mutex::new(0),
-            _output: PhantomData,
+            word: |_| "done",
         }
+    }
+
+    /// The same pool telling [`Progress::finished`] `word(output)` for a task that produced
+    /// `output` ([`crate::TaskHandler::outcome_word`]; `done` unless given).
+    pub fn with_outcome_word(mut self, word: fn(&O) -> &'static str) -> Self {
+        self.word = word;
+        self
     }
 
     /// The same pool with a per-task timeout (seconds of wall time from sending the task to its
@@ -166,7 +172,7 @@ impl<O: DeserializeOwned + Send> ProcessPool<O> {
         for (i, w) in wires.iter().enumerate() {
             if w.is_err() {
                 progress.started(i, &tasks[i].program);
-                progress.finished(i, &tasks[i].program, false);
+                progress.finished(i, &tasks[i].program, Ended::Failed);
             }
         }
         std::thread::scope(|scope| {
@@ -178,7 +184,7 @@ impl<O: DeserializeOwned + Send> ProcessPool<O> {
                         let wire = wires[i].as_ref().expect("only valid tasks are queued");
                         progress.started(i, &tasks[i].program);
                         let result = self.run_one(&mut worker, i as u64, wire);
-                        progress.finished(i, &tasks[i].program, result.is_ok());
+                        progress.finished(i, &tasks[i].program, Ended::of(&result, self.word));
                         let _ = done_tx.send((i, result));
                     }
                     if let Some(w) = worker {

@@ -28,6 +28,14 @@ impl TaskHandler for Echo {
             name => Ok(format!("{name}@{}", task.settings.compiler().command_line())),
         }
     }
+
+    fn outcome_word(output: &String) -> &'static str {
+        if output.starts_with('a') {
+            "hit"
+        } else {
+            "compiled"
+        }
+    }
 }
 
 fn tasks(names: &[&str]) -> Vec<CompilationTask> {
@@ -131,14 +139,14 @@ fn timeout_from_the_environment() {
 
 /// Records every progress event.
 #[derive(Default)]
-struct Recorder(std::sync::Mutex<Vec<(usize, String, Option<bool>)>>);
+struct Recorder(std::sync::Mutex<Vec<(usize, String, Option<gridkey_jobs::Ended>)>>);
 
 impl gridkey_jobs::Progress for Recorder {
     fn started(&self, index: usize, program: &str) {
         self.0.lock().unwrap().push((index, program.to_owned(), None));
     }
-    fn finished(&self, index: usize, program: &str, ok: bool) {
-        self.0.lock().unwrap().push((index, program.to_owned(), Some(ok)));
+    fn finished(&self, index: usize, program: &str, ended: gridkey_jobs::Ended) {
+        self.0.lock().unwrap().push((index, program.to_owned(), Some(ended)));
     }
 }
 
@@ -155,7 +163,13 @@ fn progress_sees_each_task_start_then_end_with_its_outcome() {
             let mine: Vec<_> = events.iter().filter(|(j, _, _)| *j == i).collect();
             assert_eq!(mine.len(), 2, "{name}");
             assert_eq!((mine[0].1.as_str(), mine[0].2), (*name, None), "started first");
-            assert_eq!(mine[1].2, Some(results[i].is_ok()), "{name}: the outcome");
+            // The handler's own word for what a task did, failed for an error.
+            let expected = match (&results[i], *name) {
+                (Err(_), _) => gridkey_jobs::Ended::Failed,
+                (Ok(_), "a") => gridkey_jobs::Ended::Done("hit"),
+                (Ok(_), _) => gridkey_jobs::Ended::Done("compiled"),
+            };
+            assert_eq!(mine[1].2, Some(expected), "{name}: the outcome");
         }
     }
 }

@@ -247,6 +247,17 @@ impl TaskHandler for StencilHandler {
         config.lock_wait.notice = LOCK_NOTICE.get().copied();
         gridkey_stencil::compile(&program, &task.provider, &task.options, &config)
     }
+
+    /// The progress line's word (README "Progress"): `hit` when both the translation and the
+    /// library came from the cache, `hit, built` when only the translation did, `compiled` when
+    /// the program was translated (and built) in this run.
+    fn outcome_word(outcome: &CompileOutcome) -> &'static str {
+        match (outcome.translated, outcome.built) {
+            (false, false) => "hit",
+            (false, true) => "hit, built",
+            (true, _) => "compiled",
+        }
+    }
 }
 
 /// What the main job needs.
@@ -916,8 +927,8 @@ fn compile(
         fn started(&self, index: usize, program: &str) {
             self.inner.started(self.index[index], program);
         }
-        fn finished(&self, index: usize, program: &str, ok: bool) {
-            self.inner.finished(self.index[index], program, ok);
+        fn finished(&self, index: usize, program: &str, ended: gridkey_jobs::Ended) {
+            self.inner.finished(self.index[index], program, ended);
         }
     }
     let batch: Vec<CompilationTask> = which.iter().map(|&i| tasks[i].clone()).collect();

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use gridkey_jobs::Progress;
+use gridkey_jobs::{Ended, Progress};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 /// How progress is shown.
@@ -65,12 +65,12 @@ impl Progress for Reporter {
         }
     }
 
-    fn finished(&self, index: usize, program: &str, ok: bool) {
+    fn finished(&self, index: usize, program: &str, ended: Ended) {
         match self {
             Reporter::Bar { bar, running } => {
                 let mut running = running.lock().unwrap_or_else(|p| p.into_inner());
                 running.remove(&index);
-                if !ok {
+                if ended == Ended::Failed {
                     bar.println(format!("gridkey: {program} failed to compile"));
                 }
                 bar.set_message(running.values().cloned().collect::<Vec<_>>().join(", "));
@@ -78,7 +78,10 @@ impl Progress for Reporter {
             }
             Reporter::Lines { total, done, start } => {
                 let n = done.fetch_add(1, Ordering::SeqCst) + 1;
-                let what = if ok { "compiled" } else { "FAILED" };
+                let what = match ended {
+                    Ended::Done(word) => word,
+                    Ended::Failed => "FAILED",
+                };
                 let line = format!(
                     "gridkey: [{n}/{total}] {program} {what} ({:.1} s elapsed)\n",
                     start.elapsed().as_secs_f64()

@@ -125,8 +125,18 @@ fn ctrl_c_stops_the_workers_exits_130_and_leaves_a_consistent_cache() {
     let lines: Vec<&str> = stderr.lines().filter(|l| l.starts_with("gridkey: [")).collect();
     assert_eq!(lines.len(), 8, "{stderr}");
     assert!(lines.last().unwrap().starts_with("gridkey: [8/8] "), "{stderr}");
-    assert!(lines.iter().all(|l| l.contains(" compiled (") && l.ends_with(" s elapsed)")), "{stderr}");
+    let word = |l: &str| ["hit", "hit, built", "compiled"].into_iter().find(|w| l.contains(&format!(" {w} (")));
+    assert!(lines.iter().all(|l| word(l).is_some() && l.ends_with(" s elapsed)")), "{stderr}");
+    assert!(lines.iter().any(|l| word(l) == Some("compiled")), "the interrupted programs are compiled now: {stderr}");
     assert!(!stderr.contains('\r') && !stderr.contains('\x1b'), "no bar, no escapes: {stderr:?}");
+
+    // And the run after it takes every program from the cache, which its lines say.
+    let out = gridkey_run(cache.path(), None, false).output().unwrap();
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success() && stdout.contains("8/8 programs verified"), "{stdout}\n{stderr}");
+    let lines: Vec<&str> = stderr.lines().filter(|l| l.starts_with("gridkey: [")).collect();
+    assert_eq!(lines.len(), 8, "{stderr}");
+    assert!(lines.iter().all(|l| word(l) == Some("hit")), "{stderr}");
 }
 
 #[test]
