@@ -63,6 +63,19 @@ impl Gt4pyKind {
     /// Both kinds.
     pub const ALL: [Gt4pyKind; 2] = [Gt4pyKind::Translation, Gt4pyKind::Extension];
 
+    /// The kind named `translation` or `extension` (the names of [`Self::dir`]), if `name` is one.
+    pub fn from_name(name: &str) -> Option<Gt4pyKind> {
+        Gt4pyKind::ALL.into_iter().find(|k| k.dir() == name)
+    }
+
+    /// The shared tier's object kind of entries of this kind (ADR 0041).
+    pub fn object_kind(self) -> crate::shared::Kind {
+        match self {
+            Gt4pyKind::Translation => crate::shared::Kind::Gt4pyTranslation,
+            Gt4pyKind::Extension => crate::shared::Kind::Gt4pyExtension,
+        }
+    }
+
     /// The directory of this kind under [`GT4PY_DIR`]: `translation` or `extension`.
     pub fn dir(self) -> &'static str {
         match self {
@@ -198,6 +211,18 @@ impl Gt4pyStore {
         let dir = cache_dir.join(GT4PY_DIR);
         fs::create_dir_all(&dir).map_err(|source| FingerprintError::Directory { path: dir.clone(), source })?;
         Ok(Self { dir })
+    }
+
+    /// The store `<cache_dir>/gt4py-v1` as it is, for the cache commands that only read it
+    /// (`cache push`, `cache retract`): nothing is created, and a missing directory is a store
+    /// without entries.
+    pub fn open_existing(cache_dir: &Path) -> Self {
+        Self { dir: cache_dir.join(GT4PY_DIR) }
+    }
+
+    /// Every key of `kind` with an entry in the store, sorted (unchecked: [`Self::get`] checks).
+    pub fn keys(&self, kind: Gt4pyKind) -> Vec<TranslationKey> {
+        crate::keys_under(&self.dir.join(kind.dir()), ".bin")
     }
 
     /// The store directory, `<cache_dir>/gt4py-v1`.

@@ -646,20 +646,7 @@ impl TranslationCache {
     /// Every key that has a key-input record in the cache, sorted; unreadable directories and
     /// names that are not keys are passed over.
     pub fn keys(&self) -> Vec<TranslationKey> {
-        let mut out = Vec::new();
-        let Ok(shards) = fs::read_dir(&self.dir) else { return out };
-        for shard in shards.flatten() {
-            let Ok(files) = fs::read_dir(shard.path()) else { continue };
-            for file in files.flatten() {
-                let name = file.file_name();
-                let Some(stem) = name.to_str().and_then(|n| n.strip_suffix(".json")) else { continue };
-                if let Ok(key) = stem.parse::<TranslationKey>() {
-                    out.push(key);
-                }
-            }
-        }
-        out.sort();
-        out
+        keys_under(&self.dir, ".json")
     }
 
     /// The keys whose hex text starts with `prefix` (case-insensitive), sorted.
@@ -673,6 +660,26 @@ impl TranslationCache {
         let bytes = fs::read(self.record_path(key)).ok()?;
         serde_json::from_slice(&bytes).ok()
     }
+}
+
+/// Every key named by a file `<dir>/<shard>/<32 hex digits><suffix>`, sorted: the listing of the
+/// translation cache (by its records) and of GT4Py's store (by its entries). Unreadable
+/// directories and names that are not keys are passed over.
+pub(crate) fn keys_under(dir: &Path, suffix: &str) -> Vec<TranslationKey> {
+    let mut out = Vec::new();
+    let Ok(shards) = fs::read_dir(dir) else { return out };
+    for shard in shards.flatten() {
+        let Ok(files) = fs::read_dir(shard.path()) else { continue };
+        for file in files.flatten() {
+            let name = file.file_name();
+            let Some(stem) = name.to_str().and_then(|n| n.strip_suffix(suffix)) else { continue };
+            if let Ok(key) = stem.parse::<TranslationKey>() {
+                out.push(key);
+            }
+        }
+    }
+    out.sort();
+    out
 }
 
 /// The bytes of an entry file for `payload` under `key`, entry format

@@ -58,10 +58,16 @@ pub struct MissExplanation {
 ///
 /// Errors: [`AppError::UnknownKey`] when none matches, [`AppError::AmbiguousKey`] when several do.
 pub fn resolve_key(cache: &TranslationCache, prefix: &str) -> Result<TranslationKey, AppError> {
-    let mut matches = cache.keys_with_prefix(prefix);
+    the_one(prefix, cache.keys_with_prefix(prefix), cache.dir())
+}
+
+/// The one key of `matches` (the keys `prefix` matched in the cache `dir`).
+///
+/// Errors: [`AppError::UnknownKey`] for none, [`AppError::AmbiguousKey`] for several.
+pub(crate) fn the_one(prefix: &str, mut matches: Vec<TranslationKey>, dir: &Path) -> Result<TranslationKey, AppError> {
     match matches.len() {
         1 => Ok(matches.remove(0)),
-        0 => Err(AppError::UnknownKey { prefix: prefix.to_owned(), dir: cache.dir().to_path_buf() }),
+        0 => Err(AppError::UnknownKey { prefix: prefix.to_owned(), dir: dir.to_path_buf() }),
         _ => Err(AppError::AmbiguousKey {
             prefix: prefix.to_owned(),
             matches: matches.iter().map(TranslationKey::to_hex).collect(),

@@ -438,8 +438,16 @@ fn cache_command(command: CacheCommand) -> Result<ExitCode> {
             if json {
                 println!("{}", serde_json::to_string_pretty(&r)?);
             } else {
+                let gt4py = if r.gt4py_translations + r.gt4py_extensions > 0 {
+                    format!(
+                        ", {} GT4Py translation entries and {} GT4Py extensions",
+                        r.gt4py_translations, r.gt4py_extensions
+                    )
+                } else {
+                    String::new()
+                };
                 println!(
-                    "pushed {} translation entries and {} kernel libraries ({} bytes) to {}; {} skipped",
+                    "pushed {} translation entries and {} kernel libraries{gt4py} ({} bytes) to {}; {} skipped",
                     r.entries, r.libraries, r.bytes, r.remote, r.skipped
                 );
             }
@@ -468,9 +476,11 @@ fn cache_command(command: CacheCommand) -> Result<ExitCode> {
                         (k.local_library, "local kernel library"),
                     ] {
                         if done {
-                            removed.push(what);
+                            removed.push(what.to_owned());
                         }
                     }
+                    removed.extend(k.remote_gt4py.iter().map(|kind| format!("shared GT4Py {kind}")));
+                    removed.extend(k.local_gt4py.iter().map(|kind| format!("local GT4Py {kind}")));
                     let program = k.program.as_deref().map(|p| format!(" ({p})")).unwrap_or_default();
                     let removed = if removed.is_empty() { "nothing was there".to_owned() } else { removed.join(", ") };
                     println!("retracted {}{program} from {}: {removed}", k.key, r.remote);

@@ -8,7 +8,14 @@
 //! checksum trailer matches the very bytes uploaded ([`gridkey_stencil::Kernel::check_library`])
 //! and an entry only when its own checksum matches and its library (if built) checks; every
 //! object left out is counted and named.
+//!
+//! GT4Py's entries of the same cache directory (`gt4py-v1/`, ADR 0040) go too, as the objects
+//! of GT4Py's kinds (ADR 0041): each translation entry and extension whose entry checks (its
+//! key, length and checksum; an extension's bundle of files), extensions first. What failed its
+//! check where it was made (a module that did not load, a translation that did not unpickle)
+//! was removed from the store then, so what is left is what the adapter would upload itself.
 
+use gridkey_fingerprint::gt4py::{Gt4pyKind, Gt4pyStore};
 use gridkey_fingerprint::TranslationCache;
 use gridkey_remote::{library_key, Kind, Remote, Stored};
 use gridkey_settings::{RemoteSettings, Settings};
@@ -30,10 +37,17 @@ pub struct PushReport {
     pub entries: u64,
     /// Kernel libraries uploaded.
     pub libraries: u64,
+    /// GT4Py translation entries uploaded (`gt4py-v1/translation`).
+    #[serde(default)]
+    pub gt4py_translations: u64,
+    /// GT4Py extensions uploaded (`gt4py-v1/extension`).
+    #[serde(default)]
+    pub gt4py_extensions: u64,
     /// Object bytes uploaded.
     pub bytes: u64,
-    /// Entries not uploaded: unreadable, not checked, without a record, with a library that
-    /// fails its check, or over the size limit.
+    /// Entries not uploaded (translation entries, GT4Py's translation entries and extensions):
+    /// unreadable, not checked, without a record, with a library that fails its check, or over
+    /// the size limit.
     pub skipped: u64,
     /// Each object left out, and why (libraries that fail their check included).
     pub skipped_objects: Vec<PushSkip>,
@@ -42,9 +56,10 @@ pub struct PushReport {
 /// One object `gridkey cache push` left out.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PushSkip {
-    /// `translation entry` or `kernel library`.
+    /// The object's kind: `translation entry`, `kernel library`, `GT4Py translation entry` or
+    /// `GT4Py extension` ([`Kind::as_str`]).
     pub kind: String,
-    /// The translation key (32 hex digits) or the library's path.
+    /// The key (32 hex digits) or the library's path.
     pub name: String,
     /// Why it was left out.
     pub reason: String,
@@ -88,7 +103,8 @@ pub fn push(settings: &Settings) -> Result<PushReport, AppError> {
     let mut report =
         PushReport { remote: remote.shown_url().to_owned(), trust: remote.trust_statement(), ..Default::default() };
     let skip = |report: &mut PushReport, kind: Kind, name: String, reason: String| {
-        if kind == Kind::TranslationEntry {
+        // A library is counted with the entry it belongs to.
+        if kind != Kind::KernelLibrary {
             report.skipped += 1;
         }
         report.skipped_objects.push(PushSkip { kind: kind.as_str().to_owned(), name, reason });
@@ -135,20 +151,41 @@ pub fn push(settings: &Settings) -> Result<PushReport, AppError> {
         }
         entries.push((*key.as_bytes(), payload));
     }
-    // Libraries first: a reader that finds an entry finds its library too.
-    for (kind, objects) in [(Kind::KernelLibrary, &libraries), (Kind::TranslationEntry, &entries)] {
+    let gt4py = Gt4pyStore::open_existing(settings.cache_dir());
+    let [mut gt4py_translations, mut gt4py_extensions] = [Vec::new(), Vec::new()];
+    for (kind, objects) in
+        [(Gt4pyKind::Translation, &mut gt4py_translations), (Gt4pyKind::Extension, &mut gt4py_extensions)]
+    {
+        for key in gt4py.keys(kind) {
+            // `get` checks the entry (and an extension's bundle), and removes one that fails.
+            match gt4py.get(kind, &key) {
+                Ok(payload) => objects.push((*key.as_bytes(), payload)),
+                Err(gridkey_fingerprint::Miss::Invalid(why)) => {
+                    skip(&mut report, kind.object_kind(), key.to_hex(), why)
+                }
+                Err(gridkey_fingerprint::Miss::Absent) => {}
+            }
+        }
+    }
+    // Libraries and extensions first: a reader that finds an entry finds what it builds to too.
+    for (kind, objects) in [
+        (Kind::KernelLibrary, &libraries),
+        (Kind::Gt4pyExtension, &gt4py_extensions),
+        (Kind::TranslationEntry, &entries),
+        (Kind::Gt4pyTranslation, &gt4py_translations),
+    ] {
         for chunk in objects.chunks(BATCH) {
             let items: Vec<([u8; 16], &[u8])> = chunk.iter().map(|(k, b)| (*k, b.as_slice())).collect();
             for ((key, _), stored) in chunk.iter().zip(remote.put_many(kind, &items)) {
                 match stored {
                     Stored::Uploaded(n) => {
                         report.bytes += n;
-                        match kind {
-                            Kind::KernelLibrary => report.libraries += 1,
-                            Kind::TranslationEntry => report.entries += 1,
-                            // This loop pushes only the CLI's two kinds.
-                            Kind::Gt4pyTranslation | Kind::Gt4pyExtension => {}
-                        }
+                        *match kind {
+                            Kind::KernelLibrary => &mut report.libraries,
+                            Kind::TranslationEntry => &mut report.entries,
+                            Kind::Gt4pyTranslation => &mut report.gt4py_translations,
+                            Kind::Gt4pyExtension => &mut report.gt4py_extensions,
+                        } += 1;
                     }
                     Stored::TooLarge { len, max } => skip(
                         &mut report,

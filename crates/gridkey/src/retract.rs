@@ -8,9 +8,15 @@
 //! cannot compute; they stay until their own writers retract them or their translation entry's
 //! absence makes every node translate and build again (a library is found only through its
 //! translation's source).
+//!
+//! A key may also name GT4Py's objects (ADR 0040, ADR 0041): a GT4Py translation entry or
+//! extension of the cache directory's `gt4py-v1/` (a prefix resolves against those keys too),
+//! or any 32 hex digits. Every key loses the GT4Py translation entry and the GT4Py extension
+//! stored under it, on the shared tier and locally, as it loses the CLI's objects.
 
 use std::path::{Path, PathBuf};
 
+use gridkey_fingerprint::gt4py::{Gt4pyKind, Gt4pyStore};
 use gridkey_fingerprint::{TranslationCache, TranslationKey, TranslationOptions};
 use gridkey_remote::{library_key, Fetched, Kind, Retracted};
 use gridkey_settings::Settings;
@@ -49,6 +55,12 @@ pub struct RetractedKey {
     pub local_entry: bool,
     /// The local kernel library (this compiler's) was removed.
     pub local_library: bool,
+    /// The GT4Py objects of the key deleted from the shared tier: `translation`, `extension`.
+    #[serde(default)]
+    pub remote_gt4py: Vec<String>,
+    /// The GT4Py entries of the key removed from the local store: `translation`, `extension`.
+    #[serde(default)]
+    pub local_gt4py: Vec<String>,
 }
 
 /// What `gridkey cache retract` did.
@@ -72,8 +84,11 @@ pub fn retract(settings: &Settings, target: &RetractTarget) -> Result<RetractRep
     let settings = crate::task_settings(settings)?;
     let remote = crate::push::connect_writer(remote_settings, "retract")?;
     let cache = TranslationCache::open(settings.cache_dir())?;
+    let gt4py = Gt4pyStore::open_existing(settings.cache_dir());
     let (keys, given): (Vec<TranslationKey>, Option<(String, TranslationOptions)>) = match target {
-        RetractTarget::Keys(prefixes) => (prefixes.iter().map(|p| key_of(&cache, p)).collect::<Result<_, _>>()?, None),
+        RetractTarget::Keys(prefixes) => {
+            (prefixes.iter().map(|p| key_of(&cache, &gt4py, p)).collect::<Result<_, _>>()?, None)
+        }
         RetractTarget::Program { name, grid, options } => {
             let e = crate::explain::explain_miss(settings.cache_dir(), name, grid, options)?;
             let key =
@@ -110,6 +125,11 @@ pub fn retract(settings: &Settings, target: &RetractTarget) -> Result<RetractRep
     // Libraries first, as `cache push` uploads them first: a reader never finds an entry
     // without its library because of a retraction half done.
     let deleted_libraries = remote.delete_many(Kind::KernelLibrary, &library_keys);
+    // GT4Py's extensions before its translation entries, for the same reason.
+    let deleted_gt4py: Vec<(Gt4pyKind, Vec<Retracted>)> = [Gt4pyKind::Extension, Gt4pyKind::Translation]
+        .into_iter()
+        .map(|kind| (kind, remote.delete_many(kind.object_kind(), &entry_keys)))
+        .collect();
     let deleted_entries = remote.delete_many(Kind::TranslationEntry, &entry_keys);
     if !remote.is_on() {
         return Err(AppError::RemoteUnreachable(remote.warning().unwrap_or_default()));
@@ -125,16 +145,36 @@ pub fn retract(settings: &Settings, target: &RetractTarget) -> Result<RetractRep
         cache.remove(key);
         row.local_entry &= cache.get(key).is_err();
     }
+    for (i, (row, key)) in rows.iter_mut().zip(&keys).enumerate() {
+        for (kind, deleted) in &deleted_gt4py {
+            if deleted.get(i) == Some(&Retracted::Deleted) {
+                row.remote_gt4py.push(kind.dir().to_owned());
+            }
+            let path = gt4py.entry_path(*kind, key);
+            if path.is_file() && std::fs::remove_file(&path).is_ok() {
+                row.local_gt4py.push(kind.dir().to_owned());
+            }
+        }
+    }
     Ok(RetractReport { remote: remote.shown_url().to_owned(), keys: rows })
 }
 
 /// The key named by `text`: all 32 hex digits (cached here or not), else a unique prefix of a
-/// locally cached key.
-fn key_of(cache: &TranslationCache, text: &str) -> Result<TranslationKey, AppError> {
-    match text.parse::<TranslationKey>() {
-        Ok(key) if text.len() == 32 => Ok(key),
-        _ => crate::explain::resolve_key(cache, text),
+/// locally cached key: a translation entry's, or a GT4Py translation entry's or extension's.
+fn key_of(cache: &TranslationCache, gt4py: &Gt4pyStore, text: &str) -> Result<TranslationKey, AppError> {
+    if let Ok(key) = text.parse::<TranslationKey>() {
+        if text.len() == 32 {
+            return Ok(key);
+        }
     }
+    let prefix = text.to_ascii_lowercase();
+    let mut matches = cache.keys_with_prefix(&prefix);
+    for kind in Gt4pyKind::ALL {
+        matches.extend(gt4py.keys(kind).into_iter().filter(|k| k.to_hex().starts_with(&prefix)));
+    }
+    matches.sort();
+    matches.dedup();
+    crate::explain::the_one(text, matches, cache.dir())
 }
 
 /// Removes the library at `path` unless a running process has it loaded (ADR 0009); whether it

@@ -331,3 +331,86 @@ fn no_output_of_a_run_shows_the_password_of_the_url() {
     assert!(out.status.success(), "{all}");
     assert!(!all.contains(password) && tier(&report, "remote")["location"].as_str().unwrap().contains("***"), "{all}");
 }
+
+/// The objects of `kind` (`GT4Py translation entry`, ...) the shared tier `url` holds in `ns`,
+/// as `cache stats` counts them on the server.
+fn remote_objects(url: &str, ns: &str, kind: &str) -> u64 {
+    let dir = tempfile::tempdir().unwrap();
+    let out = gridkey_command(
+        &["cache", "stats", "--json", "--remote", url, "--cache-dir"],
+        &[("GRIDKEY_REMOTE_NAMESPACE", ns)],
+    )
+    .arg(dir.path())
+    .output()
+    .unwrap();
+    let stats: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let remote = stats["tiers"].as_array().unwrap().iter().find(|t| t["tier"] == "remote").unwrap();
+    remote["objects"].as_array().unwrap().iter().find(|o| o["kind"] == kind).unwrap()["objects"].as_u64().unwrap()
+}
+
+#[test]
+fn cache_push_and_retract_carry_gt4py_objects_and_leave_out_a_bad_one() {
+    use gridkey_fingerprint::gt4py::{encode_bundle, Gt4pyKind, Gt4pyStore};
+    use gridkey_fingerprint::TranslationKey;
+    let Some(url) = shared_url("cache_push_and_retract_carry_gt4py_objects_and_leave_out_a_bad_one") else { return };
+    let ns = namespace("push-gt4py");
+    // A cache directory holding what the GT4Py adapter stores: two translation entries (one
+    // then corrupted on disk) and one extension of two files.
+    let cache = tempfile::tempdir().unwrap();
+    let store = Gt4pyStore::open(cache.path()).unwrap();
+    let key = |n: u8| -> TranslationKey { gridkey_digest::hex(&[n; 16]).parse().unwrap() };
+    store.put(Gt4pyKind::Translation, &key(0xa1), b"a pickled translation").unwrap();
+    let bad = store.put(Gt4pyKind::Translation, &key(0xb2), b"another pickled translation").unwrap();
+    let bundle =
+        encode_bundle(&[("build/bin/div.so".into(), b"\x7fELF...".to_vec()), ("gt4py.json".into(), b"{}".to_vec())]);
+    store.put(Gt4pyKind::Extension, &key(0xc3), &bundle).unwrap();
+    let mut bytes = std::fs::read(&bad).unwrap();
+    let i = bytes.len() - 12;
+    bytes[i] ^= 0x01;
+    std::fs::set_permissions(&bad, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+    std::fs::write(&bad, &bytes).unwrap();
+
+    let env = [("GRIDKEY_REMOTE_NAMESPACE", ns.as_str()), ("GRIDKEY_REMOTE_TRUST", "acl")];
+    let dir = cache.path().to_str().unwrap();
+    let out =
+        gridkey_command(&["cache", "push", "--json", "--remote", &url, "--remote-writer", "--cache-dir", dir], &env)
+            .output()
+            .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (report["gt4py_translations"].as_u64(), report["gt4py_extensions"].as_u64()),
+        (Some(1), Some(1)),
+        "{report}"
+    );
+    assert_eq!((report["entries"].as_u64(), report["skipped"].as_u64()), (Some(0), Some(1)), "{report}");
+    assert!(
+        stderr(&out).contains("not pushed: GT4Py translation entry")
+            && stderr(&out).contains(&bad.display().to_string()),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(remote_objects(&url, &ns, "GT4Py translation entry"), 1);
+    assert_eq!(remote_objects(&url, &ns, "GT4Py extension"), 1);
+
+    // Retracted by a prefix of its key, as an operator names it: gone from both tiers.
+    let prefix = &key(0xc3).to_hex()[..10];
+    let out = gridkey_command(
+        &["cache", "retract", prefix, "--json", "--remote", &url, "--remote-writer", "--cache-dir", dir],
+        &env,
+    )
+    .output()
+    .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let row = &r["keys"][0];
+    assert_eq!(row["key"].as_str(), Some(key(0xc3).to_hex().as_str()), "{r:#}");
+    assert_eq!(
+        (row["remote_gt4py"].clone(), row["local_gt4py"].clone()),
+        (serde_json::json!(["extension"]), serde_json::json!(["extension"])),
+        "{r:#}"
+    );
+    assert!(!store.entry_path(Gt4pyKind::Extension, &key(0xc3)).exists());
+    assert_eq!(remote_objects(&url, &ns, "GT4Py extension"), 0);
+    assert_eq!(remote_objects(&url, &ns, "GT4Py translation entry"), 1, "the other key stays");
+}
