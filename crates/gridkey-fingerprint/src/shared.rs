@@ -177,6 +177,19 @@ pub enum WaitEnd {
     Off,
 }
 
+/// The frontend's writer of downloaded objects (ADR 0041, ADR 0047): it is handed the checked
+/// objects of one round trip at once, as (program index, payload) pairs, so that it may write
+/// them in parallel (each write syncs its own file, and syncs made together overlap), and
+/// returns what became of each, in the same order ([`Taken`] for translations, whether it
+/// stored it for artifacts). An answer missing at the end counts as not stored.
+pub type StoreBatch<'a, T> = dyn FnMut(&[(usize, &[u8])]) -> Vec<T> + 'a;
+
+/// A [`StoreBatch`] that stores one object after the other with `store` (program index,
+/// payload).
+pub fn each<T>(mut store: impl FnMut(usize, &[u8]) -> T) -> impl FnMut(&[(usize, &[u8])]) -> Vec<T> {
+    move |batch| batch.iter().map(|&(i, payload)| store(i, payload)).collect()
+}
+
 /// What a retraction or deletion did to one object.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Retracted {
@@ -480,6 +493,26 @@ impl<T: SharedTier> SharedSession<T> {
         out
     }
 
+    /// Hands the checked `hits` (program index, payload) of one round trip to `store` at once and
+    /// records what it took: the route of each program.
+    fn take_all(
+        &mut self,
+        kind: Kind,
+        keys: &[ObjectKey],
+        hits: Vec<(usize, Vec<u8>)>,
+        store: &mut StoreBatch<'_, Taken>,
+    ) -> Vec<(usize, Route)> {
+        if hits.is_empty() {
+            return Vec::new();
+        }
+        let batch: Vec<(usize, &[u8])> = hits.iter().map(|(i, p)| (*i, p.as_slice())).collect();
+        let taken = store(&batch);
+        hits.into_iter()
+            .zip(taken.into_iter().chain(std::iter::repeat(Taken::Failed)))
+            .map(|((i, payload), taken)| (i, self.taken(i, kind, &keys[i], payload, taken)))
+            .collect()
+    }
+
     /// Records a payload downloaded for program `i` that the frontend took: its route.
     fn taken(&mut self, i: usize, kind: Kind, key: &ObjectKey, payload: Vec<u8>, taken: Taken) -> Route {
         let writer = self.tier.is_writer();
@@ -495,15 +528,15 @@ impl<T: SharedTier> SharedSession<T> {
     }
 
     /// Steps 1 and 2 for the objects of `kind` under `keys` (one per program, by index), of which
-    /// the local tier holds those with `local_hit`: the route of each. A checked hit is handed to
-    /// `store` (program index, payload) to store locally. An object this node quarantined, and
-    /// still the same, is not fetched: made here.
+    /// the local tier holds those with `local_hit`: the route of each. The checked hits of each
+    /// round trip are handed to `store` at once ([`StoreBatch`]) to store locally. An object this
+    /// node quarantined, and still the same, is not fetched: made here.
     pub fn plan(
         &mut self,
         kind: Kind,
         keys: &[ObjectKey],
         local_hit: &[bool],
-        store: &mut dyn FnMut(usize, &[u8]) -> Taken,
+        store: &mut StoreBatch<'_, Taken>,
     ) -> Vec<Route> {
         let writer = self.tier.is_writer();
         let mut routes: Vec<Option<Route>> = local_hit.iter().map(|&hit| hit.then_some(Route::Local)).collect();
@@ -517,17 +550,18 @@ impl<T: SharedTier> SharedSession<T> {
         // 1. One look-up of every local miss.
         let missing: Vec<usize> = (0..keys.len()).filter(|&i| routes[i].is_none()).collect();
         let missing_keys: Vec<ObjectKey> = missing.iter().map(|&i| keys[i]).collect();
+        let mut hits = Vec::new();
         for (&i, found) in missing.iter().zip(self.tier.look_up(kind, &missing_keys)) {
-            routes[i] = match found {
-                Lookup::Hit(payload) => {
-                    let taken = store(i, &payload);
-                    Some(self.taken(i, kind, &keys[i], payload, taken))
-                }
+            match found {
+                Lookup::Hit(payload) => hits.push((i, payload)),
                 // A bad object under the key: make it here and, as a writer, replace it; no
                 // claim, which would only find the same object again.
-                Lookup::Rejected(_) => Some(Route::Here { upload: writer && self.tier.is_on() }),
-                Lookup::Absent | Lookup::Off => None,
-            };
+                Lookup::Rejected(_) => routes[i] = Some(Route::Here { upload: writer && self.tier.is_on() }),
+                Lookup::Absent | Lookup::Off => {}
+            }
+        }
+        for (i, route) in self.take_all(kind, keys, hits, store) {
+            routes[i] = Some(route);
         }
         // 2. Claims for the rest.
         let missing: Vec<usize> = (0..keys.len()).filter(|&i| routes[i].is_none()).collect();
@@ -545,15 +579,16 @@ impl<T: SharedTier> SharedSession<T> {
             };
         }
         let present_keys: Vec<ObjectKey> = present.iter().map(|&i| keys[i]).collect();
+        let mut hits = Vec::new();
         for (&i, found) in present.iter().zip(self.tier.look_up(kind, &present_keys)) {
-            routes[i] = Some(match found {
-                Lookup::Hit(payload) => {
-                    let taken = store(i, &payload);
-                    self.taken(i, kind, &keys[i], payload, taken)
-                }
+            match found {
+                Lookup::Hit(payload) => hits.push((i, payload)),
                 // A bad object under the key: make it here and, as a writer, replace it.
-                _ => Route::Here { upload: writer && self.tier.is_on() },
-            });
+                _ => routes[i] = Some(Route::Here { upload: writer && self.tier.is_on() }),
+            }
+        }
+        for (i, route) in self.take_all(kind, keys, hits, store) {
+            routes[i] = Some(route);
         }
         // Every key was routed by one of the steps above; a tier that answered fewer replies than
         // keys leaves the rest to be made here.
@@ -561,29 +596,34 @@ impl<T: SharedTier> SharedSession<T> {
     }
 
     /// Step 4: waits on the other writers' leases of the programs `which` (indices into `keys`,
-    /// the objects of `kind`); returns their new routes. An object that arrives is handed to
-    /// `store` as in [`SharedSession::plan`].
+    /// the objects of `kind`); returns their new routes. The objects that arrive are handed to
+    /// `store` at once, as in [`SharedSession::plan`].
     pub fn wait(
         &mut self,
         kind: Kind,
         keys: &[ObjectKey],
         which: &[usize],
-        store: &mut dyn FnMut(usize, &[u8]) -> Taken,
+        store: &mut StoreBatch<'_, Taken>,
     ) -> Vec<Route> {
         let writer = self.tier.is_writer();
         let waited_keys: Vec<ObjectKey> = which.iter().map(|&i| keys[i]).collect();
         let waited = self.tier.wait(kind, &waited_keys);
         let mut routes = vec![Route::Here { upload: false }; which.len()];
+        let mut arrived = Vec::new();
+        let position: BTreeMap<usize, usize> = which.iter().enumerate().map(|(at, &i)| (i, at)).collect();
         for ((&i, end), route) in which.iter().zip(waited).zip(&mut routes) {
             *route = match end {
                 WaitEnd::Arrived(payload) => {
-                    let taken = store(i, &payload);
-                    self.taken(i, kind, &keys[i], payload, taken)
+                    arrived.push((i, payload));
+                    continue;
                 }
                 WaitEnd::TakenOver => Route::Lease,
                 WaitEnd::Rejected(_) | WaitEnd::TimedOut => Route::Here { upload: writer && self.tier.is_on() },
                 WaitEnd::Gone | WaitEnd::Off => Route::Here { upload: false },
             };
+        }
+        for (i, route) in self.take_all(kind, keys, arrived, store) {
+            routes[position[&i]] = route;
         }
         routes
     }
@@ -592,19 +632,27 @@ impl<T: SharedTier> SharedSession<T> {
     /// the frontend lacks, without leases (the CLI's kernel libraries, once their translation is
     /// local), and hands each checked one to `store` (program index, payload), which says whether
     /// it stored it. One this node quarantined is not fetched: the frontend builds it.
-    pub fn fetch(&mut self, kind: Kind, wanted: &[(usize, ObjectKey)], store: &mut dyn FnMut(usize, &[u8]) -> bool) {
+    pub fn fetch(&mut self, kind: Kind, wanted: &[(usize, ObjectKey)], store: &mut StoreBatch<'_, bool>) {
         let keys: Vec<ObjectKey> = wanted.iter().map(|(_, k)| *k).collect();
         let quarantined = self.quarantined(kind, &keys);
         let wanted: Vec<(usize, ObjectKey)> =
             wanted.iter().zip(quarantined).filter(|(_, q)| !q).map(|(w, _)| *w).collect();
         let keys: Vec<ObjectKey> = wanted.iter().map(|(_, k)| *k).collect();
-        for ((i, key), found) in wanted.iter().zip(self.tier.look_up(kind, &keys)) {
-            if let Lookup::Hit(payload) = found {
-                // One that cannot be stored is built by the frontend instead.
-                if store(*i, &payload) {
-                    self.written_locally += payload.len() as u64;
-                    self.fetched.entry(*i).or_default().push((kind, *key, payload));
-                }
+        let hits: Vec<(usize, ObjectKey, Vec<u8>)> = wanted
+            .iter()
+            .zip(self.tier.look_up(kind, &keys))
+            .filter_map(|((i, key), found)| match found {
+                Lookup::Hit(payload) => Some((*i, *key, payload)),
+                _ => None,
+            })
+            .collect();
+        let batch: Vec<(usize, &[u8])> = hits.iter().map(|(i, _, p)| (*i, p.as_slice())).collect();
+        let stored = store(&batch);
+        for ((i, key, payload), stored) in hits.into_iter().zip(stored) {
+            // One that cannot be stored is built by the frontend instead.
+            if stored {
+                self.written_locally += payload.len() as u64;
+                self.fetched.entry(i).or_default().push((kind, key, payload));
             }
         }
     }

@@ -99,7 +99,10 @@ converters! {
     name: String = "a str";
     kind: String = "a str";
     digest: String = "a str of 32 hex digits";
-    key: String = "a str of 32 hex digits";
+    route: String = "a str (a route: local, remote, lease, here, here-upload or wait)";
+    reason: String = "a str";
+    verified: bool = "a bool";
+    path: std::path::PathBuf = "a path (str or os.PathLike)";
     table_dtype: String = "\"canonical\" or \"runtime\"";
     offset: String = "a str (the offset's name)";
     frontend: String = "a str";
@@ -134,6 +137,41 @@ optional_converters! {
 /// Errors: as [`arg`].
 pub fn required_cache_dir(obj: &Bound<'_, PyAny>) -> PyResult<std::path::PathBuf> {
     arg(obj, "cache_dir", "a path (str or os.PathLike)")
+}
+
+/// The argument `key` of GT4Py's store and shared tier: 32 hex digits, as the key they name.
+///
+/// Errors: as [`arg`] for another type; `TableValueError` for a str that is not 32 hex digits.
+pub fn hex_key(obj: &Bound<'_, PyAny>) -> PyResult<gridkey_fingerprint::TranslationKey> {
+    let text: String = arg(obj, "key", "a str of 32 hex digits")?;
+    text.parse().map_err(|e: gridkey_fingerprint::FingerprintError| crate::errors::IntoPyErr::into_py_err(e))
+}
+
+/// The argument `kind` of GT4Py's store and shared tier: `"translation"` or `"extension"`.
+///
+/// Errors: as [`arg`] for another type; `TableValueError` for another str.
+pub fn gt4py_kind(obj: &Bound<'_, PyAny>) -> PyResult<gridkey_fingerprint::gt4py::Gt4pyKind> {
+    let name: String = arg(obj, "kind", "\"translation\" or \"extension\"")?;
+    gridkey_fingerprint::gt4py::Gt4pyKind::from_name(&name).ok_or_else(|| {
+        error(
+            Kind::Value,
+            format!("argument kind is {name:?}, not a GT4Py entry kind: pass \"translation\" or \"extension\""),
+        )
+    })
+}
+
+/// The argument `store` of `Gt4pyShared`: a `gridkey.Gt4pyStore`.
+///
+/// Errors: `TableTypeError` naming the argument.
+pub fn gt4py_store<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py, crate::gt4py_tiers::Gt4pyStore>> {
+    instance::<crate::gt4py_tiers::Gt4pyStore>(obj, "store").cloned()
+}
+
+/// The argument `settings` where it is required (`Gt4pyShared.connect`): a `gridkey.Settings`.
+///
+/// Errors: `TableTypeError` naming the argument.
+pub fn required_settings<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py, crate::settings::Settings>> {
+    instance::<crate::settings::Settings>(obj, "settings").cloned()
 }
 
 /// The argument `settings`: a `gridkey.Settings`, or None.

@@ -107,10 +107,6 @@ pub fn gt4py_translation_key(
     core::translation_entry_key(&gt4py_version, &cache_name, &gt4py_key).to_hex()
 }
 
-fn parse_key(key: &str) -> PyResult<TranslationKey> {
-    key.parse().map_err(|e: FingerprintError| e.into_py_err())
-}
-
 /// GT4Py's store in gridkey's cache directory: `<cache_dir>/gt4py-v1/{translation,extension}/`,
 /// entries in the translation cache's checked format (magic, version, key, length, checksum),
 /// written atomically. A truncated, corrupted or misplaced entry is a miss, removed and counted
@@ -123,16 +119,16 @@ pub struct Gt4pyStore {
 }
 
 impl Gt4pyStore {
-    fn get(&self, kind: Gt4pyKind, key: &str) -> PyResult<Option<Vec<u8>>> {
-        match self.inner.get(kind, &parse_key(key)?) {
-            Ok(payload) => Ok(Some(payload)),
-            Err(Miss::Absent) => Ok(None),
+    fn get(&self, kind: Gt4pyKind, key: &TranslationKey) -> Option<Vec<u8>> {
+        match self.inner.get(kind, key) {
+            Ok(payload) => Some(payload),
+            Err(Miss::Absent) => None,
             Err(Miss::Invalid(why)) => {
                 self.rejected.fetch_add(1, Ordering::Relaxed);
                 if let Ok(mut last) = self.last_rejection.lock() {
                     *last = Some(why);
                 }
-                Ok(None)
+                None
             }
         }
     }
@@ -169,13 +165,14 @@ impl Gt4pyStore {
 
     /// The path of the entry of `kind` (`"translation"` or `"extension"`) under `key`.
     ///
-    /// Errors: `TableValueError` for another kind or a key that is not 32 hex digits.
+    /// Errors: `TableTypeError` for an argument of another type; `TableValueError` for another
+    /// kind or a key that is not 32 hex digits.
     fn entry_path(
         &self,
-        #[pyo3(from_py_with = args::kind)] kind: String,
-        #[pyo3(from_py_with = args::key)] key: String,
+        #[pyo3(from_py_with = args::gt4py_kind)] kind: Gt4pyKind,
+        #[pyo3(from_py_with = args::hex_key)] key: TranslationKey,
     ) -> PyResult<PathBuf> {
-        Ok(self.inner.entry_path(kind_of(&kind)?, &parse_key(&key)?))
+        Ok(self.inner.entry_path(kind, &key))
     }
 
     /// The checked bytes of the translation entry `key` (a pickle GT4Py wrote), or None.
@@ -184,9 +181,9 @@ impl Gt4pyStore {
     fn get_translation<'py>(
         &self,
         py: Python<'py>,
-        #[pyo3(from_py_with = args::key)] key: String,
+        #[pyo3(from_py_with = args::hex_key)] key: TranslationKey,
     ) -> PyResult<Option<Bound<'py, PyBytes>>> {
-        Ok(guard(|| self.get(Gt4pyKind::Translation, &key))?.map(|b| PyBytes::new(py, &b)))
+        Ok(guard(|| Ok(self.get(Gt4pyKind::Translation, &key)))?.map(|b| PyBytes::new(py, &b)))
     }
 
     /// Stores `data` as the translation entry `key`; returns the entry's path.
@@ -194,10 +191,9 @@ impl Gt4pyStore {
     /// Errors: `GridkeyOSError` naming the entry when it cannot be written (nothing is left).
     fn put_translation(
         &self,
-        #[pyo3(from_py_with = args::key)] key: String,
+        #[pyo3(from_py_with = args::hex_key)] key: TranslationKey,
         #[pyo3(from_py_with = args::data)] data: Vec<u8>,
     ) -> PyResult<PathBuf> {
-        let key = parse_key(&key)?;
         guard(|| self.inner.put(Gt4pyKind::Translation, &key, &data).map_err(IntoPyErr::into_py_err))
     }
 
@@ -209,11 +205,10 @@ impl Gt4pyStore {
     fn put_extension(
         &self,
         py: Python<'_>,
-        #[pyo3(from_py_with = args::key)] key: String,
+        #[pyo3(from_py_with = args::hex_key)] key: TranslationKey,
         #[pyo3(from_py_with = args::folder)] folder: PathBuf,
         #[pyo3(from_py_with = args::names)] names: Vec<String>,
     ) -> PyResult<(PathBuf, u64)> {
-        let key = parse_key(&key)?;
         guard(|| {
             let mut files = Vec::new();
             for name in names {
@@ -234,10 +229,14 @@ impl Gt4pyStore {
     /// Removes the entry of `kind` (`"translation"` or `"extension"`) under `key`, if any: one
     /// that came from the shared tier and failed its check here.
     ///
-    /// Errors: `TableValueError` for another kind or a key that is not 32 hex digits.
-    fn remove(&self, kind: &str, key: &str) -> PyResult<()> {
-        self.inner.remove(kind_of(kind)?, &parse_key(key)?);
-        Ok(())
+    /// Errors: `TableTypeError` for an argument of another type; `TableValueError` for another
+    /// kind or a key that is not 32 hex digits.
+    fn remove(
+        &self,
+        #[pyo3(from_py_with = args::gt4py_kind)] kind: Gt4pyKind,
+        #[pyo3(from_py_with = args::hex_key)] key: TranslationKey,
+    ) {
+        self.inner.remove(kind, &key);
     }
 
     /// Writes the files of the stored extension `key` into the build folder `folder`, each
@@ -249,11 +248,11 @@ impl Gt4pyStore {
     fn materialize(
         &self,
         py: Python<'_>,
-        #[pyo3(from_py_with = args::key)] key: String,
+        #[pyo3(from_py_with = args::hex_key)] key: TranslationKey,
         #[pyo3(from_py_with = args::folder)] folder: PathBuf,
     ) -> PyResult<Option<Vec<String>>> {
         guard(|| {
-            let Some(bundle) = self.get(Gt4pyKind::Extension, &key)? else { return Ok(None) };
+            let Some(bundle) = self.get(Gt4pyKind::Extension, &key) else { return Ok(None) };
             let files = core::decode_bundle(&bundle).map_err(|why| error(Kind::Value, why))?;
             py.detach(|| write_files(&folder, &files))?;
             Ok(Some(files.into_iter().map(|(name, _)| name).collect()))
@@ -272,10 +271,4 @@ fn write_files(folder: &Path, files: &[(String, Vec<u8>)]) -> PyResult<()> {
         })?;
     }
     Ok(())
-}
-
-fn kind_of(kind: &str) -> PyResult<Gt4pyKind> {
-    Gt4pyKind::ALL.into_iter().find(|k| k.dir() == kind).ok_or_else(|| {
-        error(Kind::Value, format!("{kind:?} is not a GT4Py entry kind: expected translation or extension"))
-    })
 }

@@ -12,11 +12,12 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use gridkey_fingerprint::gt4py::{self as core, Gt4pyKind};
-use gridkey_fingerprint::shared::{Domain, Kind, ObjectKey, Route, SharedSession, Taken, Verified};
+use gridkey_fingerprint::shared::{each, Domain, Kind, ObjectKey, Route, SharedSession, Taken, Verified};
 use gridkey_fingerprint::TranslationKey;
 use gridkey_remote::{Remote, RemoteTier};
 use pyo3::prelude::*;
 
+use crate::args;
 use crate::errors::{error, guard, Kind as ErrorKind};
 use crate::gt4py_tiers::Gt4pyStore;
 use crate::settings::Settings;
@@ -49,21 +50,6 @@ pub struct Gt4pyShared {
     state: Mutex<State>,
 }
 
-fn kind_of(kind: &str) -> PyResult<(Kind, Gt4pyKind)> {
-    match kind {
-        "translation" => Ok((Kind::Gt4pyTranslation, Gt4pyKind::Translation)),
-        "extension" => Ok((Kind::Gt4pyExtension, Gt4pyKind::Extension)),
-        _ => Err(error(
-            ErrorKind::Value,
-            format!("{kind:?} is not a GT4Py object kind: expected translation or extension"),
-        )),
-    }
-}
-
-fn key_of(key: &str) -> PyResult<TranslationKey> {
-    key.parse().map_err(|e: gridkey_fingerprint::FingerprintError| error(ErrorKind::Value, e.to_string()))
-}
-
 fn route_name(route: Route) -> &'static str {
     match route {
         Route::Local => "local",
@@ -75,6 +61,9 @@ fn route_name(route: Route) -> &'static str {
     }
 }
 
+/// The route named `name` (the argument `route`).
+///
+/// Errors: `TableValueError` for a name that is not a route.
 fn route_of(name: &str) -> PyResult<Route> {
     Ok(match name {
         "local" => Route::Local,
@@ -86,7 +75,9 @@ fn route_of(name: &str) -> PyResult<Route> {
         _ => {
             return Err(error(
                 ErrorKind::Value,
-                format!("{name:?} is not a route: expected local, remote, lease, here, here-upload or wait"),
+                format!(
+                    "argument route is {name:?}, not a route: pass local, remote, lease, here, here-upload or wait"
+                ),
             ))
         }
     })
@@ -111,16 +102,22 @@ impl Gt4pyShared {
     }
 
     /// Plan or wait (one program) for the object of `kind` under `key`, storing what arrives.
-    fn route(&self, py: Python<'_>, kind: &str, key: &str, store: &Gt4pyStore, wait: bool) -> PyResult<&'static str> {
-        let (kind, local) = kind_of(kind)?;
-        let key = key_of(key)?;
+    fn route(
+        &self,
+        py: Python<'_>,
+        local: Gt4pyKind,
+        key: TranslationKey,
+        store: &Gt4pyStore,
+        wait: bool,
+    ) -> &'static str {
+        let kind = local.object_kind();
         let object = *key.as_bytes();
         let route = py.detach(|| {
             let mut state = self.state();
             let id = state.id(kind, object);
             let mut keys = vec![[0u8; 16]; id + 1];
             keys[id] = object;
-            let mut take = |_: usize, payload: &[u8]| store_locally(&store.inner, local, &key, payload);
+            let mut take = each(|_: usize, payload: &[u8]| store_locally(&store.inner, local, &key, payload));
             if wait {
                 state.session.wait(kind, &keys, &[id], &mut take)[0]
             } else {
@@ -129,7 +126,7 @@ impl Gt4pyShared {
                 state.session.plan(kind, &keys, &hit, &mut take)[id]
             }
         });
-        Ok(route_name(route))
+        route_name(route)
     }
 }
 
@@ -140,10 +137,16 @@ impl Gt4pyShared {
     /// cannot be reached is not an error: the tier is off, with one `warning`, after at most the
     /// connect timeout.
     ///
-    /// Errors: `SettingsError` for a misconfiguration (a URL it cannot use, refused
+    /// Errors: `TableTypeError` for `settings` that is not a `gridkey.Settings` or a `cache_dir`
+    /// that is not a path; `SettingsError` for a misconfiguration (a URL it cannot use, refused
     /// credentials, a key file that is missing, malformed or writable by others), with its fix.
     #[staticmethod]
-    fn connect(py: Python<'_>, settings: &Settings, cache_dir: PathBuf) -> PyResult<Option<Self>> {
+    fn connect(
+        py: Python<'_>,
+        #[pyo3(from_py_with = args::required_settings)] settings: Bound<'_, Settings>,
+        #[pyo3(from_py_with = args::required_cache_dir)] cache_dir: PathBuf,
+    ) -> PyResult<Option<Self>> {
+        let settings = settings.borrow();
         guard(|| {
             let Some(remote) = settings.remote() else { return Ok(None) };
             let remote =
@@ -201,22 +204,32 @@ impl Gt4pyShared {
     /// Looks the object of `kind` under `key` up without a lease (quarantined objects are not
     /// fetched) and writes a checked one into `store` (a `Gt4pyStore`). Returns whether it did.
     ///
-    /// Errors: `TableValueError` for another kind or a key that is not 32 hex digits.
-    fn fetch(&self, py: Python<'_>, kind: &str, key: &str, store: &Bound<'_, Gt4pyStore>) -> PyResult<bool> {
+    /// Errors: `TableTypeError` for an argument of another type; `TableValueError` for another
+    /// kind or a key that is not 32 hex digits.
+    fn fetch(
+        &self,
+        py: Python<'_>,
+        #[pyo3(from_py_with = args::gt4py_kind)] kind: Gt4pyKind,
+        #[pyo3(from_py_with = args::hex_key)] key: TranslationKey,
+        #[pyo3(from_py_with = args::gt4py_store)] store: Bound<'_, Gt4pyStore>,
+    ) -> bool {
         let store = store.get();
-        let (kind, local) = kind_of(kind)?;
-        let key = key_of(key)?;
+        let (kind, local) = (kind.object_kind(), kind);
         let object = *key.as_bytes();
-        Ok(py.detach(|| {
+        py.detach(|| {
             let mut state = self.state();
             let id = state.id(kind, object);
             let mut stored = false;
-            state.session.fetch(kind, &[(id, object)], &mut |_, payload| {
-                stored = store_locally(&store.inner, local, &key, payload) == Taken::Stored;
-                stored
-            });
+            state.session.fetch(
+                kind,
+                &[(id, object)],
+                &mut each(|_, payload| {
+                    stored = store_locally(&store.inner, local, &key, payload) == Taken::Stored;
+                    stored
+                }),
+            );
             stored
-        }))
+        })
     }
 
     /// Who makes the object of `kind` under `key` that `store` lacks: looks it up once more and
@@ -224,10 +237,16 @@ impl Gt4pyShared {
     /// makes it, then `upload`), `"wait"` (another writer holds the lease: call `wait`),
     /// `"here"` or `"here-upload"` (make it here; upload it only in the second case).
     ///
-    /// Errors: `TableValueError` for another kind or a key that is not 32 hex digits.
-    fn claim(&self, py: Python<'_>, kind: &str, key: &str, store: &Bound<'_, Gt4pyStore>) -> PyResult<&'static str> {
-        let store = store.get();
-        self.route(py, kind, key, store, false)
+    /// Errors: `TableTypeError` for an argument of another type; `TableValueError` for another
+    /// kind or a key that is not 32 hex digits.
+    fn claim(
+        &self,
+        py: Python<'_>,
+        #[pyo3(from_py_with = args::gt4py_kind)] kind: Gt4pyKind,
+        #[pyo3(from_py_with = args::hex_key)] key: TranslationKey,
+        #[pyo3(from_py_with = args::gt4py_store)] store: Bound<'_, Gt4pyStore>,
+    ) -> &'static str {
+        self.route(py, kind, key, store.get(), false)
     }
 
     /// Waits on another writer's lease on the object of `kind` under `key` (at most
@@ -235,10 +254,16 @@ impl Gt4pyShared {
     /// `"lease"` when its holder died and this writer took the lease over, `"here"` or
     /// `"here-upload"` otherwise.
     ///
-    /// Errors: `TableValueError` for another kind or a key that is not 32 hex digits.
-    fn wait(&self, py: Python<'_>, kind: &str, key: &str, store: &Bound<'_, Gt4pyStore>) -> PyResult<&'static str> {
-        let store = store.get();
-        self.route(py, kind, key, store, true)
+    /// Errors: `TableTypeError` for an argument of another type; `TableValueError` for another
+    /// kind or a key that is not 32 hex digits.
+    fn wait(
+        &self,
+        py: Python<'_>,
+        #[pyo3(from_py_with = args::gt4py_kind)] kind: Gt4pyKind,
+        #[pyo3(from_py_with = args::hex_key)] key: TranslationKey,
+        #[pyo3(from_py_with = args::gt4py_store)] store: Bound<'_, Gt4pyStore>,
+    ) -> &'static str {
+        self.route(py, kind, key, store.get(), true)
     }
 
     /// Uploads the object of `kind` under `key` as `store` holds it, when `route` uploads
@@ -247,21 +272,21 @@ impl Gt4pyShared {
     /// extension's module, ADR 0041). `verified=False` (it failed) uploads nothing and releases
     /// the lease. Returns whether something was uploaded.
     ///
-    /// Errors: `TableValueError` for another kind, route, or a key that is not 32 hex digits.
+    /// Errors: `TableTypeError` for an argument of another type; `TableValueError` for another
+    /// kind, route, or a key that is not 32 hex digits.
     #[pyo3(signature = (kind, key, route, store, *, verified = true))]
     fn upload(
         &self,
         py: Python<'_>,
-        kind: &str,
-        key: &str,
-        route: &str,
-        store: &Bound<'_, Gt4pyStore>,
-        verified: bool,
+        #[pyo3(from_py_with = args::gt4py_kind)] kind: Gt4pyKind,
+        #[pyo3(from_py_with = args::hex_key)] key: TranslationKey,
+        #[pyo3(from_py_with = args::route)] route: String,
+        #[pyo3(from_py_with = args::gt4py_store)] store: Bound<'_, Gt4pyStore>,
+        #[pyo3(from_py_with = args::verified)] verified: bool,
     ) -> PyResult<bool> {
         let store = store.get();
-        let (kind, local) = kind_of(kind)?;
-        let key = key_of(key)?;
-        let route = route_of(route)?;
+        let (kind, local) = (kind.object_kind(), kind);
+        let route = route_of(&route)?;
         let object = *key.as_bytes();
         // Each object is leased on its own: a domain of its one kind.
         let domain = Domain { translation: kind, artifact: kind };
@@ -284,26 +309,33 @@ impl Gt4pyShared {
     /// Whether the object of `kind` under `key` came from the shared tier in this process (and
     /// was neither confirmed nor rejected since).
     ///
-    /// Errors: `TableValueError` for another kind or a key that is not 32 hex digits.
-    fn fetched(&self, kind: &str, key: &str) -> PyResult<bool> {
-        let (kind, _) = kind_of(kind)?;
-        let object = *key_of(key)?.as_bytes();
+    /// Errors: `TableTypeError` for an argument of another type; `TableValueError` for another
+    /// kind or a key that is not 32 hex digits.
+    fn fetched(
+        &self,
+        #[pyo3(from_py_with = args::gt4py_kind)] kind: Gt4pyKind,
+        #[pyo3(from_py_with = args::hex_key)] key: TranslationKey,
+    ) -> bool {
+        let (kind, object) = (kind.object_kind(), *key.as_bytes());
         let state = self.state();
-        Ok(state.ids.get(&(kind, object)).is_some_and(|&id| state.session.fetched(id, kind)))
+        state.ids.get(&(kind, object)).is_some_and(|&id| state.session.fetched(id, kind))
     }
 
     /// The object of `kind` under `key` that came from the shared tier passed its check here:
     /// it is no longer held for a rejection.
     ///
-    /// Errors: `TableValueError` for another kind or a key that is not 32 hex digits.
-    fn confirm(&self, kind: &str, key: &str) -> PyResult<()> {
-        let (kind, _) = kind_of(kind)?;
-        let object = *key_of(key)?.as_bytes();
+    /// Errors: `TableTypeError` for an argument of another type; `TableValueError` for another
+    /// kind or a key that is not 32 hex digits.
+    fn confirm(
+        &self,
+        #[pyo3(from_py_with = args::gt4py_kind)] kind: Gt4pyKind,
+        #[pyo3(from_py_with = args::hex_key)] key: TranslationKey,
+    ) {
+        let (kind, object) = (kind.object_kind(), *key.as_bytes());
         let mut state = self.state();
         if let Some(&id) = state.ids.get(&(kind, object)) {
             state.session.confirm(id);
         }
-        Ok(())
     }
 
     /// Rejects the object of `kind` under `key` that came from the shared tier and failed a
@@ -311,16 +343,22 @@ impl Gt4pyShared {
     /// object fetched), a reader quarantines it on this node and does not fetch it again.
     /// Returns the sentence saying which, or None when it did not come from the shared tier.
     ///
-    /// Errors: `TableValueError` for another kind or a key that is not 32 hex digits.
-    fn reject(&self, py: Python<'_>, kind: &str, key: &str, reason: &str) -> PyResult<Option<String>> {
-        let (kind, _) = kind_of(kind)?;
-        let object = *key_of(key)?.as_bytes();
-        Ok(py.detach(|| {
+    /// Errors: `TableTypeError` for an argument of another type; `TableValueError` for another
+    /// kind or a key that is not 32 hex digits.
+    fn reject(
+        &self,
+        py: Python<'_>,
+        #[pyo3(from_py_with = args::gt4py_kind)] kind: Gt4pyKind,
+        #[pyo3(from_py_with = args::hex_key)] key: TranslationKey,
+        #[pyo3(from_py_with = args::reason)] reason: String,
+    ) -> Option<String> {
+        let (kind, object) = (kind.object_kind(), *key.as_bytes());
+        py.detach(|| {
             let mut state = self.state();
             let id = *state.ids.get(&(kind, object))?;
-            let rejected = state.session.reject(id, &[kind], reason);
+            let rejected = state.session.reject(id, &[kind], &reason);
             (!rejected.is_empty()).then(|| rejected.describe())
-        }))
+        })
     }
 
     /// Adds this process's counters to the server's totals (`gridkey cache stats`); a reader
@@ -345,6 +383,6 @@ impl Gt4pyShared {
 ///
 /// Errors: `SettingsError` naming the file when it exists or cannot be written.
 #[pyfunction]
-pub fn remote_keygen(path: PathBuf) -> PyResult<String> {
+pub fn remote_keygen(#[pyo3(from_py_with = args::path)] path: PathBuf) -> PyResult<String> {
     guard(|| gridkey_remote::trust::generate_signing_key(&path).map_err(|e| error(ErrorKind::Settings, e.to_string())))
 }

@@ -67,6 +67,12 @@ def cases(root: Path) -> list[Case]:
     inputs = gridkey.KeyInputs("f", "1", "p", b"", {}, view)
     locks = gridkey.KeyLocks(root / "locks")
     gt4py = gridkey._gridkey.Gt4pyStore(root / "gt4py")
+    # A shared tier that is off at once (nothing listens on the port): its calls check their arguments all the same.
+    off = gridkey.Settings.from_vars(
+        {"GRIDKEY_REMOTE_URL": "redis://127.0.0.1:9/", "GRIDKEY_REMOTE_TRUST": "acl", "GRIDKEY_REMOTE_CONNECT_TIMEOUT": "0.2"}
+    )
+    shared = core.Gt4pyShared.connect(off, root / "shared")
+    assert shared is not None and not shared.is_on
     domain, local, codomain = dims()
     key_args: dict[str, Any] = dict(
         frontend="f", frontend_version="1", program="p", encoding=b"", options={}, provider=view
@@ -143,6 +149,38 @@ def cases(root: Path) -> list[Case]:
         Case("Gt4pyStore.put_extension", "names", lambda b: gt4py.put_extension(KEY, root, b), is_str_sequence),
         Case("Gt4pyStore.materialize", "key", lambda b: gt4py.materialize(b, root), never),
         Case("Gt4pyStore.materialize", "folder", lambda b: gt4py.materialize(KEY, b), is_path),
+        Case("Gt4pyStore.remove", "kind", lambda b: gt4py.remove(b, KEY), never),
+        Case("Gt4pyStore.remove", "key", lambda b: gt4py.remove("translation", b), never),
+        Case("Gt4pyShared.connect", "settings", lambda b: core.Gt4pyShared.connect(b, root), never),
+        Case("Gt4pyShared.connect", "cache_dir", lambda b: core.Gt4pyShared.connect(gridkey.Settings.from_vars({}), b), is_path),
+        *(
+            Case(f"Gt4pyShared.{name}", "kind", call, never)
+            for name, call in [
+                ("fetch", lambda b: shared.fetch(b, KEY, gt4py)),
+                ("claim", lambda b: shared.claim(b, KEY, gt4py)),
+                ("wait", lambda b: shared.wait(b, KEY, gt4py)),
+                ("upload", lambda b: shared.upload(b, KEY, "here", gt4py)),
+                ("fetched", lambda b: shared.fetched(b, KEY)),
+                ("confirm", lambda b: shared.confirm(b, KEY)),
+                ("reject", lambda b: shared.reject(b, KEY, "r")),
+            ]
+        ),
+        *(
+            Case(f"Gt4pyShared.{name}", "key", call, never)
+            for name, call in [
+                ("fetch", lambda b: shared.fetch("translation", b, gt4py)),
+                ("claim", lambda b: shared.claim("translation", b, gt4py)),
+                ("upload", lambda b: shared.upload("translation", b, "here", gt4py)),
+                ("fetched", lambda b: shared.fetched("translation", b)),
+                ("confirm", lambda b: shared.confirm("translation", b)),
+                ("reject", lambda b: shared.reject("translation", b, "r")),
+            ]
+        ),
+        Case("Gt4pyShared.fetch", "store", lambda b: shared.fetch("translation", KEY, b), never),
+        Case("Gt4pyShared.wait", "store", lambda b: shared.wait("translation", KEY, b), never),
+        Case("Gt4pyShared.upload", "route", lambda b: shared.upload("translation", KEY, b, gt4py), never),
+        Case("Gt4pyShared.upload", "verified", lambda b: shared.upload("translation", KEY, "here", gt4py, verified=b), never),
+        Case("Gt4pyShared.reject", "reason", lambda b: shared.reject("translation", KEY, b), is_str),
         Case("cxx_compiler_identity", "environ", lambda b: core.cxx_compiler_identity(b, root), lambda x: x == {}),
         Case("cxx_compiler_identity", "environ", lambda b: core.cxx_compiler_identity({"CXX": b}, root), is_str),
         Case("cxx_compiler_identity", "cwd", lambda b: core.cxx_compiler_identity({"CXX": "c++"}, b), is_path),

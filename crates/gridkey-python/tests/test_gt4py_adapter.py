@@ -43,6 +43,7 @@ from gt4py.next.program_processors.runners.gtfn import run_gtfn  # noqa: E402
 
 import gridkey  # noqa: E402
 import gridkey.gt4py as adapter  # noqa: E402
+from gridkey import _gt4py_tiers  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 GRID = ROOT / "data" / "grids" / "icon_grid_0013_R02B04_R.nc"
@@ -88,11 +89,12 @@ def test_install_is_idempotent_and_uninstall_restores(cache_dir: Any) -> None:
         assert wrapper is not original and wrapper.__wrapped__ is original
         assert adapter.install(cache_dir=cache_dir)
         assert compilation_tasks.make_compilation_task is wrapper
-        assert adapter.installed()
+        assert adapter.installed() and _gt4py_tiers.installed()
     finally:
         assert adapter.uninstall()
     assert compilation_tasks.make_compilation_task is original
-    assert not adapter.installed()
+    # The store's hooks on GT4Py's translation cache and build step go with it.
+    assert not adapter.installed() and not _gt4py_tiers.installed()
     assert not adapter.uninstall()
 
 

@@ -208,19 +208,19 @@ impl Node {
     /// The routes of [`KEYS`] in `domain`, every program a local miss, storing what arrives.
     fn plan(&mut self, kind: Kind) -> Vec<Route> {
         let local = &mut self.local;
-        let mut store = |i: usize, p: &[u8]| {
+        let mut store = each(|i: usize, p: &[u8]| {
             local.insert((kind, KEYS[i]), p.to_vec());
             Taken::Stored
-        };
+        });
         self.session.plan(kind, &KEYS, &[false; 3], &mut store)
     }
 
     fn wait(&mut self, kind: Kind, which: &[usize]) -> Vec<Route> {
         let local = &mut self.local;
-        let mut store = |i: usize, p: &[u8]| {
+        let mut store = each(|i: usize, p: &[u8]| {
             local.insert((kind, KEYS[i]), p.to_vec());
             Taken::Stored
-        };
+        });
         self.session.wait(kind, &KEYS, which, &mut store)
     }
 
@@ -267,10 +267,14 @@ fn two_writers_make_each_key_once_and_the_second_takes_it_from_the_first() {
     // The artifact travels without a lease once the entry is local.
     let wanted: Vec<(usize, ObjectKey)> = KEYS.iter().enumerate().map(|(i, k)| (i, library(k).0)).collect();
     let mut got = Vec::new();
-    b.session.fetch(cli.artifact, &wanted, &mut |i, p| {
-        got.push((i, p.to_vec()));
-        true
-    });
+    b.session.fetch(
+        cli.artifact,
+        &wanted,
+        &mut each(|i, p| {
+            got.push((i, p.to_vec()));
+            true
+        }),
+    );
     assert_eq!(got, KEYS.iter().enumerate().map(|(i, k)| (i, library(k).1)).collect::<Vec<_>>());
     assert!(b.session.fetched(2, Kind::KernelLibrary));
 }
@@ -334,7 +338,7 @@ fn what_the_frontend_cannot_use_or_store_is_made_here() {
     a.upload_all(Domain::CLI, &routes);
     let mut b = node(&server, 2, true);
     let answers = [Taken::Unusable, Taken::Failed, Taken::Stored];
-    let routes = b.session.plan(Kind::TranslationEntry, &KEYS, &[false; 3], &mut |i, _| answers[i]);
+    let routes = b.session.plan(Kind::TranslationEntry, &KEYS, &[false; 3], &mut each(|i, _| answers[i]));
     assert_eq!(routes, vec![Route::Here { upload: true }, Route::Here { upload: false }, Route::Remote]);
     assert!(!b.session.fetched(0, Kind::TranslationEntry));
     assert!(b.session.fetched(2, Kind::TranslationEntry));
@@ -348,13 +352,13 @@ fn what_the_frontend_cannot_use_or_store_is_made_here() {
 fn local_hits_and_an_off_tier_ask_nothing() {
     let server = Arc::new(Mutex::new(Server::default()));
     let mut a = node(&server, 1, true);
-    let routes = a.session.plan(Kind::TranslationEntry, &KEYS, &[true; 3], &mut |_, _| Taken::Stored);
+    let routes = a.session.plan(Kind::TranslationEntry, &KEYS, &[true; 3], &mut each(|_, _| Taken::Stored));
     assert_eq!(routes, vec![Route::Local; 3]);
     assert_eq!(log(&server), ["get te 0", "claim te 0", "get te 0"]);
     let dir = tempfile::tempdir().unwrap();
     let off = Client { server: server.clone(), id: 2, writer: true, on: false };
     let mut session = SharedSession::new(off, dir.path());
-    let routes = session.plan(Kind::TranslationEntry, &KEYS, &[false; 3], &mut |_, _| Taken::Stored);
+    let routes = session.plan(Kind::TranslationEntry, &KEYS, &[false; 3], &mut each(|_, _| Taken::Stored));
     assert_eq!(routes, vec![Route::Here { upload: false }; 3]);
     assert!(log(&server).is_empty());
 }
@@ -418,16 +422,24 @@ fn a_quarantined_artifact_is_not_fetched() {
     let mut r = node(&server, 2, false);
     let (key, bytes) = library(&KEYS[0]);
     let mut stored = 0;
-    r.session.fetch(Kind::Gt4pyExtension, &[(0, key)], &mut |_, p| {
-        assert_eq!(p, bytes);
-        stored += 1;
-        true
-    });
+    r.session.fetch(
+        Kind::Gt4pyExtension,
+        &[(0, key)],
+        &mut each(|_, p| {
+            assert_eq!(p, bytes);
+            stored += 1;
+            true
+        }),
+    );
     assert_eq!(stored, 1);
     assert_eq!(r.session.reject(0, &[Kind::Gt4pyExtension], "the module does not load").quarantined.len(), 1);
-    r.session.fetch(Kind::Gt4pyExtension, &[(0, key)], &mut |_, _| panic!("a quarantined object was fetched"));
+    r.session.fetch(
+        Kind::Gt4pyExtension,
+        &[(0, key)],
+        &mut each(|_, _| -> bool { panic!("a quarantined object was fetched") }),
+    );
     // A confirmed fetch is forgotten: nothing is left to reject.
-    r.session.fetch(Kind::Gt4pyExtension, &[(1, library(&KEYS[1]).0)], &mut |_, _| true);
+    r.session.fetch(Kind::Gt4pyExtension, &[(1, library(&KEYS[1]).0)], &mut each(|_, _| true));
     r.session.confirm(1);
     assert!(r.session.reject(1, &[Kind::Gt4pyExtension], "late").is_empty());
 }

@@ -627,12 +627,15 @@ def _install_runner() -> None:
 
 
 def uninstall() -> bool:
-    """Restores GT4Py's own ``make_compilation_task`` and ``runners.get_default_runner`` and forgets the memo. Returns whether the adapter was active.
+    """Restores GT4Py's own ``make_compilation_task`` and ``runners.get_default_runner``, takes gridkey's store away
+    from GT4Py's translation cache and build step (``_gt4py_tiers.uninstall``), and forgets the memo. Returns whether
+    the adapter was active.
 
     Programs already compiled keep their artifacts; the fingerprint registration stays (it concerns only
     `CompileTimeConnectivity`, which GT4Py no longer receives).
     """
     active = _state.wrapper is not None and _compilation_tasks.make_compilation_task is _state.wrapper
+    _gt4py_tiers.uninstall()
     if active:
         _compilation_tasks.make_compilation_task = _state.original
     runners = _gt("gt4py.next.otf.runners")
