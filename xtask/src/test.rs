@@ -144,7 +144,8 @@ pub fn test(root: &Path, target: &Path) -> Result<bool> {
             let bin = python.parent().context("the interpreter has a directory")?;
             let mut pytest = Command::new(&python);
             pytest
-                .args(["-m", "pytest", "-q", "crates/gridkey-python/tests"])
+                // The slowest tests' times, so that a log says where the time went.
+                .args(["-m", "pytest", "-q", "--durations=12", "crates/gridkey-python/tests"])
                 .current_dir(root)
                 .env(crate::redis_server::TEST_URL_VAR, redis.url())
                 // cmake and ninja of the environment, for the GT4Py tests' C++ build
