@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use gridkey_fingerprint::gt4py::{self as core, ExtensionKeyInputs, Gt4pyKind};
-use gridkey_fingerprint::{FingerprintError, Miss, TranslationKey};
+use gridkey_fingerprint::{Miss, TranslationKey};
 use gridkey_settings::CompilerSettings;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyMapping};
