@@ -38,13 +38,44 @@ pub fn grid_arg(args: &[String]) -> Result<PathBuf> {
     }
 }
 
+/// The variables `cargo run` sets for the binary it runs (the Cargo book, "Environment variables
+/// Cargo sets for crates"), which an xtask binary therefore sees.
+fn is_set_by_cargo_run(name: &str) -> bool {
+    name.starts_with("CARGO_PKG_")
+        || name.starts_with("CARGO_MANIFEST_")
+        || matches!(name, "CARGO_CRATE_NAME" | "CARGO_BIN_NAME" | "CARGO_PRIMARY_PACKAGE" | "OUT_DIR")
+}
+
+/// Takes off `cmd` the variables that `cargo run` set for this xtask binary, so that a cargo the
+/// command starts (directly, or through pip and maturin) sees the caller's environment.
+///
+/// A build script that declares `rerun-if-env-changed=CARGO_PKG_NAME` (ring's does, and with it
+/// rustls, redis and everything above them) would otherwise be run again, and its dependants
+/// rebuilt, by every cargo started here and then again by the next `cargo xtask`: about 80
+/// seconds of a release build each time on 2 cores.
+pub fn without_cargo_run_vars(cmd: &mut Command) -> &mut Command {
+    for (name, _) in std::env::vars_os() {
+        if name.to_str().is_some_and(is_set_by_cargo_run) {
+            cmd.env_remove(name);
+        }
+    }
+    cmd
+}
+
+/// A `cargo` command (the `CARGO` that runs this binary, else `cargo` on `PATH`) in the workspace
+/// root, without the variables of [`without_cargo_run_vars`].
+pub fn cargo() -> Command {
+    let mut cmd = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    without_cargo_run_vars(&mut cmd).current_dir(root());
+    cmd
+}
+
 /// Builds the `gridkey` binary (release) and returns its path: process-mode workers and the
 /// drivers run it.
 ///
 /// Errors: cargo cannot be run or the build fails.
 pub fn build_gridkey() -> Result<PathBuf> {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
-    let status = Command::new(cargo)
+    let status = cargo()
         .args(["build", "--release", "--quiet", "--package", "gridkey", "--bin", "gridkey"])
         .current_dir(root())
         .status()

@@ -36,7 +36,7 @@ mod py;
 mod test;
 
 use std::path::PathBuf;
-use std::process::{Command, ExitCode};
+use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use gridkey_tests::mode_matrix::{mode_matrix, ModeMatrix};
@@ -92,13 +92,11 @@ fn exit_code(result: Result<ExitCode>) -> ExitCode {
 ///
 /// Errors: cargo cannot be run.
 fn forward(package: &str, args: &[String]) -> Result<ExitCode> {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
-    let status = Command::new(&cargo)
+    let status = xtask_common::cargo()
         .args(["run", "--release", "--quiet", "--package", package, "--"])
         .args(args)
-        .current_dir(root())
         .status()
-        .with_context(|| format!("cannot run {cargo} to start {package}"))?;
+        .with_context(|| format!("cannot run cargo to start {package}"))?;
     Ok(match status.code() {
         Some(0) => ExitCode::SUCCESS,
         Some(code) => ExitCode::from(code.clamp(1, 255) as u8),

@@ -113,6 +113,8 @@ fn clean(mut cmd: Command) -> Command {
     for var in gridkey::environment() {
         cmd.env_remove(var);
     }
+    // pip runs maturin, which runs cargo: the same build of the shared crates as the others.
+    xtask_common::without_cargo_run_vars(&mut cmd);
     cmd
 }
 

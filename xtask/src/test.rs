@@ -127,9 +127,8 @@ pub fn test(root: &Path, target: &Path) -> Result<bool> {
     if package {
         require.push("gridkey-python");
     }
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
     let rust = timings.step("cargo test --workspace", || {
-        Ok(Command::new(&cargo)
+        Ok(xtask_common::cargo()
             .args(["test", "--workspace", "--no-fail-fast"])
             .current_dir(root)
             .env("GRIDKEY_TEST_PYTHON", &python)
