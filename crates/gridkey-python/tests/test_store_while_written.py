@@ -248,8 +248,9 @@ CHILD = textwrap.dedent(
 # one call and one delay), and each example's cache is removed whatever the outcome, so that
 # a failing run cannot fill the disk for the tests after it. The cache lies in memory
 # (`/dev/shm`) where there is room, so that what is measured is how the work answers the
-# signal, not how long the disk takes to take in the gigabytes written before it (a write
-# stalled by writeback once held a child past 5 s on a 2-core machine). Uninterrupted, the
+# signal, not how long the disk takes to take in the gigabytes written before it (a child
+# once ran past 5 s on a 2-core machine where by hand it answered in 0.03-0.08 s; a write
+# held by the disk's writeback is the likely cause). Uninterrupted, the
 # work on 2**39 bytes runs for minutes (or fills the memory file system and fails with
 # another exit status), so 10 s tells an answer from a run to its end.
 MEMORY_FS = Path("/dev/shm")
@@ -263,6 +264,8 @@ def interruptible_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     except OSError:
         pass
     return tmp_path_factory.mktemp("cache")
+
+
 @settings(max_examples=8, phases=[Phase.explicit, Phase.reuse, Phase.generate])
 @given(
     what=st.sampled_from(["put", "digest", "provider", "connectivity"]),
@@ -282,15 +285,12 @@ def test_ctrl_c_stops_long_work_and_leaves_no_file(tmp_path_factory: pytest.Temp
     try:
         assert child.stdout is not None and child.stdout.readline().strip() == "started"
         time.sleep(delay)
-        sent = time.monotonic()
         child.send_signal(signal.SIGINT)
         try:
             out, err = child.communicate(timeout=10)
         except subprocess.TimeoutExpired:
             pytest.fail(f"{what} ({dtype}) still ran 10 s after SIGINT")
-        answered = time.monotonic() - sent
         assert child.returncode == 3 and out.strip() == "interrupted", (child.returncode, out, err)
-        assert answered < 10, f"{what} answered SIGINT after {answered:.2f} s"
         assert stored_files(cache) == []
         assert temp_files(cache) == []
     finally:
