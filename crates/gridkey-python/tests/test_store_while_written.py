@@ -214,11 +214,15 @@ def test_the_limit_refuses_exactly_the_tables_larger_than_it(tmp_path_factory: p
 # the default limit: hashed and written for minutes), says so, and reports how it ended.
 CHILD = textwrap.dedent(
     """
-    import sys, time
+    import signal, sys, time
     import numpy as np
     from numpy.lib.stride_tricks import as_strided
     import gridkey
 
+    # Ctrl-C as at a terminal, wherever the test runs: a job started in the background by a
+    # shell without job control (a CI runner's `cmd &`) inherits SIGINT ignored, and Python
+    # then installs no KeyboardInterrupt handler, so the child would run to its end.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     cache, what, dtype = sys.argv[1], sys.argv[2], sys.argv[3]
     cols = 8
     base = np.arange(cols, dtype=dtype)
@@ -247,12 +251,10 @@ CHILD = textwrap.dedent(
 # Each example writes gigabytes before it is interrupted: no shrinking (a failure is already
 # one call and one delay), and each example's cache is removed whatever the outcome, so that
 # a failing run cannot fill the disk for the tests after it. The cache lies in memory
-# (`/dev/shm`) where there is room, so that what is measured is how the work answers the
-# signal, not how long the disk takes to take in the gigabytes written before it (a child
-# once ran past 5 s on a 2-core machine where by hand it answered in 0.03-0.08 s; a write
-# held by the disk's writeback is the likely cause). Uninterrupted, the
-# work on 2**39 bytes runs for minutes (or fills the memory file system and fails with
-# another exit status), so 10 s tells an answer from a run to its end.
+# (`/dev/shm`) where there is room, so that the gigabytes written before the signal never
+# wait on a disk. Uninterrupted, the work on 2**39 bytes runs for minutes (or fills the
+# memory file system and fails with another exit status), so 10 s tells an answer from a
+# run to its end (by hand, `put` answers in 0.03-0.09 s).
 MEMORY_FS = Path("/dev/shm")
 
 
