@@ -54,7 +54,9 @@ def node(args) -> dict:
     original_build = compiledb.CompiledbProject.build
 
     def counted_set(self, key, value):
-        if pathlib.Path(self.path).parent.name == "translation_cache":
+        # A translation cache: <build cache>/translation_cache/<backend> in GT4Py 1.2.3, gtfn_cache in 1.2.1.
+        path = pathlib.Path(self.path)
+        if path.parent.name == "translation_cache" or path.name == "gtfn_cache":
             counts["translations"] += 1
         return original_set(self, key, value)
 

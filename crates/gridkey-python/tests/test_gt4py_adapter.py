@@ -398,7 +398,9 @@ def child_env(tmp_path: Path, mode: Any="serial", lock_wait: Any=None) -> Any:
 
 
 def translation_entries(tmp_path: Path) -> Any:
-    return sorted((tmp_path / "gt4py" / ".gt4py_cache" / "translation_cache" / "gtfn").glob("*.pkl"))
+    """GT4Py's translation-cache entries of gtfn: ``translation_cache/gtfn`` in 1.2.3, ``gtfn_cache`` in 1.2.1."""
+    base = tmp_path / "gt4py" / ".gt4py_cache"
+    return sorted([*(base / "translation_cache" / "gtfn").glob("*.pkl"), *(base / "gtfn_cache").glob("*.pkl")])
 
 
 def start_translation(tmp_path: Path, *, adapter_on: Any=True, sleep: Any=0.0, lock_wait: Any=None) -> Any:

@@ -1,8 +1,9 @@
 """GT4Py's translation entries and built extensions in gridkey's cache directory (ADR 0040).
 
-GT4Py 1.2 keeps translations in a ``FileCache`` (``<build cache>/translation_cache/gtfn/<hash>.pkl``) and builds each
-extension in a folder named by the fingerprint of its source, GT4Py's version and its build system; the name does not
-encode the C++ compiler, the Python ABI or the nanobind and gridtools-cpp headers compiled in. ``install`` adds
+GT4Py 1.2 keeps translations in a ``FileCache`` (``<build cache>/translation_cache/gtfn/<hash>.pkl`` in 1.2.3,
+``<build cache>/gtfn_cache/<hash>.pkl`` in 1.2.1) and builds each extension in a folder named by the fingerprint of
+its source, GT4Py's version and its build system; the name does not encode the C++ compiler, the Python ABI or the
+nanobind and gridtools-cpp headers compiled in. ``install`` adds
 gridkey's store ``<cache_dir>/gt4py-v1/`` behind both:
 
 - a translation entry GT4Py writes is stored as ``gt4py-v1/translation/<key>.bin``, keyed by GT4Py's own entry name
@@ -370,10 +371,19 @@ def _warn_if_off() -> None:
     )
 
 
+#: Where GT4Py 1.2.1 keeps its translation caches, which it names in no constant: the folder of each backend's
+#: ``FileCache`` under the build cache -> the backend's name. 1.2.3 keeps them in
+#: ``<build cache>/<TRANSLATION_CACHE_DIR_NAME>/<backend>`` instead.
+_TRANSLATION_CACHES_1_2_1 = {"gtfn_cache": "gtfn", "translation_cache": "dace"}
+
+
 def _translation_cache(cache: Any) -> Optional[str]:
-    """The name of the translation cache (``gtfn``) a ``FileCache`` is, or None for another cache."""
+    """The name of the translation cache (``gtfn``, ``dace``) a ``FileCache`` is, or None for another cache."""
     path = pathlib.Path(cache.path)
-    return path.name if path.parent.name == _cache.TRANSLATION_CACHE_DIR_NAME else None
+    folder = getattr(_cache, "TRANSLATION_CACHE_DIR_NAME", None)
+    if folder is None:
+        return _TRANSLATION_CACHES_1_2_1.get(path.name)
+    return path.name if path.parent.name == folder else None
 
 
 def _translation_key(cache: Any, name: str, key: Any) -> tuple[pathlib.Path, str]:
