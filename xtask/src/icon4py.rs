@@ -15,7 +15,7 @@ use std::process::Command;
 
 use anyhow::{bail, Context, Result};
 
-use crate::gt4py::{find_python, prepend_path, python_version, run, MIN_PYTHON};
+use crate::gt4py::{find_python, prepend_path, python_version, run, BACKEND_DEPS, MIN_PYTHON};
 
 /// icon4py's packages of the proof, and the GT4Py release icon4py 0.4.1 pins.
 const ICON4PY: [&str; 4] = [
@@ -24,19 +24,10 @@ const ICON4PY: [&str; 4] = [
     "icon4py-common==0.4.1",
     "gt4py==1.2.1",
 ];
-/// The gtfn_cpu build dependencies, what icon4py's grid manager imports (its `io` extra, without the plotting and
-/// partitioning packages it also lists) and the test runner of the adapter's tests with gridkey's test extras.
-const EXTRA_DEPS: [&str; 9] = [
-    "cmake",
-    "ninja",
-    "nanobind",
-    "gridtools-cpp",
-    "netCDF4",
-    "xarray>=2024.10.0,<2026.4",
-    "pytest",
-    "hypothesis",
-    "xxhash",
-];
+/// What icon4py's grid manager imports (its `io` extra, without the plotting and partitioning packages it also lists)
+/// and the test runner of the adapter's tests with gridkey's test extras; with [`BACKEND_DEPS`] (the gtfn_cpu build
+/// dependencies, and SciPy, the netCDF reader of the adapter's tests and the proof) all that is installed beside icon4py.
+const EXTRA_DEPS: [&str; 5] = ["netCDF4", "xarray>=2024.10.0,<2026.4", "pytest", "hypothesis", "xxhash"];
 
 /// Runs the icon4py proof; `python` is the interpreter that creates the environment when it does not exist.
 pub fn icon4py(python: Option<std::path::PathBuf>) -> Result<bool> {
@@ -66,7 +57,7 @@ pub fn icon4py(python: Option<std::path::PathBuf>) -> Result<bool> {
     };
     pip(
         "installing icon4py 0.4.1, GT4Py 1.2.1 and their build and test dependencies",
-        &[&ICON4PY[..], &EXTRA_DEPS[..]].concat(),
+        &[&ICON4PY[..], &BACKEND_DEPS[..], &EXTRA_DEPS[..]].concat(),
     )?;
     // --force-reinstall: the wheel of this checkout, not one pip cached under the same version.
     pip("building and installing the gridkey wheel", &["--force-reinstall", "--no-deps", "./crates/gridkey-python"])?;
