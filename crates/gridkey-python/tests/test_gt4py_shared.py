@@ -11,7 +11,9 @@ from __future__ import annotations
 import os
 import pathlib
 import shutil
+import signal
 import socket
+import subprocess
 import sys
 import time
 
@@ -141,3 +143,54 @@ def test_a_dead_redis_costs_one_warning_and_local_builds(nodes: Any, tmp_path: A
     assert (row["translations"], row["builds"], row["verified"]) == (1, 1, True), row
     assert row["remote_warnings"] == 1
     assert row["stderr"].count("GT4Py translates and builds locally") == 1, row["stderr"][-3000:]
+
+
+def _lease_names(url: str, pattern: str) -> list[str]:
+    """The names matching ``pattern`` on the server ``url``, through Debian's ``redis-cli`` (installed with
+    ``redis-server``)."""
+    cli = shutil.which("redis-cli")
+    if cli is None:
+        pytest.skip("redis-cli is not installed (Debian's redis-tools, installed with redis-server)")
+    out = subprocess.run([cli, "--no-auth-warning", "-u", url, "--scan", "--pattern", pattern], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.split()
+
+
+def test_a_lease_holder_killed_while_it_builds_costs_no_run(nodes: Any, tmp_path: Any) -> None:
+    """A writer SIGKILLed (with its build) while it holds the GT4Py extension's lease (``gx``): its lease ends with its heartbeat
+    (``GRIDKEY_REMOTE_LEASE_TTL``), the next node takes it over, builds, verifies and uploads; a fresh node after it
+    then takes everything from Redis."""
+    url = _redis_url()
+    keys = nodes.cluster_keys(tmp_path / "keys")
+    namespace = f"gktest-gt4py-killed-{os.getpid()}-{time.time_ns()}"
+    env = {**nodes.shared_env(url, namespace, keys), "GRIDKEY_REMOTE_LEASE_TTL": "2"}
+    command = [sys.executable, nodes.__file__, "--node", "--grid", str(nodes.GRID), "div"]
+    holder = subprocess.Popen(
+        command,
+        env=nodes.node_env(tmp_path / "a" / ".gt4py_cache", tmp_path / "a" / "gridkey", env),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while not _lease_names(url, f"{namespace}:lease-v1:gx:*"):
+            assert holder.poll() is None, "the holder ended before it claimed the extension's lease"
+            assert time.monotonic() < deadline, "the holder claimed no extension lease in 300 s"
+            time.sleep(0.05)
+    finally:
+        if holder.poll() is None:
+            os.killpg(holder.pid, signal.SIGKILL)
+        holder.wait()
+
+    # Bounded below the lease wait: a lease left behind by the dead holder would hold the taker for all of it.
+    waits = {**env, "GRIDKEY_REMOTE_LEASE_WAIT": "240"}
+    taker = nodes.run_node(tmp_path / "b" / ".gt4py_cache", tmp_path / "b" / "gridkey", ["div"], extra_env=waits)
+    assert taker["compile_seconds"] < 240, taker
+    assert taker["verified"] and taker["builds"] == 1 and taker["extensions_uploaded"] == 1, taker
+    assert taker["remote_warnings"] == 0 and taker["remote_rejected"] == 0, taker
+    assert _lease_names(url, f"{namespace}:lease-v1:*") == []
+
+    fresh = nodes.run_node(tmp_path / "c" / ".gt4py_cache", tmp_path / "c" / "gridkey", ["div"], extra_env=env)
+    assert (fresh["translations"], fresh["builds"], fresh["extensions_from_remote"]) == (0, 0, 1), fresh
+    assert fresh["verified"]
