@@ -506,3 +506,31 @@ def test_a_warm_start_starts_no_pool_and_a_miss_still_goes_to_it(tmp_path: Path)
     # Without the adapter the same warm cache goes to the pool: what the adapter removes.
     without = run_child(tmp_path, "process", "div", adapter_on=False)
     assert without["verified"] and without["default_runner"] == "ProcessRunner" and without["pool_workers"] >= 1
+
+
+@pytest.mark.parametrize(
+    "folder, constant, expected",
+    [
+        ("translation_cache/gtfn", "translation_cache", "gtfn"),  # GT4Py 1.2.3
+        ("gtfn_cache", None, "gtfn"),  # GT4Py 1.2.1, which names the folder in no constant
+        ("translation_cache", None, "dace"),  # GT4Py 1.2.1's DaCe backend
+        ("gtfn_cache", "translation_cache", None),  # not a translation cache of 1.2.3
+        ("other", None, None),
+    ],
+)
+def test_translation_caches_are_found_in_both_gt4py_layouts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, folder: str, constant: str | None, expected: str | None
+) -> None:
+    """GT4Py 1.2.1 has no ``TRANSLATION_CACHE_DIR_NAME``: looking it up ended every compile there with an
+    AttributeError (5 of these tests failed on 1.2.1)."""
+    from gt4py.next.otf.compilation import cache as gt4py_cache  # the module the adapter reads the constant from
+
+    if constant is None:
+        monkeypatch.delattr(gt4py_cache, "TRANSLATION_CACHE_DIR_NAME", raising=False)
+    else:
+        monkeypatch.setattr(gt4py_cache, "TRANSLATION_CACHE_DIR_NAME", constant, raising=False)
+
+    class Cache:
+        path = str(tmp_path / ".gt4py_cache" / folder)
+
+    assert _gt4py_tiers._translation_cache(Cache()) == expected
