@@ -25,8 +25,9 @@ const ICON4PY: [&str; 4] = [
     "gt4py==1.2.1",
 ];
 /// What icon4py's grid manager imports (its `io` extra, without the plotting and partitioning packages it also lists)
-/// and the test runner of the adapter's tests with gridkey's test extras; with [`BACKEND_DEPS`] (the gtfn_cpu build
-/// dependencies, and SciPy, the netCDF reader of the adapter's tests and the proof) all that is installed beside icon4py.
+/// and the test runner of the adapter's tests with gridkey's test extras. With [`BACKEND_DEPS`] (the gtfn_cpu build
+/// dependencies, and SciPy, the netCDF reader of the adapter's tests and the proof) it is all that is installed
+/// beside icon4py.
 const EXTRA_DEPS: [&str; 5] = ["netCDF4", "xarray>=2024.10.0,<2026.4", "pytest", "hypothesis", "xxhash"];
 
 /// Runs the icon4py proof; `python` is the interpreter that creates the environment when it does not exist.

@@ -522,7 +522,7 @@ def test_translation_caches_are_found_in_both_gt4py_layouts(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, folder: str, constant: str | None, expected: str | None
 ) -> None:
     """GT4Py 1.2.1 has no ``TRANSLATION_CACHE_DIR_NAME``: looking it up ended every compile there with an
-    AttributeError (5 of these tests failed on 1.2.1)."""
+    AttributeError (5 of this file's tests failed on 1.2.1 so)."""
     from gt4py.next.otf.compilation import cache as gt4py_cache  # the module the adapter reads the constant from
 
     if constant is None:

@@ -151,15 +151,16 @@ def _lease_names(url: str, pattern: str) -> list[str]:
     cli = shutil.which("redis-cli")
     if cli is None:
         pytest.skip("redis-cli is not installed (Debian's redis-tools, installed with redis-server)")
-    out = subprocess.run([cli, "--no-auth-warning", "-u", url, "--scan", "--pattern", pattern], capture_output=True, text=True, timeout=30)
+    command = [cli, "--no-auth-warning", "-u", url, "--scan", "--pattern", pattern]
+    out = subprocess.run(command, capture_output=True, text=True, timeout=30)
     assert out.returncode == 0, out.stderr
     return out.stdout.split()
 
 
 def test_a_lease_holder_killed_while_it_builds_costs_no_run(nodes: Any, tmp_path: Any) -> None:
-    """A writer SIGKILLed (with its build) while it holds the GT4Py extension's lease (``gx``): its lease ends with its heartbeat
-    (``GRIDKEY_REMOTE_LEASE_TTL``), the next node takes it over, builds, verifies and uploads; a fresh node after it
-    then takes everything from Redis."""
+    """A writer SIGKILLed (with its build) while it holds the GT4Py extension's lease (``gx``): its lease ends with
+    its heartbeat (``GRIDKEY_REMOTE_LEASE_TTL``), the next node takes it over, builds, verifies and uploads; a fresh
+    node after it then takes everything from Redis."""
     url = _redis_url()
     keys = nodes.cluster_keys(tmp_path / "keys")
     namespace = f"gktest-gt4py-killed-{os.getpid()}-{time.time_ns()}"
