@@ -120,8 +120,8 @@ pub struct Kernel {
     program: Program,
     artifact: PathBuf,
     run: RunFn,
-    // Keeps the code behind `run` mapped; dropped last.
-    _library: libloading::Library,
+    // Keeps the code behind `run` mapped; dropped before the lock.
+    _library: PrivateCopy,
     // A shared lock on the library file while it is loaded: `gridkey cache gc` spares it (ADR 0009).
     _lock: std::fs::File,
 }
@@ -167,9 +167,9 @@ impl Kernel {
         let library = load_private_copy(artifact, elf).map_err(err)?;
         // SAFETY: the symbols are declared in the emitted C with exactly these signatures.
         let (abi, digest, run) = unsafe {
-            let abi = *library.get::<AbiFn>("gk_abi_version").map_err(|e| err(e.to_string()))?;
-            let digest = *library.get::<DigestFn>("gk_program_digest").map_err(|e| err(e.to_string()))?;
-            let run = *library.get::<RunFn>("gk_run").map_err(|e| err(e.to_string()))?;
+            let abi = *library.library.get::<AbiFn>("gk_abi_version").map_err(|e| err(loader_error(&e)))?;
+            let digest = *library.library.get::<DigestFn>("gk_program_digest").map_err(|e| err(loader_error(&e)))?;
+            let run = *library.library.get::<RunFn>("gk_run").map_err(|e| err(loader_error(&e)))?;
             (abi, digest, run)
         };
         // SAFETY: both functions take no argument and return a constant.
@@ -452,11 +452,61 @@ pub fn max_relative_error(got: &Fields, want: &Fields) -> f64 {
     worst
 }
 
-/// Loads `elf` (the checked bytes of the library at `artifact`) from a private copy: a temp file
-/// with a unique name beside it, readable by this user only, unlinked once loaded (so the name
-/// the loader records is never reused while the library is loaded). Where no temp file can be
-/// written there (a read-only cache), the library file itself is loaded.
-fn load_private_copy(artifact: &Path, elf: &[u8]) -> Result<libloading::Library, String> {
+/// A library loaded from a private copy of its checked bytes. The fields drop in order: the
+/// library is unloaded before its anonymous memory file, if it has one, is closed.
+struct PrivateCopy {
+    library: libloading::Library,
+    // Open while the library is loaded, so that its name `/proc/self/fd/N` is not reused.
+    _memory: Option<std::os::fd::OwnedFd>,
+}
+
+/// Loads `elf` (the checked bytes of the library at `artifact`) from a private copy: an
+/// anonymous memory file (`memfd_create(2)`), sealed against any change once written and loaded
+/// through `/proc/self/fd/N`, so that a load creates and removes no file of the cache's file
+/// system (ADR 0048). Where that cannot be done (no `memfd_create`, memory files not
+/// executable, no `/proc`), a temp file beside the library ([`load_temp_copy`]).
+fn load_private_copy(artifact: &Path, elf: &[u8]) -> Result<PrivateCopy, String> {
+    match load_memory_copy(elf) {
+        Some(copy) => Ok(copy),
+        None => load_temp_copy(artifact, elf),
+    }
+}
+
+/// `elf` loaded from a new anonymous memory file, sealed (no write, no size change, no new seal)
+/// before it is loaded, or `None` where the system cannot make, seal or load one.
+fn load_memory_copy(elf: &[u8]) -> Option<PrivateCopy> {
+    use rustix::fs::{MemfdFlags, SealFlags};
+    use std::os::fd::AsRawFd as _;
+    let flags = MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING;
+    // MFD_EXEC (Linux 6.3) keeps the file executable where `vm.memfd_noexec` would not; older
+    // kernels refuse the flag.
+    let memory = rustix::fs::memfd_create(c"gridkey-kernel", flags | MemfdFlags::EXEC)
+        .or_else(|_| rustix::fs::memfd_create(c"gridkey-kernel", flags))
+        .ok()?;
+    let mut file = std::fs::File::from(memory);
+    std::io::Write::write_all(&mut file, elf).ok()?;
+    let seals = SealFlags::SHRINK | SealFlags::GROW | SealFlags::WRITE | SealFlags::SEAL;
+    rustix::fs::fcntl_add_seals(&file, seals).ok()?;
+    let path = format!("/proc/self/fd/{}", file.as_raw_fd());
+    // The loader hands back a library already loaded under the same name without opening the
+    // file: a name still held by a library that outlived its memory file (an unload that left
+    // it mapped) is not used.
+    // SAFETY: RTLD_NOLOAD never loads a library, so no initialiser runs.
+    let taken =
+        unsafe { libloading::os::unix::Library::open(Some(&path), libc::RTLD_NOLOAD | libc::RTLD_LAZY) }.is_ok();
+    if taken {
+        return None;
+    }
+    // SAFETY: as in `load_temp_copy`: the checked bytes of a library `compile` built.
+    let library = unsafe { libloading::Library::new(&path) }.ok()?;
+    Some(PrivateCopy { library, _memory: Some(file.into()) })
+}
+
+/// `elf` loaded from a temp file with a unique name beside the library at `artifact`, readable
+/// by this user only, unlinked once loaded (so the name the loader records is never reused
+/// while the library is loaded); where no temp file can be written there (a read-only cache),
+/// the library file itself is loaded (ADR 0023, ADR 0036).
+fn load_temp_copy(artifact: &Path, elf: &[u8]) -> Result<PrivateCopy, String> {
     let dir = artifact.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let copy = tempfile::Builder::new()
         .prefix(&format!("{}load-", gridkey_fs::TEMP_PREFIX))
@@ -476,9 +526,18 @@ fn load_private_copy(artifact: &Path, elf: &[u8]) -> Result<libloading::Library,
     };
     // SAFETY: the library was generated by `emit_c`, built by `compile` and its bytes checked
     // against the checksum written when it was built; its only initialisers are the C runtime's.
-    let library = unsafe { libloading::Library::new(&path) }.map_err(|e| e.to_string());
+    let library = unsafe { libloading::Library::new(&path) }.map_err(|e| loader_error(&e));
     drop(copy);
-    library
+    Ok(PrivateCopy { library: library?, _memory: None })
+}
+
+/// The loader's error with the system's own words (`dlerror(3)`), which `libloading` keeps in
+/// the error's source rather than in its message.
+fn loader_error(e: &libloading::Error) -> String {
+    match std::error::Error::source(e) {
+        Some(source) => format!("{e}: {source}"),
+        None => e.to_string(),
+    }
 }
 
 /// Checks that `bytes` is an ELF file whose every segment and section lies inside it.
@@ -492,4 +551,91 @@ fn check_complete_elf(bytes: &[u8]) -> Result<(), String> {
         section.data().map_err(|e| format!("truncated shared library ({e})"))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A shared library built by the system's C compiler from one function `gk_answer`
+    /// returning `answer`, and its bytes.
+    fn library(dir: &Path, answer: i32) -> (PathBuf, Vec<u8>) {
+        let source = dir.join(format!("answer{answer}.c"));
+        let artifact = dir.join(format!("answer{answer}.so"));
+        std::fs::write(&source, format!("int gk_answer(void) {{ return {answer}; }}\n")).unwrap();
+        let status = std::process::Command::new("cc")
+            .args(["-shared", "-fPIC", "-o"])
+            .arg(&artifact)
+            .arg(&source)
+            .status()
+            .unwrap();
+        assert!(status.success(), "cc failed: {status}");
+        let bytes = std::fs::read(&artifact).unwrap();
+        (artifact, bytes)
+    }
+
+    fn answer(copy: &PrivateCopy) -> i32 {
+        // SAFETY: `gk_answer` is declared in `library` with this signature.
+        unsafe { (*copy.library.get::<unsafe extern "C" fn() -> i32>(b"gk_answer").unwrap())() }
+    }
+
+    fn names(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> =
+            std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        names.sort();
+        names
+    }
+
+    #[test]
+    fn a_load_maps_a_sealed_memory_file_and_writes_nothing_beside_the_library() {
+        let dir = tempfile::tempdir().unwrap();
+        let (artifact, bytes) = library(dir.path(), 42);
+        let before = names(dir.path());
+        let copy = load_private_copy(&artifact, &bytes).unwrap();
+        assert_eq!(answer(&copy), 42);
+        assert_eq!(names(dir.path()), before, "a load from memory writes no file beside the library");
+        let memory = copy._memory.as_ref().expect("this Linux makes executable memory files");
+        let seals = rustix::fs::fcntl_get_seals(memory).unwrap();
+        use rustix::fs::SealFlags;
+        assert!(seals.contains(SealFlags::WRITE | SealFlags::SHRINK | SealFlags::GROW | SealFlags::SEAL), "{seals:?}");
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        assert!(maps.contains("memfd:gridkey-kernel"), "the code is mapped from the memory file");
+        // Sealed: the loaded bytes cannot be changed through the descriptor.
+        let mut file = std::fs::File::from(memory.try_clone().unwrap());
+        assert!(std::io::Write::write_all(&mut file, b"\0").is_err(), "a sealed memory file took a write");
+        assert_eq!(answer(&copy), 42);
+    }
+
+    #[test]
+    fn libraries_loaded_one_after_another_from_memory_never_take_each_others_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let libraries: Vec<_> = (1..=3).map(|n| library(dir.path(), n)).collect();
+        // Two at once, then the first dropped, so that its descriptor number (and with it the
+        // name the loader records) is free for the next load.
+        let one = load_private_copy(&libraries[0].0, &libraries[0].1).unwrap();
+        let two = load_private_copy(&libraries[1].0, &libraries[1].1).unwrap();
+        assert_eq!((answer(&one), answer(&two)), (1, 2));
+        drop(one);
+        let three = load_private_copy(&libraries[2].0, &libraries[2].1).unwrap();
+        assert_eq!((answer(&two), answer(&three)), (2, 3));
+        for _ in 0..8 {
+            let again = load_private_copy(&libraries[0].0, &libraries[0].1).unwrap();
+            assert_eq!(answer(&again), 1);
+        }
+    }
+
+    #[test]
+    fn the_temp_file_fallback_loads_the_bytes_and_leaves_no_temp_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let (artifact, bytes) = library(dir.path(), 7);
+        let before = names(dir.path());
+        let copy = load_temp_copy(&artifact, &bytes).unwrap();
+        assert_eq!(answer(&copy), 7);
+        assert!(copy._memory.is_none());
+        assert_eq!(names(dir.path()), before, "the temp copy is unlinked once loaded");
+        // Where no temp file can be written beside it, the library file itself is loaded.
+        let gone = dir.path().join("no-such-directory").join("answer7.so");
+        let err = load_temp_copy(&gone, &bytes).err().expect("a library that does not exist loads");
+        assert!(err.contains("no-such-directory"), "{err}");
+    }
 }
