@@ -8,8 +8,10 @@
 //!    manager imports without declaring it (netCDF4, xarray) and pytest with the gridkey test dependencies.
 //! 3. Builds and installs the `gridkey` wheel, then runs the adapter's tests (`tests/test_gt4py_adapter.py`) on this
 //!    GT4Py 1.2.1, as `cargo xtask py-test` runs them on 1.2.3.
-//! 4. Runs `crates/gridkey-python/proof/icon4py_proof.py --dace` on the shipped ICON R02B04 grid, scratch caches under
-//!    `target/gt4py-proof/icon4py`, results in `target/gt4py-proof/icon4py-proof.json`.
+//! 4. Starts a private `redis-server` (the one `cargo xtask with-redis` starts) and runs
+//!    `crates/gridkey-python/proof/icon4py_proof.py --dace --redis URL` on the shipped ICON R02B04 grid: the cells, the
+//!    warm starts, the DaCe cells, and icon4py's programs in N ranks on one cache and in 4 nodes sharing that server;
+//!    scratch caches under `target/gt4py-proof/icon4py`, results in `target/gt4py-proof/icon4py-proof.json`.
 
 use std::process::Command;
 
@@ -86,7 +88,12 @@ pub fn icon4py(python: Option<std::path::PathBuf>) -> Result<bool> {
         .env("PATH", &path)
         .current_dir(&root);
     clean_env(&mut command);
+    // The server lives until the proof is done.
+    let server = crate::redis_server::RedisServer::start(&crate::redis_server::ensure_installed()?, None)?;
+    println!("icon4py: redis-server on {} for the N nodes", server.url());
+    command.arg("--redis").arg(server.url());
     let status = command.status().context("cannot run the icon4py proof script")?;
+    drop(server);
     Ok(status.success())
 }
 

@@ -19,10 +19,18 @@ layouts: icon4py's own (GT4Py's default allocator), and copies made with ``alloc
 4. DaCe (``--dace``): the cell serial -> process with GT4Py's DaCe CPU backend (``run_dace_cpu``) on ``allocator=np``
    tables, without and with the adapter.
 
+5. Scale (``--redis URL``): icon4py's programs cold in N = 1, 4 and 8 ranks (separate interpreters started together,
+   serial mode, with the adapter) on one empty GT4Py cache and gridkey cache directory: the translations and C++
+   builds counted in every rank, added up, must equal the programs, and the compile wall time of the N ranks is
+   printed against 1.3x one rank; then 4 nodes (each its own GT4Py cache and gridkey cache directory, all writers of
+   the shared tier at ``URL`` signing with one key) started together: translations and builds cluster-wide must equal
+   the programs; then a fresh node warm from the shared tier (0 translations, 0 builds, every extension from Redis)
+   against the same node warm from its local caches, medians of 3, printed against 1.2x.
+
 Writes ``<work>/icon4py-proof.json`` and prints a table naming each program. Exit status 0 when every run verifies,
 every cell with the adapter re-translates 0, no run with the adapter builds anything the seed did not hold, every
-warm start translates nothing, and the control shows: without the adapter, ``allocator=np`` tables re-translate
-serial -> process.
+warm start translates nothing, the N ranks and N nodes (``--redis``) translate and build each program once, and the
+control shows: without the adapter, ``allocator=np`` tables re-translate serial -> process.
 
 ``--cell`` runs one cell's side in this interpreter (the driver starts it in a fresh one per run, with GT4Py's
 environment set); it imports icon4py and GT4Py only there, so that a process-mode worker, which re-imports this file,
@@ -36,6 +44,7 @@ import json
 import os
 import pathlib
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -128,8 +137,10 @@ def run_cell(args) -> dict:
         module = importlib.import_module(f"icon4py.model.atmosphere.{package}.stencils.{name}")
         programs[name] = getattr(module, name).with_backend(backend)
 
+    work = _count_work()
     before = _entries(translations)
     builds_before = _builds(root)
+    started_at = time.time()
     started = time.perf_counter()
     if args.adapter:
         import gridkey.gt4py
@@ -139,6 +150,7 @@ def run_cell(args) -> dict:
         program.compile(offset_provider=provider)
     compiled_program.wait_for_compilation()
     compile_seconds = time.perf_counter() - started
+    compile_window = (started_at, time.time())
     after = _entries(translations)
     builds_after = _builds(root)
 
@@ -165,6 +177,12 @@ def run_cell(args) -> dict:
         got = fields[out].asnumpy()
         errors[name] = float(np.max(np.abs(got - reference)) / max(float(np.max(np.abs(reference))), 1e-300))
     after_runs = _entries(translations)
+    tiers = {}
+    if args.adapter:
+        from gridkey import _gt4py_tiers
+
+        c = _gt4py_tiers.counters()
+        tiers = {name: getattr(c, name) for name in TIER_COUNTERS}
     return {
         "gt4py": gt4py.__version__,
         "backend": backend.name,
@@ -172,6 +190,10 @@ def run_cell(args) -> dict:
         "layout": args.layout,
         "adapter": bool(args.adapter),
         "compile_seconds": compile_seconds,
+        "compile_window": compile_window,
+        "translations": work["translations"],
+        "builds": work["builds"],
+        **tiers,
         "new_translations": len(after - before),
         "translations_while_running": len(after_runs - after),
         "new_builds": len(builds_after - builds_before),
@@ -179,6 +201,39 @@ def run_cell(args) -> dict:
         "max_rel_error": errors,
         "verified": all(e <= 1e-12 for e in errors.values()) and after_runs == after,
     }
+
+
+#: The counters of gridkey's tiers a run with the adapter reports (``gridkey._gt4py_tiers.counters()``).
+TIER_COUNTERS = (
+    "translations_from_remote", "extensions_from_remote", "translations_uploaded", "extensions_uploaded", "rejected",
+    "remote_rejected",
+)  # fmt: skip
+
+
+def _count_work() -> dict[str, int]:
+    """Counts, in this process, the writes to a GT4Py translation cache (``gtfn_cache`` in GT4Py 1.2.1,
+    ``translation_cache/<backend>`` in 1.2.3: one per translation made) and the calls of ``CompiledbProject.build``
+    (one per C++ build)."""
+    from gt4py._core import filecache
+    from gt4py.next.otf.compilation.build_systems import compiledb
+
+    counts = {"translations": 0, "builds": 0}
+    original_set = filecache.FileCache.__setitem__
+    original_build = compiledb.CompiledbProject.build
+
+    def counted_set(self, key, value):
+        path = pathlib.Path(self.path)
+        if path.parent.name == "translation_cache" or path.name == "gtfn_cache":
+            counts["translations"] += 1
+        return original_set(self, key, value)
+
+    def counted_build(self):
+        counts["builds"] += 1
+        return original_build(self)
+
+    filecache.FileCache.__setitem__ = counted_set
+    compiledb.CompiledbProject.build = counted_build
+    return counts
 
 
 def _builds(root: pathlib.Path) -> set[str]:
@@ -204,20 +259,32 @@ def cell_env(cache: pathlib.Path, mode: str, jobs: int) -> dict[str, str]:
     return env
 
 
-def run(cache: pathlib.Path, mode: str, args, layout: str, adapter: bool, backend: str = "gtfn") -> dict:
+def start(cache: pathlib.Path, mode: str, args, layout: str, adapter: bool, backend: str = "gtfn", extra_env=None):
+    """Starts one run (``--cell``) in a fresh interpreter on ``cache``; `finish` waits for it."""
     command = [
         sys.executable, str(HERE), "--cell", "--grid", str(args.grid), "--layout", layout,
         "--adapter", str(int(adapter)), "--backend", backend,
     ]  # fmt: skip
-    started = time.perf_counter()
-    done = subprocess.run(command, env=cell_env(cache, mode, args.jobs), capture_output=True, text=True)
-    if done.returncode != 0:
-        sys.stdout.write(done.stdout[-4000:])
-        sys.stdout.write(done.stderr[-8000:])
-        raise SystemExit(f"icon4py proof: the run {mode} {layout} adapter={adapter} {backend} in {cache} failed ({done.returncode})")
-    result = json.loads(done.stdout.strip().splitlines()[-1])
-    result["wall_seconds"] = time.perf_counter() - started
+    env = {**cell_env(cache, mode, args.jobs), **(extra_env or {})}
+    child = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return child, time.perf_counter(), f"{mode} {layout} adapter={adapter} {backend} in {cache}"
+
+
+def finish(started) -> dict:
+    """The JSON object of a run `start` started, with its process's wall time (exits with its output on a failure)."""
+    child, at, what = started
+    out, err = child.communicate()
+    if child.returncode != 0:
+        sys.stdout.write(out[-4000:])
+        sys.stdout.write(err[-8000:])
+        raise SystemExit(f"icon4py proof: the run {what} failed ({child.returncode})")
+    result = json.loads(out.strip().splitlines()[-1])
+    result["wall_seconds"] = time.perf_counter() - at
     return result
+
+
+def run(cache: pathlib.Path, mode: str, args, layout: str, adapter: bool, backend: str = "gtfn", extra_env=None) -> dict:
+    return finish(start(cache, mode, args, layout, adapter, backend, extra_env))
 
 
 def copy_cache(source: pathlib.Path, target: pathlib.Path) -> pathlib.Path:
@@ -304,6 +371,105 @@ def cell(args, seed: pathlib.Path, layout: str, adapter: bool, a: str, bs: list[
     return cells
 
 
+#: The compile wall time of N ranks cold on one cache against one rank cold (ADR 0039), and of a fresh node warm
+#: from the shared tier against the same node warm from its local caches: timings, printed, not the exit status.
+RANKS_LIMIT = 1.3
+NODES_LIMIT = 1.2
+
+
+def ranks(args, n: int) -> dict:
+    """``n`` ranks (serial mode, icon4py's layout, with the adapter) started together on one empty GT4Py cache and
+    gridkey cache directory: the compile wall time (the first rank's ``compile()`` to the last rank's
+    ``wait_for_compilation()``) and the translations and C++ builds counted in the ranks, added up."""
+    cache = fresh(args.work / f"ranks-{n}")
+    results = [finish(s) for s in [start(cache, "serial", args, "icon4py", True) for _ in range(n)]]
+    return {
+        "ranks": n,
+        "compile_wall_seconds": max(r["compile_window"][1] for r in results) - min(r["compile_window"][0] for r in results),
+        "wall_seconds": max(r["wall_seconds"] for r in results),
+        "translations": sum(r["translations"] for r in results),
+        "builds": sum(r["builds"] for r in results),
+        "verified": all(r["verified"] for r in results),
+    }
+
+
+def nodes(args, n: int, repeats: int = 3) -> dict:
+    """``n`` writer nodes of the shared tier ``args.redis`` (each its own GT4Py cache and gridkey cache directory,
+    one signing key) started together, then a fresh node warm from the shared tier against the same node warm from
+    its local caches, ``repeats`` times."""
+    sys.path.insert(0, str(HERE.parent))
+    import gt4py_nodes
+
+    keys = gt4py_nodes.cluster_keys(fresh(args.work / "keys"))
+    env = gt4py_nodes.shared_env(args.redis, f"icon4py-proof-{os.getpid()}-{time.time_ns()}", keys)
+    started = [start(fresh(args.work / f"node{i}"), "serial", args, "icon4py", True, extra_env=env) for i in range(n)]
+    rows = [finish(s) for s in started]
+    fresh_runs, local_runs = [], []
+    for r in range(repeats):
+        place = fresh(args.work / f"fresh{r}")
+        fresh_runs.append(run(place, "serial", args, "icon4py", True, extra_env=env))
+        local_runs.append(run(place, "serial", args, "icon4py", True, extra_env=env))
+    fresh_s = statistics.median(r["compile_seconds"] for r in fresh_runs)
+    local_s = statistics.median(r["compile_seconds"] for r in local_runs)
+    p = len(PROGRAMS)
+    return {
+        "nodes": n,
+        "translations": sum(r["translations"] for r in rows),
+        "builds": sum(r["builds"] for r in rows),
+        "extensions_uploaded": sum(r["extensions_uploaded"] for r in rows),
+        "fresh_translations": max(r["translations"] for r in fresh_runs),
+        "fresh_builds": max(r["builds"] for r in fresh_runs),
+        "fresh_extensions_from_remote": min(r["extensions_from_remote"] for r in fresh_runs),
+        "local_translations": max(r["translations"] for r in local_runs),
+        "local_builds": max(r["builds"] for r in local_runs),
+        "fresh_seconds": fresh_s,
+        "local_seconds": local_s,
+        "ratio": fresh_s / max(local_s, 1e-9),
+        "ok": all(r["verified"] for r in [*rows, *fresh_runs, *local_runs])
+        and sum(r["translations"] for r in rows) == p
+        and sum(r["builds"] for r in rows) == p
+        and all(r["translations"] == 0 and r["builds"] == 0 for r in fresh_runs + local_runs)
+        and all(r["extensions_from_remote"] == p for r in fresh_runs),
+    }
+
+
+def scale(args) -> dict:
+    """The N ranks and N nodes of the proof (module documentation, step 5), printed."""
+    p = len(PROGRAMS)
+    one = ranks(args, 1)
+    many = {n: ranks(args, n) for n in (4, 8)}
+    ok = all(r["verified"] and r["translations"] == p and r["builds"] == p for r in [one, *many.values()])
+    within = all(r["compile_wall_seconds"] <= RANKS_LIMIT * one["compile_wall_seconds"] for r in many.values())
+    print(f"\nN ranks cold on one cache (serial, with the adapter; {p} programs)")
+    for r in [one, *many.values()]:
+        print(
+            f"  {r['ranks']} rank{'s' if r['ranks'] > 1 else ' '}: compile {r['compile_wall_seconds']:.1f} s"
+            f" ({r['compile_wall_seconds'] / one['compile_wall_seconds']:.2f}x one rank, limit {RANKS_LIMIT}x),"
+            f" {r['translations']} translations and {r['builds']} C++ builds in all (of {p}),"
+            f" {'verified' if r['verified'] else 'NOT VERIFIED'}",
+            flush=True,
+        )
+    cluster = nodes(args, 4)
+    print(
+        f"\n4 nodes on Redis (each its own caches, all writers): {cluster['translations']} translations,"
+        f" {cluster['builds']} C++ builds cluster-wide (of {p}), {cluster['extensions_uploaded']} extensions uploaded;"
+        f" a fresh node: {cluster['fresh_translations']} translations, {cluster['fresh_builds']} builds,"
+        f" {cluster['fresh_extensions_from_remote']} extensions from Redis; warm from Redis / warm from local, median"
+        f" of 3: {cluster['fresh_seconds']:.2f} s / {cluster['local_seconds']:.2f} s = {cluster['ratio']:.2f}x (limit"
+        f" {NODES_LIMIT}x); {'ok' if cluster['ok'] else 'FAILED'}",
+        flush=True,
+    )
+    return {
+        "one_rank": one,
+        **{f"{n}_ranks": r for n, r in many.items()},
+        "ranks_ok": ok,
+        "ranks_within_limit": within,
+        "nodes": cluster,
+        "nodes_within_limit": cluster["ratio"] <= NODES_LIMIT,
+        "ok": ok and cluster["ok"],
+    }
+
+
 def main_proof(args) -> int:
     import gt4py
 
@@ -311,6 +477,13 @@ def main_proof(args) -> int:
     args.work.mkdir(parents=True, exist_ok=True)
     print(f"icon4py proof: GT4Py {gt4py.__version__}, Python {sys.version.split()[0]}, grid {args.grid.name}")
     print("programs: " + ", ".join(f"{p[1]} (icon4py.model.atmosphere.{p[0]}, {p[2]})" for p in PROGRAMS), flush=True)
+    if args.scale_only:
+        if not args.redis:
+            raise SystemExit("icon4py proof: --scale-only runs the N nodes on a shared tier: give --redis URL too")
+        scaled = scale(args)
+        (args.json or args.work / "icon4py-proof.json").write_text(json.dumps({"gt4py": gt4py.__version__, "scale": scaled}, indent=1))
+        print(f"\nicon4py proof (N ranks and N nodes only): {'ok' if scaled['ok'] else 'FAILED'}; {time.perf_counter() - started:.0f} s")
+        return 0 if scaled["ok"] else 1
     seed = make_seed(args, "gtfn")
     cells = []
     for layout in LAYOUTS:
@@ -339,6 +512,8 @@ def main_proof(args) -> int:
         for adapter in (False, True):
             dace_cells += cell(args, dace_seed, "np-C", adapter, "serial", ["process"], "dace")
 
+    scaled = scale(args) if args.redis else None
+
     every = cells + dace_cells
     ok = all(c["verified"] for c in every) and all(w["verified"] for w in warm.values())
     ok &= all(c["retranslations"] == 0 and c["new_builds"] == 0 for c in every if c["adapter"])
@@ -346,6 +521,7 @@ def main_proof(args) -> int:
     # The control: GT4Py's own misses show without the adapter (allocator=np tables, serial -> process).
     control = [c for c in cells if not c["adapter"] and c["layout"] != "icon4py" and (c["fill_mode"], c["run_mode"]) == ("serial", "process")]
     ok &= bool(control) and all(c["retranslations"] > 0 for c in control)
+    ok &= scaled is None or scaled["ok"]
 
     print(f"\nre-translations in mode B of a cache filled in mode A (of {len(PROGRAMS)} programs:"
           f" {', '.join(p[1] for p in PROGRAMS)})")
@@ -378,6 +554,7 @@ def main_proof(args) -> int:
         "grid": args.grid.name,
         "cells": every,
         "warm_start": {f"{m} {'with' if a else 'without'}": w for (m, a), w in warm.items()},
+        "scale": scaled,
         "seconds": time.perf_counter() - started,
         "ok": ok,
     }
@@ -385,7 +562,15 @@ def main_proof(args) -> int:
     print(
         f"\nicon4py proof: with gridkey.gt4py {sum(c['retranslations'] == 0 for c in with_)}/{len(with_)} cells"
         f" re-translated 0; without it {sum(c['retranslations'] > 0 for c in without)}/{len(without)} cells missed"
-        f" ({sum(c['retranslations'] for c in without)} re-translations); {'ok' if ok else 'FAILED'};"
+        f" ({sum(c['retranslations'] for c in without)} re-translations);"
+        + (
+            ""
+            if scaled is None
+            else f" N ranks {'ok' if scaled['ranks_ok'] else 'FAILED'} (wall {'within' if scaled['ranks_within_limit'] else 'over'}"
+            f" {RANKS_LIMIT}x), 4 nodes {'ok' if scaled['nodes']['ok'] else 'FAILED'} (warm from Redis"
+            f" {scaled['nodes']['ratio']:.2f}x local);"
+        )
+        + f" {'ok' if ok else 'FAILED'};"
         f" {time.perf_counter() - started:.0f} s"
     )
     return 0 if ok else 1
@@ -398,6 +583,8 @@ def main() -> int:
     parser.add_argument("--json", type=pathlib.Path, help="where the results go (default <work>/icon4py-proof.json)")
     parser.add_argument("--jobs", type=int, default=2, help="GT4PY_BUILD_JOBS of thread and process mode")
     parser.add_argument("--dace", action="store_true", help="also the DaCe CPU backend's cell serial -> process")
+    parser.add_argument("--redis", help="Redis URL of the shared tier: also the N ranks and N nodes (step 5)")
+    parser.add_argument("--scale-only", action="store_true", help="with --redis: only step 5 (the N ranks and N nodes)")
     parser.add_argument("--cell", action="store_true", help="one run in this interpreter (see the module documentation)")
     parser.add_argument("--layout", choices=LAYOUTS, default="icon4py")
     parser.add_argument("--adapter", type=int, choices=[0, 1], default=0)
