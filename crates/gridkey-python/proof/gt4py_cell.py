@@ -7,8 +7,9 @@ given memory order and allocator), with or without ``gridkey.gt4py``, waits for 
 on the runtime provider and checks it against the NumPy reference. It prints one JSON object on its last line.
 
 ``--programs`` compiles only the named programs; ``--count-work`` counts the translations and C++ builds this process
-makes (GT4Py's translation step and ``CompiledbProject.build`` called, in this process: serial mode), so that ranks
-started together on one cache can be added up (the N-ranks part of the proof).
+makes (``gt4py_nodes.count_work``: writes to GT4Py's translation cache and calls of ``CompiledbProject.build``, in
+this process: serial mode), so that ranks started together on one cache can be added up (the N-ranks part of the
+proof).
 
 ``--key-cost`` instead measures one persistent translation-cache key (GT4Py's translation step ``cache_key``) of the
 ``div`` program at the grid's size and with every table tiled ``--tile`` times, with and without the adapter.
@@ -36,6 +37,7 @@ from gt4py.next.otf import compilation_tasks, compiled_program, runners  # noqa:
 from gt4py.next.program_processors.runners.gtfn import run_gtfn  # noqa: E402
 
 import icon_programs as ip  # noqa: E402
+from gt4py_nodes import count_work  # noqa: E402
 
 
 def translation_dir() -> pathlib.Path:
@@ -49,26 +51,6 @@ def entries() -> set[str]:
 
 def allocator_of(name: str):
     return {"np": np, "default": None}[name]
-
-
-def count_work() -> dict[str, int]:
-    """Counts, in this process, every call of GT4Py's translation step and of ``CompiledbProject.build``."""
-    from gt4py.next.otf.compilation.build_systems import compiledb
-
-    counts = {"translations": 0, "builds": 0}
-
-    def counted(cls, name, what):
-        original = getattr(cls, name)
-
-        def wrapper(*a, **k):
-            counts[what] += 1
-            return original(*a, **k)
-
-        setattr(cls, name, wrapper)
-
-    counted(type(run_gtfn.executor.translation.step), "__call__", "translations")
-    counted(compiledb.CompiledbProject, "build", "builds")
-    return counts
 
 
 def run(args) -> dict:

@@ -38,23 +38,19 @@ ROOT = HERE.parents[2]
 GRID = ROOT / "data" / "grids" / "icon_grid_0013_R02B04_R.nc"
 
 
-def node(args) -> dict:
-    warnings.filterwarnings("ignore", message="Python is not running in optimized mode")
-    import numpy as np
-
-    sys.path.insert(0, str(HERE))
+def count_work() -> dict[str, int]:
+    """Counts, in this process from now on, the translations GT4Py makes and the C++ builds it runs: the writes to a
+    GT4Py translation cache (``<build cache>/translation_cache/<backend>`` in GT4Py 1.2.3, ``gtfn_cache`` in 1.2.1;
+    one per translation made) and the calls of ``CompiledbProject.build`` (one per C++ build). Returns the dict
+    ``{"translations": n, "builds": n}`` that the wrapped methods keep counting into."""
     from gt4py._core import filecache
-    from gt4py.next.otf import compiled_program
     from gt4py.next.otf.compilation.build_systems import compiledb
-
-    import icon_programs as ip
 
     counts = {"translations": 0, "builds": 0}
     original_set = filecache.FileCache.__setitem__
     original_build = compiledb.CompiledbProject.build
 
     def counted_set(self, key, value):
-        # A translation cache: <build cache>/translation_cache/<backend> in GT4Py 1.2.3, gtfn_cache in 1.2.1.
         path = pathlib.Path(self.path)
         if path.parent.name == "translation_cache" or path.name == "gtfn_cache":
             counts["translations"] += 1
@@ -66,6 +62,19 @@ def node(args) -> dict:
 
     filecache.FileCache.__setitem__ = counted_set
     compiledb.CompiledbProject.build = counted_build
+    return counts
+
+
+def node(args) -> dict:
+    warnings.filterwarnings("ignore", message="Python is not running in optimized mode")
+    import numpy as np
+
+    sys.path.insert(0, str(HERE))
+    from gt4py.next.otf import compiled_program
+
+    import icon_programs as ip
+
+    counts = count_work()
 
     import gridkey.gt4py
     from gridkey import _gt4py_tiers
