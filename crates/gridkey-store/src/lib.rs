@@ -916,6 +916,20 @@ fn npy_header(spec: &TableSpec) -> io::Result<Vec<u8>> {
     header.to_bytes().map_err(io::Error::other)
 }
 
+/// The header bytes of `file` when they are exactly those [`npy_header`] writes for `spec` (read
+/// through `pread`), else `None`. Such a header declares the spec's dtype, C order and shape by
+/// construction, so opening a file the store wrote needs no parse; any other header is parsed
+/// and checked field by field (ndarray-npy), which names what is wrong. The parse costs a
+/// thread's first use of the parser a read of `/proc/self/maps` (its stack guard), milliseconds
+/// in a process with many libraries mapped, such as a Python interpreter.
+fn canonical_header(file: &File, spec: &TableSpec) -> Option<Box<[u8]>> {
+    use std::os::unix::fs::FileExt as _;
+    let expected = npy_header(spec).ok()?;
+    let mut head = vec![0u8; expected.len()];
+    file.read_exact_at(&mut head, 0).ok()?;
+    (head == expected).then(|| expected.into_boxed_slice())
+}
+
 /// Writes `table` in C order, little-endian, through a buffer of
 /// [`gridkey_digest::BUFFER_BYTES`] (in place when it is C-contiguous on a little-endian
 /// host): `rows * cols * itemsize` bytes, the element data of a stored table.
@@ -1009,37 +1023,44 @@ impl MappedTable {
         // through the mapping, so that no open touches a mapped page that a concurrent truncation
         // may have taken away (ADR 0034).
         let format = |reason: String| StoreError::Format { path: path.clone(), dtype: spec.dtype, reason };
-        let mut reader = PreadReader { file: &file, at: 0, seen: Vec::new() };
-        let header = Header::from_reader(&mut reader).map_err(|e| format(e.to_string()))?;
-        let data_start = reader.seen.len();
-        let header_bytes: Box<[u8]> = reader.seen.into();
-        // An empty slice at an address aligned for both element types: the descriptor alone is
-        // checked ("<i4" or "<i8", native little-endian).
-        let aligned: [i64; 0] = [];
-        let no_data: &[u8] = bytemuck::cast_slice(&aligned);
-        let descriptor = match spec.dtype {
-            Dtype::I32 => <i32 as ViewElement>::bytes_as_slice(no_data, &header.type_descriptor, 0).map(|_| ()),
-            Dtype::I64 => <i64 as ViewElement>::bytes_as_slice(no_data, &header.type_descriptor, 0).map(|_| ()),
+        let (data_start, header_bytes, found) = match canonical_header(&file, spec) {
+            Some(header) => (header.len(), header, spec.shape),
+            None => {
+                let mut reader = PreadReader { file: &file, at: 0, seen: Vec::new() };
+                let header = Header::from_reader(&mut reader).map_err(|e| format(e.to_string()))?;
+                let data_start = reader.seen.len();
+                // An empty slice at an address aligned for both element types: the descriptor
+                // alone is checked ("<i4" or "<i8", native little-endian).
+                let aligned: [i64; 0] = [];
+                let no_data: &[u8] = bytemuck::cast_slice(&aligned);
+                let descriptor = match spec.dtype {
+                    Dtype::I32 => <i32 as ViewElement>::bytes_as_slice(no_data, &header.type_descriptor, 0).map(|_| ()),
+                    Dtype::I64 => <i64 as ViewElement>::bytes_as_slice(no_data, &header.type_descriptor, 0).map(|_| ()),
+                };
+                descriptor.map_err(|e| format(e.to_string()))?;
+                let [rows, cols] = header.shape[..] else {
+                    return Err(format(format!("its header has {} dimensions, a table has 2", header.shape.len())));
+                };
+                if !data_start.is_multiple_of(spec.dtype.itemsize()) {
+                    return Err(format(format!(
+                        "its data starts at byte {data_start}, not aligned for {}",
+                        spec.dtype
+                    )));
+                }
+                if header.layout.is_fortran() {
+                    return Err(format("its header says fortran_order: True".into()));
+                }
+                (data_start, reader.seen.into_boxed_slice(), [rows, cols])
+            }
         };
-        descriptor.map_err(|e| format(e.to_string()))?;
-        let [rows, cols] = header.shape[..] else {
-            return Err(format(format!("its header has {} dimensions, a table has 2", header.shape.len())));
-        };
-        let expected_len = rows
-            .checked_mul(cols)
+        let expected_len = found[0]
+            .checked_mul(found[1])
             .and_then(|n| n.checked_mul(spec.dtype.itemsize()))
             .and_then(|n| n.checked_add(data_start))
-            .ok_or_else(|| format(format!("its shape {:?} overflows the address space", header.shape)))?;
+            .ok_or_else(|| format(format!("its shape {found:?} overflows the address space")))?;
         if meta.len() != expected_len as u64 {
             return Err(format(format!("it holds {} bytes, its header announces {expected_len}", meta.len())));
         }
-        if !data_start.is_multiple_of(spec.dtype.itemsize()) {
-            return Err(format(format!("its data starts at byte {data_start}, not aligned for {}", spec.dtype)));
-        }
-        if header.layout.is_fortran() {
-            return Err(format("its header says fortran_order: True".into()));
-        }
-        let found = [rows, cols];
         if found != spec.shape {
             return Err(StoreError::Shape { path, expected: spec.shape, found });
         }

@@ -154,6 +154,36 @@ fn every_kind_of_bad_file_is_a_typed_error() {
     check_bad(&store, &spec, |e| matches!(e, StoreError::Missing { .. }), "missing");
 }
 
+/// A valid `.npy` header in another spelling than the store's own (the writer of the file is not
+/// the store: other spacing in the dictionary, the same length) is parsed and checked, not
+/// compared: the table opens, and a header that says another shape in that spelling is still a
+/// shape error.
+#[test]
+fn a_valid_header_in_another_spelling_is_parsed_and_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = TableStore::open(dir.path()).unwrap();
+    let t = table(100, 3);
+    let spec = stored(&store, &t);
+    let good = fs::read(store.path_of(&spec.digest)).unwrap();
+    let respell = |from: &[u8], to: &[u8]| {
+        assert_eq!(from.len(), to.len());
+        let at = good.windows(from.len()).position(|w| w == from).expect("the store's own header");
+        let mut bytes = good.clone();
+        bytes[at..at + from.len()].copy_from_slice(to);
+        bytes
+    };
+    overwrite(&store, &spec, &respell(b"'shape': (100, 3)", b"'shape':(100,  3)"));
+    let opened = store.open_table(&spec).expect("a valid header in another spelling");
+    assert!(opened.verify().is_ok());
+    match opened.view() {
+        TableView::I32(v) => assert_eq!(v, t.view()),
+        TableView::I64(_) => panic!("an int32 table opened as int64"),
+    }
+    drop(opened);
+    overwrite(&store, &spec, &respell(b"'shape': (100, 3)", b"'shape':(150,  2)"));
+    check_bad(&store, &spec, |e| matches!(e, StoreError::Shape { found: [150, 2], .. }), "other shape, respelled");
+}
+
 #[test]
 fn put_replaces_a_bad_file_under_the_name() {
     let dir = tempfile::tempdir().unwrap();
