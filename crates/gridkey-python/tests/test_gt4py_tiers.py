@@ -55,6 +55,37 @@ def test_the_compiler_identity_follows_the_compiler_not_its_path(tmp_path: Path)
     assert other[0] == str(wrapper) and other[1] != identity
 
 
+def test_the_extension_key_follows_a_compiler_set_after_install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`install` starts the compiler's identity in a thread of its own; a ``CXX`` set after it is the compiler of the
+    builds, so the key inputs follow it, and they return to the first once ``CXX`` is gone."""
+    pytest.importorskip("gt4py", reason="GT4Py needs CPython 3.12 or later; cargo xtask gt4py installs it")
+    cxx = shutil.which("c++") or shutil.which("g++")
+    if cxx is None:
+        pytest.skip("no C++ compiler on PATH")
+    from gridkey import _gt4py_tiers as tiers
+
+    monkeypatch.delenv("CXX", raising=False)
+    tiers.install(cache_dir=tmp_path / "gridkey")
+    try:
+        first = dict(tiers.extension_key_inputs())
+        command, identity = _gridkey.cxx_compiler_identity(dict(os.environ), pathlib.Path.cwd())
+        assert (first["compiler"], first["compiler_identity"]) == (command, identity)
+        wrapper = tmp_path / "cxx-wrapper"
+        wrapper.write_text(f'#!/bin/sh\nexec {cxx} "$@"\n')
+        wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
+        monkeypatch.setenv("CXX", str(wrapper))
+        later = tiers.extension_key_inputs()
+        assert later["compiler"] == str(wrapper) and later["compiler_identity"] != identity
+        assert tiers.extension_key("div_pyext_x") != _gridkey.gt4py_extension_key(
+            "div_pyext_x", identity, first["ext_suffix"], first["platform"], first["nanobind_version"],
+            first["gridtools_cpp_version"], first["gt4py_version"],
+        )  # fmt: skip
+        monkeypatch.delenv("CXX")
+        assert tiers.extension_key_inputs() == first
+    finally:
+        tiers.uninstall()
+
+
 def _folder(tmp_path: Path) -> pathlib.Path:
     folder = tmp_path / "div_pyext_x"
     (folder / "build" / "bin").mkdir(parents=True)

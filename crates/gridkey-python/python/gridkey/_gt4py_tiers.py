@@ -109,6 +109,8 @@ class _State:
     original_getitem: Any = None
     original_setitem: Any = None
     key_inputs: Optional[dict[str, str]] = None
+    #: The environment and working directory `key_inputs` were computed in.
+    key_inputs_context: Optional[tuple[dict[str, str], str]] = None
     shared: Any = None
     warned: bool = False
     counters: Counters = dataclasses.field(default_factory=Counters)
@@ -140,24 +142,58 @@ def _version(distribution: str) -> str:
         return "absent"
 
 
+def _key_inputs_of(environ: dict[str, str], cwd: str) -> dict[str, str]:
+    command, identity = _gridkey.cxx_compiler_identity(environ, pathlib.Path(cwd))
+    return {
+        "compiler": command,
+        "compiler_identity": identity,
+        "ext_suffix": sysconfig.get_config_var("EXT_SUFFIX") or "",
+        "platform": sysconfig.get_platform(),
+        "nanobind_version": _version("nanobind"),
+        "gridtools_cpp_version": _version("gridtools-cpp"),
+        "gt4py_version": str(gt4py.__version__),
+    }
+
+
 def extension_key_inputs() -> dict[str, str]:
-    """The inputs of every extension key of this process but the build folder's name, computed once: the C++
-    compiler GT4Py's CMake runs (``CXX``, else ``c++``/``g++``/``clang++`` on ``PATH``) and its identity (ADR 0022),
-    the extension suffix and platform of this interpreter, the installed nanobind, gridtools-cpp and GT4Py versions.
+    """The inputs of every extension key of this process but the build folder's name: the C++ compiler GT4Py's CMake
+    runs (``CXX``, else ``c++``/``g++``/``clang++`` on ``PATH``) and its identity (ADR 0022), the extension suffix and
+    platform of this interpreter, the installed nanobind, gridtools-cpp and GT4Py versions.
+
+    Computed once per environment and working directory: the compiler's identity runs it twice (``--version``,
+    ``-dumpmachine``, milliseconds), so `install` starts the computation in a thread of its own, and a call made
+    while it runs waits for it. A call that finds ``os.environ`` or the working directory changed since computes
+    them again (a ``CXX`` set after `install` is the compiler of the builds, and so of the key).
     """
-    with _lock:
-        if _state.key_inputs is None:
-            command, identity = _gridkey.cxx_compiler_identity(os.environ, pathlib.Path.cwd())
-            _state.key_inputs = {
-                "compiler": command,
-                "compiler_identity": identity,
-                "ext_suffix": sysconfig.get_config_var("EXT_SUFFIX") or "",
-                "platform": sysconfig.get_platform(),
-                "nanobind_version": _version("nanobind"),
-                "gridtools_cpp_version": _version("gridtools-cpp"),
-                "gt4py_version": str(gt4py.__version__),
-            }
+    context = (dict(os.environ), os.getcwd())
+    with _key_inputs_lock:
+        if _state.key_inputs is None or _state.key_inputs_context != context:
+            _state.key_inputs = _key_inputs_of(*context)
+            _state.key_inputs_context = context
         return _state.key_inputs
+
+
+def _identify_compiler_in_background() -> None:
+    """Starts `extension_key_inputs` in a daemon thread, so that the compiler's probes run beside GT4Py's own work
+    (the GIL is released while they run). A failure there is left for the caller's own call to raise."""
+
+    def identify() -> None:
+        try:
+            extension_key_inputs()
+        except Exception:  # noqa: BLE001 - computed again, and raised, by the hook that needs it
+            pass
+
+    threading.Thread(target=identify, name="gridkey-compiler-identity", daemon=True).start()
+
+
+def _reset_key_inputs_lock() -> None:
+    # A child forked while the identity thread held the lock would wait for it for ever.
+    global _key_inputs_lock
+    _key_inputs_lock = threading.Lock()
+
+
+_key_inputs_lock = threading.Lock()
+os.register_at_fork(after_in_child=_reset_key_inputs_lock)
 
 
 def extension_key(build_folder: str) -> str:
@@ -525,6 +561,8 @@ def install(*, cache_dir: Optional[os.PathLike[str] | str] = None, settings: Any
             _filecache.FileCache.__getitem__ = _getitem
             _filecache.FileCache.__setitem__ = _setitem
     setattr(_config, _CONFIG_NAME, _WorkerHook(cache_dir))
+    if _state.key_inputs is None:
+        _identify_compiler_in_background()
     _warn_if_off()
 
 
