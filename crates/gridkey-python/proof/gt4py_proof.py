@@ -45,11 +45,14 @@ import statistics
 import subprocess
 import sys
 import time
+from typing import Callable, TypeVar
 
 HERE = pathlib.Path(__file__).resolve().parent
 #: The table variant of the warm-start benchmark.
 BENCH_VARIANT = ("C", "np")
 MODES = ("serial", "thread", "process")
+#: What one warm start of `alternating` returns.
+T = TypeVar("T")
 GT4PY_CACHE = ".gt4py_cache"
 TRANSLATIONS = pathlib.Path(GT4PY_CACHE) / "translation_cache" / "gtfn"
 
@@ -166,13 +169,25 @@ def kept_cache(args, mode: str, adapter: bool) -> pathlib.Path:
     return args.work / f"warm-{mode}-{'with' if adapter else 'without'}"
 
 
+def alternating(repeats: int, run_one: Callable[[str, bool], T]) -> dict[tuple[str, bool], list[T]]:
+    """The warm-start schedule of both GT4Py proofs: ``repeats`` rounds, each running ``run_one(mode, adapter)`` for
+    every mode of `MODES` without and with the adapter, which of the two goes first swapping every round, so that a
+    drift of the machine during the benchmark falls on both settings alike. Returns each (mode, adapter)'s results in
+    the order they ran."""
+    results: dict[tuple[str, bool], list[T]] = {}
+    for rep in range(repeats):
+        for mode in MODES:
+            for adapter in (False, True) if rep % 2 == 0 else (True, False):
+                results.setdefault((mode, adapter), []).append(run_one(mode, adapter))
+    return results
+
+
 def warm_starts(args, repeats: int, seed: pathlib.Path) -> tuple[dict[tuple[str, bool], list[float]], bool]:
     """``repeats`` warm starts per mode and setting on the kept caches (a missing one is filled from the seed in its
     mode), with and without the adapter alternating (which goes first swaps every round); the compile seconds of
     each, and whether every run was verified and translated nothing. With the adapter, a warm start in process mode
     must start no pool (ADR 0038)."""
     ok = True
-    warm_start: dict[tuple[str, bool], list[float]] = {}
     order, allocator = BENCH_VARIANT
     if repeats:
         for mode in MODES:
@@ -181,16 +196,18 @@ def warm_starts(args, repeats: int, seed: pathlib.Path) -> tuple[dict[tuple[str,
                     kept = copy_cache(seed, kept_cache(args, mode, adapter))
                     extra = ["--order", order, "--allocator", allocator, "--adapter", str(int(adapter))]
                     ok &= run_cell(kept, mode, args, extra)["verified"]
-    for rep in range(repeats):
-        for mode in MODES:
-            for adapter in ((False, True) if rep % 2 == 0 else (True, False)):
-                extra = ["--order", order, "--allocator", allocator, "--adapter", str(int(adapter))]
-                result = run_cell(kept_cache(args, mode, adapter), mode, args, extra)
-                ok &= result["verified"] and result["new_translations"] == 0
-                if adapter and result["pool_started"]:
-                    print(f"  a warm start in {mode} mode with the adapter started GT4Py's pool")
-                    ok = False
-                warm_start.setdefault((mode, adapter), []).append(result["compile_seconds"])
+
+    def one(mode: str, adapter: bool) -> float:
+        nonlocal ok
+        extra = ["--order", order, "--allocator", allocator, "--adapter", str(int(adapter))]
+        result = run_cell(kept_cache(args, mode, adapter), mode, args, extra)
+        ok &= result["verified"] and result["new_translations"] == 0
+        if adapter and result["pool_started"]:
+            print(f"  a warm start in {mode} mode with the adapter started GT4Py's pool")
+            ok = False
+        return float(result["compile_seconds"])
+
+    warm_start = alternating(repeats, one)
     return warm_start, ok
 
 
