@@ -338,7 +338,12 @@ pub fn chaos(args: &[String], bin: &Path) -> Result<bool> {
     let args = ChaosArgs::parse(args)?;
     let seed = args.seed;
     let work = tempfile::Builder::new().prefix("gridkey-chaos-").tempdir_in(crate::target_dir())?;
-    let mut d = start_driver(bin, work.path(), &args)?;
+    // The binary under test is a copy made now: a build of the tree during the run (another
+    // `cargo build` replacing `target/release/gridkey`) would run other code, whose keys differ
+    // from those the independent check computes with this driver's code.
+    let frozen = work.path().join("gridkey");
+    fs::copy(bin, &frozen).with_context(|| format!("cannot copy {} to {}", bin.display(), frozen.display()))?;
+    let mut d = start_driver(&frozen, work.path(), &args)?;
     println!(
         "chaos: seed {seed}, {} s, at most {} runs at a time, cache {}",
         args.seconds,

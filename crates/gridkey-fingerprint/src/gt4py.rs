@@ -209,7 +209,8 @@ impl Gt4pyStore {
     /// Errors: [`FingerprintError::Directory`].
     pub fn open(cache_dir: &Path) -> Result<Self, FingerprintError> {
         let dir = cache_dir.join(GT4PY_DIR);
-        fs::create_dir_all(&dir).map_err(|source| FingerprintError::Directory { path: dir.clone(), source })?;
+        gridkey_fs::create_private_dir_all(&dir)
+            .map_err(|source| FingerprintError::Directory { path: dir.clone(), source })?;
         Ok(Self { dir })
     }
 

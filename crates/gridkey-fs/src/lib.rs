@@ -127,7 +127,7 @@ fn write_temp_planned(
     plan: Plan,
     write: impl FnOnce(&mut dyn Write) -> io::Result<()>,
 ) -> io::Result<(PendingFile, u64)> {
-    fs::create_dir_all(dir)?;
+    create_private_dir_all(dir)?;
     let temp = tempfile::Builder::new().prefix(TEMP_PREFIX).tempfile_in(dir)?;
     lock::lock_exclusive(temp.as_file())?;
     plan.pause_at(PausePoint::Created, temp.path());
@@ -158,7 +158,7 @@ impl PendingFile {
     pub fn commit(self, path: &Path, fault: Option<&Fault>) -> io::Result<()> {
         let plan = Plan::of(fault, path);
         let parent = parent_of(path);
-        fs::create_dir_all(parent)?;
+        create_private_dir_all(parent)?;
         let file = self.temp.as_file();
         file.sync_all()?;
         let mut perms = file.metadata()?.permissions();
@@ -168,6 +168,17 @@ impl PendingFile {
         self.temp.persist(path).map_err(|e| e.error)?;
         Ok(())
     }
+}
+
+/// Creates `dir` and every missing directory above it with mode `0700` (the owner alone, whatever
+/// the umask), as every directory of a cache is made (README "Site cache": files `0400`,
+/// directories `0700`); a directory that exists is left as it is.
+///
+/// Errors: the I/O error of the first directory that cannot be created (`ENOTDIR` where a file
+/// is in the way, `EACCES`, `EROFS`).
+pub fn create_private_dir_all(dir: &Path) -> io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)
 }
 
 /// The directory `path` is in (`.` for a bare file name).

@@ -207,7 +207,7 @@ impl KeyLocks {
             let file = match open_lock_file(&path) {
                 Ok(f) => f,
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                    fs::create_dir_all(&self.dir)?;
+                    crate::create_private_dir_all(&self.dir)?;
                     open_lock_file(&path)?
                 }
                 Err(e) => return Err(e),

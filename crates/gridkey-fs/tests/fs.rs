@@ -255,3 +255,21 @@ fn remove_once_unlocked_waits_out_a_holder_that_lets_go_and_not_one_that_stays()
     assert!(!path.exists());
     assert!(!gridkey_fs::remove_once_unlocked(&path, Duration::from_secs(10)).unwrap(), "already gone, at once");
 }
+
+#[test]
+fn an_atomic_write_makes_the_directories_it_needs_the_owners_alone() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bucket").join("ab").join("entry.bin");
+    gridkey_fs::write_atomic(&path, None, |out| io::Write::write_all(out, b"x")).unwrap();
+    for made in [dir.path().join("bucket"), dir.path().join("bucket").join("ab")] {
+        let mode = std::fs::metadata(&made).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o700, "{} has mode {mode:o}", made.display());
+    }
+    // A directory that exists keeps its mode.
+    let open = dir.path().join("open");
+    std::fs::create_dir(&open).unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o755)).unwrap();
+    gridkey_fs::create_private_dir_all(&open).unwrap();
+    assert_eq!(std::fs::metadata(&open).unwrap().permissions().mode() & 0o777, 0o755);
+}

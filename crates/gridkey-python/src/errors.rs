@@ -274,16 +274,16 @@ impl IntoPyErr for SettingsError {
 }
 
 /// The exception of a [`SettingsError`] about a compiler command read from `var` (GT4Py's
-/// `CXX`) rather than from `GRIDKEY_CC`, whose name the parser's message would otherwise give.
-pub fn settings_error_of(var: &str, e: SettingsError) -> PyErr {
-    let err = e.into_py_err();
-    Python::attach(|py| {
-        let value = err.value(py);
-        if let Ok(message) = value.str() {
-            let _ = value.setattr("args", (message.to_string().replace("GRIDKEY_CC", var),));
-        }
-    });
-    err
+/// `CXX`) rather than from the variable the settings parser read it from (`CC`): the error
+/// names `var`, in its message and its fix.
+pub fn settings_error_of(var: &'static str, mut e: SettingsError) -> PyErr {
+    match &mut e {
+        SettingsError::BadSetting { var: v, .. }
+        | SettingsError::CompilerNotFound { var: v, .. }
+        | SettingsError::CompilerNotIdentified { var: v, .. } => *v = var,
+        SettingsError::TaskCacheDir { .. } => {}
+    }
+    e.into_py_err()
 }
 
 /// A layout that `raw.rs` cannot read: a bad value of the array (its strides or span).

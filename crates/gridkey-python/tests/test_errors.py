@@ -267,3 +267,12 @@ def test_what_pyo3_raises_itself_is_a_plain_type_error() -> None:
     with pytest.raises(TypeError) as info:
         gridkey.explain()  # type: ignore[call-arg]
     assert not isinstance(info.value, errors.GridkeyError)
+
+
+def test_a_blank_cxx_is_an_error_that_names_cxx(tmp_path: Path) -> None:
+    """GT4Py's compiler comes from ``CXX``: its error names ``CXX``, not the ``CC`` of gridkey's own C compiler."""
+    with pytest.raises(errors.SettingsError) as raised:
+        core.cxx_compiler_identity({"CXX": "   "}, tmp_path)
+    message = str(raised.value)
+    assert message.startswith('CXX="   " is not valid'), message
+    assert "CC=" not in message.replace("CXX=", ""), message

@@ -534,3 +534,21 @@ def test_translation_caches_are_found_in_both_gt4py_layouts(
         path = str(tmp_path / ".gt4py_cache" / folder)
 
     assert _gt4py_tiers._translation_cache(Cache()) == expected
+
+
+EXAMPLE = ROOT / "crates" / "gridkey-python" / "examples" / "gt4py_model.py"
+
+
+def test_the_readme_example_model_runs_cold_then_warm_without_a_pool(tmp_path: Path) -> None:
+    """The README's GT4Py example, as a user runs it: cold in process mode (GT4Py's pool translates and builds),
+    then warm in process mode (the hit resolved in the calling process, no pool), both equal to NumPy."""
+    runs = []
+    for _ in range(2):
+        out = subprocess.run(
+            [sys.executable, str(EXAMPLE)], env=child_env(tmp_path, "process"), capture_output=True, text=True, timeout=600
+        )
+        assert out.returncode == 0, out.stdout + out.stderr
+        runs.append(out.stdout.strip().splitlines()[-1])
+    assert "'handed_to_runner': 1" in runs[0], runs[0]
+    assert "'parent_hits': 1" in runs[1] and "'handed_to_runner': 0" in runs[1], runs[1]
+    assert all("largest relative error" in r for r in runs), runs

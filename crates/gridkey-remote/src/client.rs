@@ -219,6 +219,33 @@ impl Shared {
     }
 }
 
+/// Why `url` does not parse, in words (the scheme or the part that is wrong), for
+/// [`RemoteError::Url`]: the `redis` crate's own error only names its error kind. Never quotes
+/// the URL, which may hold a password.
+fn url_problem(url: &str, e: &redis::RedisError) -> String {
+    match url.split_once("://") {
+        None => "it has no scheme".to_owned(),
+        Some((scheme, _)) if scheme != "redis" && scheme != "rediss" => {
+            format!("its scheme is `{scheme}`, not `redis` or `rediss`")
+        }
+        Some(_) => match e.detail() {
+            Some(detail) => format!("it does not parse as a Redis URL ({detail})"),
+            None => "it does not parse as a Redis URL (a bad host, port or database number)".to_owned(),
+        },
+    }
+}
+
+/// Checks the URL of `settings` and, for `rediss://`, its CA file, without connecting: what
+/// [`Remote::connect`] refuses before it opens a socket, so that a caller can say so before it
+/// says anything else about the tier.
+///
+/// Errors: [`RemoteError::Url`] for a URL that cannot be used; [`RemoteError::CaFile`],
+/// [`RemoteError::UnsafeAnchor`] or [`RemoteError::Tls`] for a CA file or system roots that
+/// cannot be used.
+pub fn check_url(settings: &RemoteSettings) -> Result<(), RemoteError> {
+    open_target(settings, &settings.shown_url()).map(|_| ())
+}
+
 /// Where the settings' URL connects and how it logs in: over TLS for `rediss://`, trusting only
 /// the CA file when one is given, a checked trust anchor (ADR 0031, ADR 0037).
 fn open_target(
@@ -230,7 +257,7 @@ fn open_target(
         .url
         .as_str()
         .into_connection_info()
-        .map_err(|e| RemoteError::Url { url: shown_url.to_owned(), reason: e.to_string() })?;
+        .map_err(|e| RemoteError::Url { url: shown_url.to_owned(), reason: url_problem(&settings.url, &e) })?;
     let ca = settings.ca_file.as_deref().filter(|_| settings.url.starts_with("rediss://"));
     if let Some(ca) = ca {
         crate::trust::check_anchor(ca, "CA")?;
@@ -313,7 +340,11 @@ impl Remote {
             Err(Failure::Reply(e)) if e.kind() == redis::ErrorKind::InvalidClientConfig => {
                 return Err(RemoteError::Url { url: shared.shown_url.clone(), reason: e.to_string() })
             }
-            Err(e) => return Err(RemoteError::Refused { url: shared.shown_url.clone(), reason: e.to_string() }),
+            Err(e) => {
+                // The server's sentence, without its full stop: the error goes on with the fix.
+                let reason = e.to_string().trim_end().trim_end_matches('.').to_owned();
+                return Err(RemoteError::Refused { url: shared.shown_url.clone(), reason });
+            }
         }
         Ok(remote)
     }

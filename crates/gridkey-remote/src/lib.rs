@@ -53,7 +53,8 @@ mod tier;
 pub mod trust;
 
 pub use client::{
-    Claim, Fetched, KindStats, ObjectChecksum, ObjectKey, Remote, Retracted, ServerStats, Stored, TierStats, Waited,
+    check_url, Claim, Fetched, KindStats, ObjectChecksum, ObjectKey, Remote, Retracted, ServerStats, Stored, TierStats,
+    Waited,
 };
 /// The Ed25519 implementation of signatures and keys ([`Trust::new`] takes its types).
 pub use ed25519_dalek;
@@ -125,6 +126,17 @@ pub enum RemoteError {
         what: &'static str,
         /// The I/O error.
         source: io::Error,
+    },
+    /// A new signing key cannot be written (`gridkey cache keygen`): the file exists (a key is
+    /// never replaced) or its directory cannot be written.
+    #[error("cannot write the new signing key file {path}: {source}; {fix}")]
+    NewKeyFile {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: io::Error,
+        /// What to do.
+        fix: &'static str,
     },
     /// A key file does not hold what its format says.
     #[error("key file {path}, line {line}: {reason}; a key is 64 hex digits (`gridkey cache keygen` writes one)")]

@@ -214,7 +214,8 @@ pub fn load_trusted_keys(path: &Path) -> Result<BTreeSet<[u8; 32]>, RemoteError>
 /// public key as 64 hex digits, the line to add to the readers' trusted keys file. The secret
 /// comes from the operating system's random source (`/dev/urandom`).
 ///
-/// Errors: [`RemoteError::KeyFile`] when `path` exists or cannot be written.
+/// Errors: [`RemoteError::KeyFile`] when the random source cannot be read;
+/// [`RemoteError::NewKeyFile`] when `path` exists or cannot be written.
 pub fn generate_signing_key(path: &Path) -> Result<String, RemoteError> {
     let mut seed = [0u8; 32];
     fs::File::open("/dev/urandom")
@@ -225,7 +226,14 @@ pub fn generate_signing_key(path: &Path) -> Result<String, RemoteError> {
         writeln!(f, "{}", hex(&seed))?;
         f.sync_all()
     });
-    written.map_err(|e| key_file_error(path, "new signing key", e))?;
+    written.map_err(|source| {
+        let fix = if source.kind() == io::ErrorKind::AlreadyExists {
+            "a signing key is never replaced: remove the file or give another path"
+        } else {
+            "give a path in a directory you can write"
+        };
+        RemoteError::NewKeyFile { path: path.to_path_buf(), source, fix }
+    })?;
     Ok(hex(key.verifying_key().as_bytes()))
 }
 

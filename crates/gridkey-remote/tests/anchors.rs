@@ -107,3 +107,25 @@ fn the_signing_key_and_the_ca_file_are_anchors_too() {
     std::fs::write(&ca, "-----BEGIN CERTIFICATE-----\n").unwrap();
     assert!(matches!(trust::check_anchor(&ca, "CA"), Err(RemoteError::UnsafeAnchor { what: "CA", .. })));
 }
+
+#[test]
+fn a_new_signing_key_never_replaces_a_file_and_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("writer.key");
+    trust::generate_signing_key(&key).unwrap();
+    let before = std::fs::read(&key).unwrap();
+    match trust::generate_signing_key(&key) {
+        Err(e @ RemoteError::NewKeyFile { .. }) => {
+            let text = e.to_string();
+            assert!(text.contains(&key.display().to_string()) && text.contains("never replaced"), "{text}");
+            assert!(!text.contains("cannot read") && !text.contains("trusted keys"), "{text}");
+        }
+        other => panic!("expected NewKeyFile, got {other:?}"),
+    }
+    assert_eq!(std::fs::read(&key).unwrap(), before, "the existing key is left as it was");
+    let missing_dir = dir.path().join("no-such-dir").join("writer.key");
+    assert!(matches!(
+        trust::generate_signing_key(&missing_dir),
+        Err(RemoteError::NewKeyFile { fix, .. }) if fix.contains("directory you can write")
+    ));
+}

@@ -395,7 +395,7 @@ fn build(
     // The program resolved in the parent, so that every mode runs the same compiler whatever
     // the worker's own PATH.
     let exe = compiler.program();
-    fs::create_dir_all(dir).map_err(io_err("create", dir))?;
+    gridkey_fs::create_private_dir_all(dir).map_err(io_err("create", dir))?;
     // Everything the compiler reads and writes lives in a temp directory of the build cache, so
     // that a build killed in the middle (Ctrl-C, a timeout) leaves nothing outside the cache
     // and `gridkey cache gc` removes it once its lock is free and it is old enough.

@@ -216,7 +216,8 @@ impl TableStore {
     /// Errors: [`StoreError::Directory`] when the directory cannot be created.
     pub fn open(cache_dir: &Path) -> Result<Self, StoreError> {
         let dir = cache_dir.join(TABLES_DIR);
-        fs::create_dir_all(&dir).map_err(|source| StoreError::Directory { path: dir.clone(), source })?;
+        gridkey_fs::create_private_dir_all(&dir)
+            .map_err(|source| StoreError::Directory { path: dir.clone(), source })?;
         Ok(Self {
             cache_dir: cache_dir.to_path_buf(),
             dir,

@@ -11,6 +11,7 @@
 use std::fs;
 use std::io;
 use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
@@ -109,7 +110,7 @@ pub fn probe_cache_dir(cache_dir: &Path) -> Result<CacheAccess, AppError> {
         }
         Ok(_) => {}
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            fs::create_dir_all(cache_dir).map_err(unusable("cannot be created"))?
+            gridkey_fs::create_private_dir_all(cache_dir).map_err(unusable("cannot be created"))?
         }
         Err(e) => return Err(unusable("cannot be read")(e)),
     }
@@ -294,7 +295,7 @@ impl LiveRun {
         use std::io::Write as _;
         use std::os::unix::fs::PermissionsExt;
         let dir = cache_dir.join(RUNS_DIR);
-        fs::create_dir_all(&dir)?;
+        gridkey_fs::create_private_dir_all(&dir)?;
         // Locked and written before it is visible under its final name, so that the collector
         // never sees it unlocked or empty while the run lives.
         let mut temp = tempfile::Builder::new()
@@ -573,6 +574,8 @@ pub fn record_local_stats(cache_dir: &Path, run: &gridkey_remote::TierStats) -> 
         .create(true)
         .truncate(false)
         .write(true)
+        // Readable by every user of a shared cache, as the per-key lock files (gridkey_fs::lock).
+        .mode(0o644)
         .open(cache_dir.join(format!("{LOCAL_STATS_FILE}.lock")))?;
     gridkey_fs::lock::lock_exclusive(&lock)?;
     let (mut stats, runs) = local_stats(cache_dir);

@@ -56,15 +56,21 @@ pub struct MissExplanation {
 
 /// The unique cached key that starts with `prefix`.
 ///
-/// Errors: [`AppError::UnknownKey`] when none matches, [`AppError::AmbiguousKey`] when several do.
+/// Errors: [`AppError::BadKeyPrefix`] for a prefix no key can start with (empty, over 32
+/// characters, not hex digits), [`AppError::UnknownKey`] when none matches,
+/// [`AppError::AmbiguousKey`] when several do.
 pub fn resolve_key(cache: &TranslationCache, prefix: &str) -> Result<TranslationKey, AppError> {
     the_one(prefix, cache.keys_with_prefix(prefix), cache.dir())
 }
 
 /// The one key of `matches` (the keys `prefix` matched in the cache `dir`).
 ///
-/// Errors: [`AppError::UnknownKey`] for none, [`AppError::AmbiguousKey`] for several.
+/// Errors: [`AppError::BadKeyPrefix`] for a prefix no key can start with,
+/// [`AppError::UnknownKey`] for none, [`AppError::AmbiguousKey`] for several.
 pub(crate) fn the_one(prefix: &str, mut matches: Vec<TranslationKey>, dir: &Path) -> Result<TranslationKey, AppError> {
+    if prefix.is_empty() || prefix.len() > 32 || !prefix.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(AppError::BadKeyPrefix { prefix: prefix.to_owned() });
+    }
     match matches.len() {
         1 => Ok(matches.remove(0)),
         0 => Err(AppError::UnknownKey { prefix: prefix.to_owned(), dir: dir.to_path_buf() }),

@@ -108,6 +108,12 @@ pub enum AppError {
         /// The translation cache directory searched.
         dir: PathBuf,
     },
+    /// A key prefix that no key can start with: empty, longer than a key or not hex digits.
+    #[error("key prefix {prefix:?} is not the start of a key: give 1 to 32 hex digits of one (`gridkey run` prints the keys)")]
+    BadKeyPrefix {
+        /// The prefix given.
+        prefix: String,
+    },
     /// Several cached keys start with the given prefix.
     #[error("key prefix {prefix:?} is ambiguous: it matches {matches:?}; give more digits")]
     AmbiguousKey {
@@ -318,7 +324,7 @@ pub struct ProgramReport {
     pub error: Option<String>,
     /// For a miss, the nearest other cached entry of the program and the inputs that differ.
     pub miss_hint: Option<String>,
-    /// The tier that served the translation on a hit: `local` or `remote`; `None` on a miss.
+    /// The tier that served the translation on a hit: `local`, `site` or `remote`; `None` on a miss.
     #[serde(default)]
     pub tier: Option<String>,
 }

@@ -213,10 +213,11 @@ enum CacheCommand {
         #[arg(long)]
         cache_dir: Option<PathBuf>,
         /// Budget in bytes for the entries of all stores together.
-        #[arg(long)]
+        #[arg(long, value_name = "BYTES", value_parser = parse_bytes, allow_hyphen_values = true)]
         max_size: Option<u64>,
         /// Minimum age in seconds of an unlocked temp file before it is removed.
-        #[arg(long, default_value_t = gridkey::cache::STALE_TEMP_AGE.as_secs())]
+        #[arg(long, value_name = "SECONDS", value_parser = parse_seconds, allow_hyphen_values = true,
+              default_value_t = gridkey::cache::STALE_TEMP_AGE.as_secs())]
         temp_age: u64,
         /// Print JSON.
         #[arg(long)]
@@ -226,6 +227,16 @@ enum CacheCommand {
 
 fn parse_mode(s: &str) -> Result<BuildJobsMode, String> {
     s.parse().map_err(|_| format!("{s:?} is not a build-jobs mode: expected serial, thread or process"))
+}
+
+/// A whole number of bytes (`--max-size`): digits only, no unit.
+fn parse_bytes(s: &str) -> Result<u64, String> {
+    s.parse().map_err(|_| format!("{s:?} is not a number of bytes: give whole bytes without a unit, e.g. 10000000000"))
+}
+
+/// A whole number of seconds (`--temp-age`).
+fn parse_seconds(s: &str) -> Result<u64, String> {
+    s.parse().map_err(|_| format!("{s:?} is not a number of seconds: give whole seconds, e.g. 3600"))
 }
 
 fn main() -> ExitCode {
@@ -370,6 +381,8 @@ fn dispatch(command: Command) -> Result<ExitCode> {
             gridkey_jobs::set_worker_progress(progress::worker_progress_line);
             // What the run takes from the shared tier, said before anything is taken (ADR 0031).
             if let Some(remote) = &config.settings.remote {
+                // A URL the tier cannot use is the one thing said.
+                gridkey_remote::check_url(remote)?;
                 let statement = gridkey_remote::Trust::load(remote)?.statement(remote);
                 eprintln!("gridkey: {}", settings::name_settings(&statement));
             }
@@ -621,13 +634,20 @@ fn print_report(report: &RunReport) {
     for s in &report.skipped {
         println!("skipped {}: {}", s.program, s.reason);
     }
-    // With a shared tier: where the hits came from, and what each tier did.
+    // With a site cache or a shared tier: where the hits came from, tier by tier, and what each did.
     if report.tiers.len() > 1 {
-        println!(
-            "{} hits from the local tier, {} from the remote tier",
-            report.hits() - report.remote_hits(),
-            report.remote_hits()
-        );
+        let from = |tier: &str| report.programs.iter().filter(|p| p.tier.as_deref() == Some(tier)).count();
+        let elsewhere: usize = report.tiers.iter().filter(|t| t.tier != "local").map(|t| from(&t.tier)).sum();
+        let counts: Vec<String> = report
+            .tiers
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                let n = if t.tier == "local" { report.hits() - elsewhere } else { from(&t.tier) };
+                format!("{n}{} from the {} tier", if i == 0 { " hits" } else { "" }, t.tier)
+            })
+            .collect();
+        println!("{}", counts.join(", "));
         print_tiers(&report.tiers);
     }
 }

@@ -96,6 +96,23 @@ fn bad_input_is_a_clear_error() {
     let file = cache.path().join("a-file");
     std::fs::write(&file, b"").unwrap();
     check_fails(&["run", "--cache-dir", file.to_str().unwrap()], &[], 2, &["a-file", "writable"]);
+    for size in ["1G", "abc", "-1"] {
+        check_fails(
+            &["cache", "gc", "--cache-dir", c, "--max-size", size],
+            &[],
+            2,
+            &["not a number of bytes", "without a unit"],
+        );
+    }
+    check_fails(&["cache", "gc", "--cache-dir", c, "--temp-age", "1h"], &[], 2, &["not a number of seconds"]);
+    for prefix in ["", "zz", &"0".repeat(33)] {
+        check_fails(
+            &["explain", prefix, "7b48", "--cache-dir", c],
+            &[],
+            2,
+            &["is not the start of a key", "hex digits"],
+        );
+    }
 }
 
 #[test]
@@ -239,4 +256,78 @@ fn flags_replace_bad_variables_and_both_count_variables_ignore_spaces() {
     assert!(out.status.success(), "{:?}", text(&out));
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!((report["mode"].as_str(), report["jobs"].as_u64()), (Some("thread"), Some(2)));
+}
+
+#[test]
+fn a_remote_url_it_cannot_use_is_the_one_thing_said() {
+    let cache = tempfile::tempdir().unwrap();
+    let c = cache.path().to_str().unwrap();
+    for (url, says) in [
+        ("http://localhost:6379", "its scheme is `http`, not `redis` or `rediss`"),
+        ("localhost:6379", "it has no scheme"),
+        ("redis://:s3cret@localhost:notaport/", "it does not parse as a Redis URL"),
+    ] {
+        let out = gridkey(&["run", "--cache-dir", c, "--remote", url], &[]);
+        let (_, stderr) = text(&out);
+        assert_eq!(out.status.code(), Some(2), "{url}: {stderr}");
+        assert!(stderr.contains(says), "{url}: {stderr}");
+        assert!(!stderr.contains("gridkey: shared tier"), "no trust line before the error: {stderr}");
+        assert!(!stderr.contains("InvalidClientConfig") && !stderr.contains("s3cret"), "{stderr}");
+    }
+}
+
+#[test]
+fn every_directory_of_a_cache_is_the_owners_alone_whatever_the_umask() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    let root = tempfile::tempdir().unwrap();
+    let cache = root.path().join("new").join("cache");
+    let grid = data("grids/oQU480.231010.nc");
+    let mut command = gridkey_command(
+        &["run", "--mode", "serial", "--grid", grid.to_str().unwrap(), "--cache-dir", cache.to_str().unwrap()],
+        &[],
+    );
+    // SAFETY: umask is async-signal-safe and the closure touches nothing else.
+    unsafe {
+        command.pre_exec(|| {
+            libc::umask(0);
+            Ok(())
+        });
+    }
+    let out = command.output().unwrap();
+    assert!(out.status.success(), "{:?}", text(&out));
+    assert!(!text(&out).1.contains("writable by everyone"), "{}", text(&out).1);
+    let mut dirs = vec![root.path().join("new")];
+    let mut seen = 0;
+    while let Some(dir) = dirs.pop() {
+        let mode = std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o700, "{} has mode {mode:o}", dir.display());
+        seen += 1;
+        for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+            let meta = entry.metadata().unwrap();
+            if meta.is_dir() {
+                dirs.push(entry.path());
+            } else {
+                let mode = meta.permissions().mode() & 0o777;
+                assert_eq!(mode & 0o022, 0, "{} is writable by others: {mode:o}", entry.path().display());
+            }
+        }
+    }
+    assert!(seen >= 5, "the cache, its buckets and their fan-out directories: {seen}");
+}
+
+#[test]
+fn the_summary_counts_the_hits_of_each_tier_it_has() {
+    let site = tempfile::tempdir().unwrap();
+    let mine = tempfile::tempdir().unwrap();
+    let grid = data("grids/oQU480.231010.nc");
+    let g = grid.to_str().unwrap();
+    let fill = gridkey(&["run", "--mode", "serial", "--grid", g, "--cache-dir", site.path().to_str().unwrap()], &[]);
+    assert!(fill.status.success(), "{:?}", text(&fill));
+    let args = ["run", "--mode", "serial", "--grid", g, "--cache-dir", mine.path().to_str().unwrap()];
+    let out = gridkey(&[&args[..], &["--site-cache", site.path().to_str().unwrap()]].concat(), &[]);
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("0 hits from the local tier, 8 from the site tier"), "{stdout}");
+    assert!(!stdout.contains("remote tier"), "no shared tier, no word of one: {stdout}");
 }

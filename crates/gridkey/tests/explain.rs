@@ -150,7 +150,7 @@ fn bad_keys_are_clear_errors() {
     keys(cache.path(), "oQU480.231010.nc", &[]);
     for (args, needle) in [
         (vec!["explain", "ffffffffffffffffffff", "0", "--cache-dir", c], "no translation-cache entry"),
-        (vec!["explain", "", "", "--cache-dir", c], "is ambiguous"),
+        (vec!["explain", "", "", "--cache-dir", c], "is not the start of a key"),
         (vec!["explain", "--miss", "laplace", "--cache-dir", c], "there is no program \"laplace\""),
     ] {
         let out = gridkey(&args);

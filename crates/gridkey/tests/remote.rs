@@ -189,6 +189,7 @@ fn a_wrong_password_is_an_error_at_start_naming_the_variable() {
         assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
         let text = stderr(&out);
         assert!(text.contains("refused the connection") && text.contains("GRIDKEY_REMOTE_URL"), "{text}");
+        assert!(!text.contains(".;"), "one sentence runs into the fix without a doubled stop: {text}");
         assert!(!text.contains("wrong@"), "the password is not shown: {text}");
         assert!(!cache.path().join(gridkey_fingerprint::TRANSLATION_DIR).exists(), "nothing ran");
     }

@@ -11,6 +11,7 @@
 use std::collections::BTreeMap;
 use std::fs;
 use std::io;
+use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
@@ -53,6 +54,8 @@ impl Quarantine {
             .create(true)
             .truncate(false)
             .write(true)
+            // Readable by every user of a shared cache, as the per-key lock files (gridkey_fs::lock).
+            .mode(0o644)
             .open(cache_dir.join("remote-quarantine-v1.lock"))?;
         gridkey_fs::lock::lock_exclusive(&lock)?;
         let mut q = Self::load(cache_dir);
