@@ -239,9 +239,12 @@ impl KeyLocks {
     }
 }
 
-/// Opens (creating) a lock file; one created by another user of a shared cache is opened
-/// read-only, which is enough for `flock`.
-fn open_lock_file(path: &Path) -> io::Result<File> {
+/// Opens (creating, mode `0644`, never through a symlink) the lock file `path`; one created by
+/// another user of a shared cache is opened read-only, which is enough for `flock`. The one way a
+/// lock file of a cache is opened: the per-key locks here, the stats and quarantine locks.
+///
+/// Errors: the I/O error of the open (`ELOOP` for a symlink, `ENOENT` for a missing directory).
+pub fn open_lock_file(path: &Path) -> io::Result<File> {
     let created =
         OpenOptions::new().read(true).write(true).create(true).mode(0o644).custom_flags(libc::O_NOFOLLOW).open(path);
     match created {

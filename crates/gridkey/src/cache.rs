@@ -11,7 +11,6 @@
 use std::fs;
 use std::io;
 use std::os::unix::fs::MetadataExt;
-use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
@@ -570,13 +569,7 @@ pub fn local_stats(cache_dir: &Path) -> (gridkey_remote::TierStats, u64) {
 ///
 /// Errors: the lock or the file cannot be written.
 pub fn record_local_stats(cache_dir: &Path, run: &gridkey_remote::TierStats) -> io::Result<()> {
-    let lock = fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        // Readable by every user of a shared cache, as the per-key lock files (gridkey_fs::lock).
-        .mode(0o644)
-        .open(cache_dir.join(format!("{LOCAL_STATS_FILE}.lock")))?;
+    let lock = gridkey_fs::lock::open_lock_file(&cache_dir.join(format!("{LOCAL_STATS_FILE}.lock")))?;
     gridkey_fs::lock::lock_exclusive(&lock)?;
     let (mut stats, runs) = local_stats(cache_dir);
     stats.add(run);

@@ -393,6 +393,12 @@ impl RunReport {
         self.programs.iter().filter(|p| p.translated).count()
     }
 
+    /// Number of hits the tier named `tier` (`local`, `site`, `remote`: [`ProgramReport::tier`])
+    /// served in this run.
+    pub fn hits_from(&self, tier: &str) -> usize {
+        self.programs.iter().filter(|p| p.cache_hit && p.tier.as_deref() == Some(tier)).count()
+    }
+
     /// Number of hits served by the shared tier.
     pub fn remote_hits(&self) -> usize {
         self.programs.iter().filter(|p| p.tier.as_deref() == Some("remote")).count()

@@ -636,15 +636,12 @@ fn print_report(report: &RunReport) {
     }
     // With a site cache or a shared tier: where the hits came from, tier by tier, and what each did.
     if report.tiers.len() > 1 {
-        let from = |tier: &str| report.programs.iter().filter(|p| p.tier.as_deref() == Some(tier)).count();
-        let elsewhere: usize = report.tiers.iter().filter(|t| t.tier != "local").map(|t| from(&t.tier)).sum();
         let counts: Vec<String> = report
             .tiers
             .iter()
             .enumerate()
             .map(|(i, t)| {
-                let n = if t.tier == "local" { report.hits() - elsewhere } else { from(&t.tier) };
-                format!("{n}{} from the {} tier", if i == 0 { " hits" } else { "" }, t.tier)
+                format!("{}{} from the {} tier", report.hits_from(&t.tier), if i == 0 { " hits" } else { "" }, t.tier)
             })
             .collect();
         println!("{}", counts.join(", "));

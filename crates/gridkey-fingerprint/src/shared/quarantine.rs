@@ -11,7 +11,6 @@
 use std::collections::BTreeMap;
 use std::fs;
 use std::io;
-use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
@@ -50,13 +49,7 @@ impl Quarantine {
     ///
     /// Errors: the lock or the file cannot be written.
     pub fn update(cache_dir: &Path, change: impl FnOnce(&mut Quarantine)) -> io::Result<Quarantine> {
-        let lock = fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            // Readable by every user of a shared cache, as the per-key lock files (gridkey_fs::lock).
-            .mode(0o644)
-            .open(cache_dir.join("remote-quarantine-v1.lock"))?;
+        let lock = gridkey_fs::lock::open_lock_file(&cache_dir.join("remote-quarantine-v1.lock"))?;
         gridkey_fs::lock::lock_exclusive(&lock)?;
         let mut q = Self::load(cache_dir);
         change(&mut q);
