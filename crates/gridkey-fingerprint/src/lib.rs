@@ -625,6 +625,51 @@ impl TranslationCache {
         Ok(key)
     }
 
+    /// [`Self::put`] of several entries as one batch of atomic writes
+    /// ([`gridkey_fs::write_atomic_all`], ADR 0049): what a node writes when a round trip to the
+    /// shared tier brought several entries at once. Every record is renamed before any entry;
+    /// an entry that cannot be written has its record removed again, as in [`Self::put`].
+    ///
+    /// Returns, in the order of `items`, the key stored or [`FingerprintError::Write`] naming the
+    /// file that could not be written; the others are stored all the same.
+    pub fn put_all(&self, items: &[(&KeyInputs, &[u8])]) -> Vec<Result<TranslationKey, FingerprintError>> {
+        let keys: Vec<TranslationKey> = items.iter().map(|(inputs, _)| inputs.key()).collect();
+        let records: Vec<Vec<u8>> =
+            items.iter().map(|(inputs, _)| serde_json::to_vec_pretty(inputs).expect("key inputs serialise")).collect();
+        let entries: Vec<Vec<u8>> =
+            keys.iter().zip(items).map(|(key, (_, payload))| encode_entry(key, payload)).collect();
+        let record_paths: Vec<PathBuf> = keys.iter().map(|k| self.record_path(k)).collect();
+        let entry_paths: Vec<PathBuf> = keys.iter().map(|k| self.entry_path(k)).collect();
+        let files: Vec<(&Path, &[u8])> = record_paths
+            .iter()
+            .zip(&records)
+            .chain(entry_paths.iter().zip(&entries))
+            .map(|(path, bytes)| (path.as_path(), bytes.as_slice()))
+            .collect();
+        let mut written = gridkey_fs::write_atomic_all(&files, self.fault.as_ref()).into_iter();
+        let record_written: Vec<io::Result<u64>> = written.by_ref().take(items.len()).collect();
+        keys.into_iter()
+            .zip(record_written.into_iter().zip(written))
+            .zip(record_paths.into_iter().zip(entry_paths))
+            .map(|((key, (record, entry)), (record_path, path))| match (record, entry) {
+                (Err(source), entry) => {
+                    // As in `put`, no entry is left without its record.
+                    if entry.is_ok() {
+                        let _ = fs::remove_file(&path);
+                    }
+                    Err(FingerprintError::Write { path: record_path, source })
+                }
+                (Ok(_), Err(source)) => {
+                    if !path.is_file() {
+                        let _ = fs::remove_file(&record_path);
+                    }
+                    Err(FingerprintError::Write { path, source })
+                }
+                (Ok(_), Ok(_)) => Ok(key),
+            })
+            .collect()
+    }
+
     /// Writes the key-input record of `inputs` beside the entry of `key` (atomically) and
     /// returns its path.
     ///

@@ -247,6 +247,37 @@ fn entries_round_trip_with_their_record() {
     assert_eq!(cache.record(&key).unwrap(), inputs);
 }
 
+#[test]
+fn a_batch_of_entries_round_trips_and_an_entry_that_cannot_be_written_leaves_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let tables = tempfile::tempdir().unwrap();
+    let ct = compile_time(tables.path(), &runtime(host(c2e()), host(e2c())));
+    let inputs: Vec<KeyInputs> = ["div", "grad", "rot"]
+        .iter()
+        .map(|name| KeyInputs::new(&frontend(), name, name.as_bytes(), &TranslationOptions::new(), &ct))
+        .collect();
+    let payloads: Vec<Vec<u8>> =
+        inputs.iter().map(|i| format!("/* {} */ int gk_run(void);", i.key()).into_bytes()).collect();
+    let items: Vec<(&KeyInputs, &[u8])> = inputs.iter().zip(&payloads).map(|(i, p)| (i, p.as_slice())).collect();
+    let cache = TranslationCache::open(dir.path()).unwrap();
+    let stored = cache.put_all(&items);
+    for ((i, p), s) in inputs.iter().zip(&payloads).zip(stored) {
+        assert_eq!(s.unwrap(), i.key());
+        assert_eq!(&cache.get(&i.key()).unwrap(), p);
+        assert_eq!(&cache.record(&i.key()).unwrap(), i);
+    }
+    // A full disk for entries (`.bin`): every entry fails, and no record is left without it.
+    let other = tempfile::tempdir().unwrap();
+    let full = TranslationCache::open(other.path())
+        .unwrap()
+        .with_fault(Some(gridkey_fs::Fault::parse("enospc:0:.bin").unwrap()));
+    for s in full.put_all(&items) {
+        let err = s.unwrap_err().to_string();
+        assert!(err.contains(".bin"), "{err}");
+    }
+    assert!(inputs.iter().all(|i| full.record(&i.key()).is_none() && full.get(&i.key()) == Err(Miss::Absent)));
+}
+
 /// The single place that plants bad entry bytes and checks they are a miss, then healed.
 fn check_miss(what: &str, bytes: impl FnOnce(&[u8]) -> Vec<u8>, reason: &str) {
     let (_dir, cache, inputs) = cache();

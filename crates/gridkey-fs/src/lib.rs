@@ -5,6 +5,8 @@
 //! - [`write_atomic`] (and its halves [`write_temp`] and [`PendingFile::commit`]): temp file in
 //!   the final directory, locked exclusively while written, `sync_all`, read-only, rename
 //!   (the directory is not synced: a rename lost to a power cut is a miss, ADR 0047);
+//!   [`write_atomic_all`] does the same for a batch of files, each step for all of them before
+//!   the next (ADR 0049);
 //! - [`lock`]: `flock(2)` locks, shared on a file used in place ([`lock::open_shared`]),
 //!   exclusive on a temp file being written, tried without waiting by the collector;
 //! - [`remove_stale_temps`], [`remove_if_unlocked`] and [`remove_if_unused`]: the sweep of
@@ -100,6 +102,48 @@ pub fn write_atomic(
     Ok(len)
 }
 
+/// [`write_atomic`] of several files at once, as one batch (ADR 0049): every temp file is
+/// written first, then each is made read-only and its write-back started
+/// (`sync_file_range(2)` with `SYNC_FILE_RANGE_WRITE` on Linux), then each is `sync_all`ed,
+/// then each is renamed to its final name, in the order of `files`. A file's bytes are durable
+/// before its name is, as for [`write_atomic`] (ADR 0047); the batch only lets the block layer
+/// take the writes together, and lets the inode blocks the files share be written once instead
+/// of once per file. `files` holds the final path and the bytes of each file.
+///
+/// Returns, in the order of `files`, the number of bytes written under each path or the I/O
+/// error of the first step that failed for that file (its temp file is removed then, and
+/// nothing appears under its path); the other files of the batch are written all the same.
+/// `fault` applies to each file as in [`write_atomic`].
+pub fn write_atomic_all(files: &[(&Path, &[u8])], fault: Option<&Fault>) -> Vec<io::Result<u64>> {
+    let mut pending: Vec<io::Result<(PendingFile, u64)>> = files
+        .iter()
+        .map(|(path, bytes)| write_temp_planned(parent_of(path), Plan::of(fault, path), |out| out.write_all(bytes)))
+        .collect();
+    for p in pending.iter_mut() {
+        if let Ok((temp, _)) = p {
+            if let Err(e) = temp.start_sync() {
+                *p = Err(e);
+            }
+        }
+    }
+    for p in pending.iter_mut() {
+        if let Ok((temp, _)) = p {
+            if let Err(e) = temp.temp.as_file().sync_all() {
+                *p = Err(e);
+            }
+        }
+    }
+    pending
+        .into_iter()
+        .zip(files)
+        .map(|(p, (path, _))| {
+            let (temp, len) = p?;
+            temp.rename_synced(path, fault)?;
+            Ok(len)
+        })
+        .collect()
+}
+
 /// A temp file written by [`write_temp`], locked exclusively, not yet under its final name;
 /// removed when dropped.
 #[derive(Debug)]
@@ -156,14 +200,42 @@ impl PendingFile {
     ///
     /// Errors: the I/O error of the first step that failed; the temp file is removed then.
     pub fn commit(self, path: &Path, fault: Option<&Fault>) -> io::Result<()> {
-        let plan = Plan::of(fault, path);
-        let parent = parent_of(path);
-        create_private_dir_all(parent)?;
         let file = self.temp.as_file();
         file.sync_all()?;
+        self.make_read_only()?;
+        self.rename_synced(path, fault)
+    }
+
+    /// Makes the temp file read-only and starts writing its bytes back without waiting for
+    /// them (the first step of [`write_atomic_all`]'s sync).
+    fn start_sync(&self) -> io::Result<()> {
+        self.make_read_only()?;
+        #[cfg(target_os = "linux")]
+        {
+            use std::os::fd::AsRawFd;
+            // SAFETY: a plain system call on a file descriptor this value owns; it reads no
+            // memory of this process.
+            let rc =
+                unsafe { libc::sync_file_range(self.temp.as_file().as_raw_fd(), 0, 0, libc::SYNC_FILE_RANGE_WRITE) };
+            // Only a hint: a file system that cannot start write-back early is synced in full by
+            // the `sync_all` that follows.
+            let _ = rc;
+        }
+        Ok(())
+    }
+
+    fn make_read_only(&self) -> io::Result<()> {
+        let file = self.temp.as_file();
         let mut perms = file.metadata()?.permissions();
         perms.set_readonly(true);
-        file.set_permissions(perms)?;
+        file.set_permissions(perms)
+    }
+
+    /// The last step of a commit, once the temp file is synced and read-only: the rename to
+    /// `path` (its directory created if needed).
+    fn rename_synced(self, path: &Path, fault: Option<&Fault>) -> io::Result<()> {
+        let plan = Plan::of(fault, path);
+        create_private_dir_all(parent_of(path))?;
         plan.pause_at(PausePoint::Synced, self.temp.path());
         self.temp.persist(path).map_err(|e| e.error)?;
         Ok(())

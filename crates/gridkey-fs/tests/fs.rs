@@ -9,8 +9,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
 use gridkey_fs::{
-    lock, remove_if_unlocked, remove_stale_temps, write_atomic, write_temp, Fault, FaultKind, FsError, PausePoint,
-    TEMP_PREFIX,
+    lock, remove_if_unlocked, remove_stale_temps, write_atomic, write_atomic_all, write_temp, Fault, FaultKind,
+    FsError, PausePoint, TEMP_PREFIX,
 };
 use proptest::prelude::*;
 
@@ -41,6 +41,81 @@ fn an_atomic_write_leaves_the_whole_read_only_file_and_no_temp_file() {
     // Writing again over a read-only file replaces it (the rename does not need write access).
     write_atomic(&path, None, |out| out.write_all(b"second")).unwrap();
     assert_eq!(fs::read(&path).unwrap(), b"second");
+}
+
+#[test]
+fn a_batch_of_atomic_writes_leaves_every_whole_read_only_file_and_no_temp_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths: Vec<PathBuf> =
+        (0..12).map(|i| dir.path().join(format!("{:02x}", i % 5)).join(format!("e{i}.bin"))).collect();
+    let contents: Vec<Vec<u8>> = (0..12).map(|i| vec![i as u8; 1000 + 4096 * i]).collect();
+    let files: Vec<(&Path, &[u8])> =
+        paths.iter().map(PathBuf::as_path).zip(contents.iter().map(Vec::as_slice)).collect();
+    let written = write_atomic_all(&files, None);
+    for ((path, content), w) in paths.iter().zip(&contents).zip(written) {
+        assert_eq!(w.unwrap(), content.len() as u64);
+        assert_eq!(&fs::read(path).unwrap(), content);
+        assert!(fs::metadata(path).unwrap().permissions().readonly());
+    }
+    assert_eq!(files_under(dir.path()).len(), 12, "no temp file left");
+    // A batch over files that exist replaces them, as one write does.
+    let again: Vec<(&Path, &[u8])> = paths.iter().map(|p| (p.as_path(), &b"again"[..])).collect();
+    assert!(write_atomic_all(&again, None).iter().all(|w| w.as_ref().is_ok_and(|&n| n == 5)));
+    assert!(paths.iter().all(|p| fs::read(p).unwrap() == b"again"));
+    assert!(write_atomic_all(&[], None).is_empty());
+}
+
+#[test]
+fn a_file_of_a_batch_that_cannot_be_written_costs_that_file_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    fs::write(dir.path().join("plain-file"), b"in the way").unwrap();
+    let blocked = dir.path().join("plain-file").join("entry.bin");
+    let good = [dir.path().join("ab").join("one.bin"), dir.path().join("cd").join("two.bin")];
+    let files: Vec<(&Path, &[u8])> = vec![(&good[0], b"one"), (&blocked, b"blocked"), (&good[1], b"two")];
+    let written = write_atomic_all(&files, None);
+    // A file where its directory should be: `mkdir` answers EEXIST.
+    assert_eq!(written[1].as_ref().unwrap_err().raw_os_error(), Some(libc::EEXIST));
+    assert_eq!((fs::read(&good[0]).unwrap(), fs::read(&good[1]).unwrap()), (b"one".to_vec(), b"two".to_vec()));
+    assert_eq!(files_under(dir.path()), ["one.bin", "plain-file", "two.bin"]);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+    /// Whatever the batch and whichever files a full disk hits (the fault hook's `enospc` with
+    /// a path part naming them), every other file is under its name whole and read-only, the hit
+    /// ones are absent, and no temp file is left.
+    #[test]
+    fn a_batch_leaves_whole_files_or_nothing_per_file(
+        sizes in proptest::collection::vec(0usize..20_000, 1..10),
+        hit in proptest::collection::vec(any::<bool>(), 10),
+        at in 0u64..20_000,
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let paths: Vec<PathBuf> = sizes.iter().enumerate()
+            .map(|(i, _)| dir.path().join(if hit[i] { "full" } else { "room" }).join(format!("f{i}.bin")))
+            .collect();
+        let contents: Vec<Vec<u8>> = sizes.iter().enumerate().map(|(i, &n)| vec![(i * 37) as u8; n]).collect();
+        let files: Vec<(&Path, &[u8])> = paths.iter().map(PathBuf::as_path).zip(contents.iter().map(Vec::as_slice)).collect();
+        let fault = Fault::parse(&format!("enospc:{at}:full")).unwrap();
+        let written = write_atomic_all(&files, Some(&fault));
+        for (i, w) in written.iter().enumerate() {
+            let fails = hit[i] && contents[i].len() as u64 > at;
+            match w {
+                Ok(n) => {
+                    prop_assert!(!fails, "file {} written past the fault", i);
+                    prop_assert_eq!(*n, contents[i].len() as u64);
+                    prop_assert_eq!(&fs::read(&paths[i]).unwrap(), &contents[i]);
+                    prop_assert!(fs::metadata(&paths[i]).unwrap().permissions().readonly());
+                }
+                Err(e) => {
+                    prop_assert!(fails, "file {} failed: {}", i, e);
+                    prop_assert_eq!(e.raw_os_error(), Some(libc::ENOSPC));
+                    prop_assert!(!paths[i].exists());
+                }
+            }
+        }
+        prop_assert!(files_under(dir.path()).iter().all(|name| !name.starts_with(TEMP_PREFIX)));
+    }
 }
 
 #[test]

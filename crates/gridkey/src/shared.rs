@@ -36,7 +36,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use gridkey_fingerprint::shared::{Domain, SharedSession, Taken, Verified};
-use gridkey_fingerprint::{KeyInputs, Tier, TranslationCache};
+use gridkey_fingerprint::{KeyInputs, TranslationCache};
 use gridkey_remote::{library_key, Kind, ObjectKey, Remote, RemoteTier};
 use gridkey_settings::TaskSettings;
 use gridkey_stencil::CompileOutcome;
@@ -119,8 +119,12 @@ impl SharedRun {
             .collect();
         let wanted: Vec<(usize, ObjectKey)> = paths.iter().map(|(&i, (_, key))| (i, *key)).collect();
         // A library that cannot be written is built by the worker instead.
+        // One batch of atomic writes per round trip (ADR 0049).
         let mut store = |batch: &[(usize, &[u8])]| {
-            in_parallel(batch, |i, library| paths.get(&i).is_some_and(|(p, _)| write_library(p, library).is_ok()))
+            let files: Vec<(&Path, &[u8])> =
+                batch.iter().filter_map(|(i, library)| paths.get(i).map(|(p, _)| (p.as_path(), *library))).collect();
+            let mut written = gridkey_fs::write_atomic_all(&files, None).into_iter();
+            batch.iter().map(|(i, _)| paths.contains_key(i) && written.next().is_some_and(|w| w.is_ok())).collect()
         };
         self.session.fetch(Domain::CLI.artifact, &wanted, &mut store);
     }
@@ -182,56 +186,24 @@ fn keys_of(inputs: &[KeyInputs]) -> Vec<ObjectKey> {
 }
 
 /// Stores the downloaded translation entries of one round trip (program index, payload) in the
-/// local tier, in parallel (through the cache protocol's [`Tier::put`], each with its key-input
-/// record); an entry that is not UTF-8 C source is unusable.
+/// local tier as one batch of atomic writes ([`TranslationCache::put_all`], ADR 0049), each with
+/// its key-input record; an entry that is not UTF-8 C source is unusable.
 fn store_entry<'a>(
     local: &'a TranslationCache,
     inputs: &'a [KeyInputs],
 ) -> impl FnMut(&[(usize, &[u8])]) -> Vec<Taken> + 'a {
     move |batch| {
-        in_parallel(batch, |i, payload| {
-            if std::str::from_utf8(payload).is_err() {
-                return Taken::Unusable;
-            }
-            match Tier::put(local, &inputs[i], payload) {
-                Ok(()) => Taken::Stored,
-                Err(_) => Taken::Failed,
-            }
-        })
-    }
-}
-
-/// The most downloaded objects written at once.
-const PARALLEL_WRITES: usize = 8;
-
-/// `write(i, payload)` of every object of `batch`, at most [`PARALLEL_WRITES`] at a time, the
-/// answers in the order of `batch`: the writes of one round trip run together, so that the file
-/// syncs each makes (ADR 0047) overlap instead of following one another.
-fn in_parallel<T: Send>(batch: &[(usize, &[u8])], write: impl Fn(usize, &[u8]) -> T + Sync) -> Vec<T> {
-    if batch.len() <= 1 {
-        return batch.iter().map(|&(i, payload)| write(i, payload)).collect();
-    }
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    let mut answers: Vec<(usize, T)> = std::thread::scope(|scope| {
-        let workers: Vec<_> = (0..PARALLEL_WRITES.min(batch.len()))
-            .map(|_| {
-                scope.spawn(|| {
-                    let mut mine = Vec::new();
-                    loop {
-                        let at = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        let Some(&(i, payload)) = batch.get(at) else { break mine };
-                        mine.push((at, write(i, payload)));
-                    }
-                })
+        let usable: Vec<bool> = batch.iter().map(|(_, payload)| std::str::from_utf8(payload).is_ok()).collect();
+        let items: Vec<(&KeyInputs, &[u8])> =
+            batch.iter().zip(&usable).filter(|(_, u)| **u).map(|(&(i, payload), _)| (&inputs[i], payload)).collect();
+        let mut stored = local.put_all(&items).into_iter();
+        usable
+            .iter()
+            .map(|&u| match (u, u.then(|| stored.next()).flatten()) {
+                (false, _) => Taken::Unusable,
+                (true, Some(Ok(_))) => Taken::Stored,
+                (true, _) => Taken::Failed,
             })
-            .collect();
-        workers.into_iter().flat_map(|w| w.join().unwrap_or_else(|p| std::panic::resume_unwind(p))).collect()
-    });
-    answers.sort_by_key(|(at, _)| *at);
-    answers.into_iter().map(|(_, answer)| answer).collect()
-}
-
-/// Writes a downloaded library under its final name with the one atomic writer.
-fn write_library(path: &Path, library: &[u8]) -> std::io::Result<u64> {
-    gridkey_fs::write_atomic(path, None, |out| out.write_all(library))
+            .collect()
+    }
 }
