@@ -1,4 +1,4 @@
-//! `cargo xtask cluster --nodes N [--grid FILE] [--mode M] [--jobs J] [--rounds R] [--loopback] [--tls | --compare-tls]`:
+//! `cargo xtask cluster --nodes N [--grid FILE] [--mode M] [--jobs J] [--rounds R] [--loopback] [--tls | --compare-tls] [--caches-in-memory]`:
 //! N simulated nodes on one Redis server (README "The shared tier"). Each node is a
 //! `gridkey run` process with a local cache of its own, in a network namespace of its own
 //! (a veth pair on a bridge) when this process may create them, else on loopback; every node is
@@ -22,6 +22,13 @@
 //! `--compare-tls`: the nodes use plain `redis://`, and each warm round also runs N fresh nodes
 //! from the shared tier over TLS; the ratio TLS / plain of the median warm-start times of the
 //! same run is printed (goal <= 1.2).
+//!
+//! `--caches-in-memory`: every node's cache directory on one `tmpfs` mounted for the run (root
+//! only). The N simulated nodes share one disk, which N real nodes do not: a fresh node writes
+//! and syncs its whole cache (the grid's stored tables, 2.2 MB for the shipped ICON grid), N of
+//! them at once to the one disk, while the warm nodes write nothing. In memory, the ratio is
+//! what the tier itself costs (round trips, checks, files made) without the shared disk's
+//! bandwidth; the goal is checked on the disk without this flag.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -50,6 +57,8 @@ struct Options {
     tls: bool,
     /// Warm starts over TLS beside the plain ones, and their ratio.
     compare_tls: bool,
+    /// The node caches on a tmpfs of the run.
+    caches_in_memory: bool,
 }
 
 /// How a node reaches the shared tier.
@@ -73,6 +82,7 @@ fn parse(args: &[String]) -> Result<Options> {
         loopback: false,
         tls: false,
         compare_tls: false,
+        caches_in_memory: false,
     };
     let mut it = args.iter();
     while let Some(flag) = it.next() {
@@ -86,7 +96,8 @@ fn parse(args: &[String]) -> Result<Options> {
             "--loopback" => o.loopback = true,
             "--tls" => o.tls = true,
             "--compare-tls" => o.compare_tls = true,
-            other => bail!("unexpected argument {other:?}: expected --nodes N [--grid FILE] [--mode M] [--jobs J] [--rounds R] [--loopback] [--tls | --compare-tls]"),
+            "--caches-in-memory" => o.caches_in_memory = true,
+            other => bail!("unexpected argument {other:?}: expected --nodes N [--grid FILE] [--mode M] [--jobs J] [--rounds R] [--loopback] [--tls | --compare-tls] [--caches-in-memory]"),
         }
     }
     if o.nodes == 0 || o.rounds == 0 {
@@ -147,6 +158,36 @@ impl Drop for Namespaces {
     }
 }
 
+/// A tmpfs mounted for the node caches; unmounted when dropped.
+struct MemoryCaches {
+    dir: PathBuf,
+}
+
+impl MemoryCaches {
+    fn mount(dir: PathBuf) -> Result<MemoryCaches> {
+        std::fs::create_dir_all(&dir)?;
+        let out = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=8g,mode=0700", "gridkey-cluster-caches"])
+            .arg(&dir)
+            .output()
+            .context("cannot run mount")?;
+        if !out.status.success() {
+            bail!(
+                "cannot mount a tmpfs on {} ({}); --caches-in-memory needs root",
+                dir.display(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        Ok(MemoryCaches { dir })
+    }
+}
+
+impl Drop for MemoryCaches {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.dir).status();
+    }
+}
+
 /// What one wave of nodes did.
 struct Wave {
     reports: Vec<RunReport>,
@@ -165,7 +206,13 @@ struct Cluster<'a> {
     /// The cluster's signing key, and the trusted-keys file that lists it (ADR 0031).
     signing_key: PathBuf,
     trusted_keys: PathBuf,
-    work: tempfile::TempDir,
+    /// The tmpfs of `--caches-in-memory`, unmounted before `work` is removed (fields drop in
+    /// order).
+    memory: Option<MemoryCaches>,
+    /// The run's directory, removed when the cluster is dropped; held, never read.
+    _work: tempfile::TempDir,
+    /// Where the node caches live: the work directory, or the tmpfs of `--caches-in-memory`.
+    caches: PathBuf,
     waves: usize,
 }
 
@@ -209,7 +256,7 @@ impl Cluster<'_> {
     /// N fresh cache directories.
     fn fresh(&mut self) -> Vec<PathBuf> {
         self.waves += 1;
-        (0..self.o.nodes).map(|i| self.work.path().join(format!("wave{}-node{i}", self.waves))).collect()
+        (0..self.o.nodes).map(|i| self.caches.join(format!("wave{}-node{i}", self.waves))).collect()
     }
 
     /// All nodes at once; `during` runs while they do (with the time the wave started).
@@ -317,14 +364,18 @@ pub fn cluster(args: &[String], bin: &Path) -> Result<bool> {
     let public = gridkey_remote::trust::generate_signing_key(&signing_key)?;
     let trusted_keys = certs.join("trusted");
     std::fs::write(&trusted_keys, format!("{public} cluster\n"))?;
-    let mut c = Cluster { bin, o: &o, ns, url, tls_url, ca, signing_key, trusted_keys, work, waves: 0 };
+    let memory = if o.caches_in_memory { Some(MemoryCaches::mount(work.path().join("caches"))?) } else { None };
+    let caches = memory.as_ref().map_or_else(|| work.path().to_path_buf(), |m| m.dir.clone());
+    let mut c =
+        Cluster { bin, o: &o, ns, url, tls_url, ca, signing_key, trusted_keys, memory, _work: work, caches, waves: 0 };
     println!(
-        "cluster: {} nodes ({}), each `gridkey run --mode {} --jobs {}` with a cache of its own and --remote-writer, on {} \
-         ({} cores here), {}",
+        "cluster: {} nodes ({}), each `gridkey run --mode {} --jobs {}` with a cache of its own{} and --remote-writer, \
+         on {} ({} cores here), {}",
         o.nodes,
         if c.ns.is_some() { "each in a network namespace on a bridge" } else { "on loopback" },
         o.mode,
         o.jobs,
+        if c.memory.is_some() { " on a tmpfs (--caches-in-memory: not the goal's disk)" } else { " on the disk" },
         redis_version(&binary),
         std::thread::available_parallelism().map_or(1, |n| n.get()),
         match (o.tls, o.compare_tls) {

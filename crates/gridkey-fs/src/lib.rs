@@ -235,7 +235,11 @@ impl PendingFile {
     /// `path` (its directory created if needed).
     fn rename_synced(self, path: &Path, fault: Option<&Fault>) -> io::Result<()> {
         let plan = Plan::of(fault, path);
-        create_private_dir_all(parent_of(path))?;
+        let parent = parent_of(path);
+        // A temp file written in the final directory needs no second `mkdir` of it.
+        if self.temp.path().parent() != Some(parent) {
+            create_private_dir_all(parent)?;
+        }
         plan.pause_at(PausePoint::Synced, self.temp.path());
         self.temp.persist(path).map_err(|e| e.error)?;
         Ok(())
