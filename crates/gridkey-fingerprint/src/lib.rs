@@ -634,8 +634,7 @@ impl TranslationCache {
     /// file that could not be written; the others are stored all the same.
     pub fn put_all(&self, items: &[(&KeyInputs, &[u8])]) -> Vec<Result<TranslationKey, FingerprintError>> {
         let keys: Vec<TranslationKey> = items.iter().map(|(inputs, _)| inputs.key()).collect();
-        let records: Vec<Vec<u8>> =
-            items.iter().map(|(inputs, _)| serde_json::to_vec_pretty(inputs).expect("key inputs serialise")).collect();
+        let records: Vec<Vec<u8>> = items.iter().map(|(inputs, _)| record_bytes(inputs)).collect();
         let entries: Vec<Vec<u8>> =
             keys.iter().zip(items).map(|(key, (_, payload))| encode_entry(key, payload)).collect();
         let record_paths: Vec<PathBuf> = keys.iter().map(|k| self.record_path(k)).collect();
@@ -675,7 +674,7 @@ impl TranslationCache {
     ///
     /// Errors: [`FingerprintError::Write`].
     pub fn write_record(&self, inputs: &KeyInputs, key: &TranslationKey) -> Result<PathBuf, FingerprintError> {
-        let record = serde_json::to_vec_pretty(inputs).expect("key inputs serialise");
+        let record = record_bytes(inputs);
         let record_path = self.record_path(key);
         gridkey_fs::write_atomic(&record_path, self.fault.as_ref(), |out| out.write_all(&record))
             .map_err(|source| FingerprintError::Write { path: record_path.clone(), source })?;
@@ -726,6 +725,11 @@ pub(crate) fn keys_under(dir: &Path, suffix: &str) -> Vec<TranslationKey> {
     }
     out.sort();
     out
+}
+
+/// The key-input record of `inputs` as stored beside its entry: pretty JSON of [`KeyInputs`].
+fn record_bytes(inputs: &KeyInputs) -> Vec<u8> {
+    serde_json::to_vec_pretty(inputs).expect("key inputs serialise")
 }
 
 /// The bytes of an entry file for `payload` under `key`, entry format

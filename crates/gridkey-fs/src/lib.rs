@@ -215,11 +215,10 @@ impl PendingFile {
             use std::os::fd::AsRawFd;
             // SAFETY: a plain system call on a file descriptor this value owns; it reads no
             // memory of this process.
-            let rc =
+            // Only a hint, its answer unused: a file system that cannot start write-back early
+            // is synced in full by the `sync_all` that follows.
+            let _ =
                 unsafe { libc::sync_file_range(self.temp.as_file().as_raw_fd(), 0, 0, libc::SYNC_FILE_RANGE_WRITE) };
-            // Only a hint: a file system that cannot start write-back early is synced in full by
-            // the `sync_all` that follows.
-            let _ = rc;
         }
         Ok(())
     }

@@ -199,10 +199,10 @@ fn store_entry<'a>(
         let mut stored = local.put_all(&items).into_iter();
         usable
             .iter()
-            .map(|&u| match (u, u.then(|| stored.next()).flatten()) {
-                (false, _) => Taken::Unusable,
-                (true, Some(Ok(_))) => Taken::Stored,
-                (true, _) => Taken::Failed,
+            .map(|&u| match u {
+                false => Taken::Unusable,
+                true if matches!(stored.next(), Some(Ok(_))) => Taken::Stored,
+                true => Taken::Failed,
             })
             .collect()
     }
