@@ -100,20 +100,37 @@ class Counters:
     remote_warnings: int = 0
 
 
-@dataclasses.dataclass
 class _State:
-    cache_dir: Optional[str] = None
-    store: Any = None
-    original_call: Any = None
-    original_contains: Any = None
-    original_getitem: Any = None
-    original_setitem: Any = None
-    key_inputs: Optional[dict[str, str]] = None
-    #: The environment and working directory `key_inputs` were computed in.
-    key_inputs_context: Optional[tuple[dict[str, str], str]] = None
-    shared: Any = None
-    warned: bool = False
-    counters: Counters = dataclasses.field(default_factory=Counters)
+    """What `install` changed and holds in this process. A plain class: every dataclass costs an import about a
+    millisecond, and this module is imported at every start of a model."""
+
+    __slots__ = (
+        "cache_dir",
+        "store",
+        "original_call",
+        "original_contains",
+        "original_getitem",
+        "original_setitem",
+        "key_inputs",
+        "key_inputs_context",
+        "shared",
+        "warned",
+        "counters",
+    )
+
+    def __init__(self) -> None:
+        self.cache_dir: Optional[str] = None
+        self.store: Any = None
+        self.original_call: Any = None
+        self.original_contains: Any = None
+        self.original_getitem: Any = None
+        self.original_setitem: Any = None
+        self.key_inputs: Optional[dict[str, str]] = None
+        #: The environment and working directory `key_inputs` were computed in.
+        self.key_inputs_context: Optional[tuple[dict[str, str], str]] = None
+        self.shared: Any = None
+        self.warned = False
+        self.counters = Counters()
 
 
 _state = _State()

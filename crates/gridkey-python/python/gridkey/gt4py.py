@@ -301,14 +301,17 @@ def _gt(module_name: str) -> Any:
     return importlib.import_module(module_name)
 
 
-@dataclasses.dataclass
 class _Counters:
-    """What the adapter did in this process (`stats`)."""
+    """What the adapter did in this process (`stats`). A plain class, as the module's other state: every dataclass
+    costs an import about a millisecond, and this module is imported at every start of a model."""
 
-    parent_hits: int = 0
-    handed_to_runner: int = 0
-    locked_translations: int = 0
-    lock_gave_up: int = 0
+    __slots__ = ("parent_hits", "handed_to_runner", "locked_translations", "lock_gave_up")
+
+    def __init__(self) -> None:
+        self.parent_hits = 0
+        self.handed_to_runner = 0
+        self.locked_translations = 0
+        self.lock_gave_up = 0
 
 
 _counters = _Counters()
@@ -320,7 +323,7 @@ def stats() -> dict[str, int]:
     adapter cannot look up), ``locked_translations`` (translations run here under gridkey's per-key lock, ADR 0039)
     and ``lock_gave_up`` (translations run without it after the bounded wait). Workers count in their own process.
     """
-    return dataclasses.asdict(_counters)
+    return {name: int(getattr(_counters, name)) for name in _Counters.__slots__}
 
 
 # One `gridkey.KeyLocks` per (cache directory, wait) in this process, workers included.
@@ -501,14 +504,18 @@ class _ParentHitsRunner:
         return None
 
 
-@dataclasses.dataclass
 class _State:
-    original: Optional[Callable[..., Any]] = None
-    wrapper: Optional[Callable[..., Any]] = None
-    converter: Optional[_Converter] = None
-    lock_wait: float = 60.0
-    original_runner: Optional[Callable[..., Any]] = None
-    runner_wrapper: Optional[Callable[..., Any]] = None
+    """What `install` changed and holds (a plain class, see `_Counters`)."""
+
+    __slots__ = ("original", "wrapper", "converter", "lock_wait", "original_runner", "runner_wrapper")
+
+    def __init__(self) -> None:
+        self.original: Optional[Callable[..., Any]] = None
+        self.wrapper: Optional[Callable[..., Any]] = None
+        self.converter: Optional[_Converter] = None
+        self.lock_wait: float = 60.0
+        self.original_runner: Optional[Callable[..., Any]] = None
+        self.runner_wrapper: Optional[Callable[..., Any]] = None
 
 
 _state = _State()
