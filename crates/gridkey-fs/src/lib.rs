@@ -6,7 +6,7 @@
 //!   the final directory, locked exclusively while written, `sync_all`, read-only, rename
 //!   (the directory is not synced: a rename lost to a power cut is a miss, ADR 0047);
 //!   [`write_atomic_all`] does the same for a batch of files, each step for all of them before
-//!   the next (ADR 0049);
+//!   the next, and [`commit_all`] commits a batch of temp files so (ADR 0049);
 //! - [`lock`]: `flock(2)` locks, shared on a file used in place ([`lock::open_shared`]),
 //!   exclusive on a temp file being written, tried without waiting by the collector;
 //! - [`remove_stale_temps`], [`remove_if_unlocked`] and [`remove_if_unused`]: the sweep of
@@ -97,7 +97,7 @@ pub fn write_atomic(
     fault: Option<&Fault>,
     write: impl FnOnce(&mut dyn Write) -> io::Result<()>,
 ) -> io::Result<u64> {
-    let (temp, len) = write_temp_planned(parent_of(path), Plan::of(fault, path), write)?;
+    let (temp, len) = write_temp_for(path, fault, write)?;
     temp.commit(path, fault)?;
     Ok(len)
 }
@@ -115,10 +115,34 @@ pub fn write_atomic(
 /// nothing appears under its path); the other files of the batch are written all the same.
 /// `fault` applies to each file as in [`write_atomic`].
 pub fn write_atomic_all(files: &[(&Path, &[u8])], fault: Option<&Fault>) -> Vec<io::Result<u64>> {
-    let mut pending: Vec<io::Result<(PendingFile, u64)>> = files
-        .iter()
-        .map(|(path, bytes)| write_temp_planned(parent_of(path), Plan::of(fault, path), |out| out.write_all(bytes)))
-        .collect();
+    let mut lens = Vec::with_capacity(files.len());
+    let mut pending = Vec::with_capacity(files.len());
+    for (path, bytes) in files {
+        match write_temp_for(path, fault, |out| out.write_all(bytes)) {
+            Ok((temp, len)) => {
+                lens.push(Ok(len));
+                pending.push((temp, *path));
+            }
+            Err(e) => lens.push(Err(e)),
+        }
+    }
+    let mut committed = commit_all(pending, fault).into_iter();
+    lens.into_iter()
+        .map(|len| len.and_then(|len| committed.next().expect("one result per temp file").map(|()| len)))
+        .collect()
+}
+
+/// The second half of [`write_atomic_all`], for temp files already written ([`write_temp`],
+/// [`write_temp_for`]): each is made read-only and its write-back started, then each is
+/// `sync_all`ed, then each is renamed to its path, in the order given (ADR 0049). A file's bytes
+/// are durable before its name is, as for [`PendingFile::commit`]; a batch lets the block layer
+/// take the writes together.
+///
+/// Returns, in the order of `files`, `Ok` or the I/O error of the first step that failed for
+/// that file (its temp file is removed then, nothing appears under its path); the other files
+/// are committed all the same. `fault` applies to each file as in [`PendingFile::commit`].
+pub fn commit_all(files: Vec<(PendingFile, &Path)>, fault: Option<&Fault>) -> Vec<io::Result<()>> {
+    let mut pending: Vec<io::Result<(PendingFile, &Path)>> = files.into_iter().map(Ok).collect();
     for p in pending.iter_mut() {
         if let Ok((temp, _)) = p {
             if let Err(e) = temp.start_sync() {
@@ -135,11 +159,9 @@ pub fn write_atomic_all(files: &[(&Path, &[u8])], fault: Option<&Fault>) -> Vec<
     }
     pending
         .into_iter()
-        .zip(files)
-        .map(|(p, (path, _))| {
-            let (temp, len) = p?;
-            temp.rename_synced(path, fault)?;
-            Ok(len)
+        .map(|p| {
+            let (temp, path) = p?;
+            temp.rename_synced(path, fault)
         })
         .collect()
 }
@@ -164,6 +186,20 @@ pub fn write_temp(
     write: impl FnOnce(&mut dyn Write) -> io::Result<()>,
 ) -> io::Result<(PendingFile, u64)> {
     write_temp_planned(dir, Plan::of(fault, dir), write)
+}
+
+/// [`write_temp`] of a file whose final path is already known: the temp file in the directory
+/// of `path` (created if needed), with `fault` applying when `path` contains its path part, as
+/// in [`write_atomic`], whose first half it is. Commit it with [`PendingFile::commit`] or
+/// [`commit_all`].
+///
+/// Errors: as [`write_temp`].
+pub fn write_temp_for(
+    path: &Path,
+    fault: Option<&Fault>,
+    write: impl FnOnce(&mut dyn Write) -> io::Result<()>,
+) -> io::Result<(PendingFile, u64)> {
+    write_temp_planned(parent_of(path), Plan::of(fault, path), write)
 }
 
 fn write_temp_planned(

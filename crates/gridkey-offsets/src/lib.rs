@@ -744,22 +744,64 @@ impl ConversionMemo {
 
     /// The compile-time view of `provider`: every entry, in order, with each gather replaced by
     /// its [`CompileTimeConnectivity`] in `store` (converted at most once per connectivity and
-    /// store in this memo, see [`Self::connectivity`]).
+    /// store in this memo, see [`Self::connectivity`]). The tables not converted before are
+    /// written as one batch (ADR 0050): every table to its temp file, then every file synced
+    /// together and renamed, then every table mapped, so that a cache that stores a grid's
+    /// tables for the first time waits for their syncs together rather than one after the other.
     ///
     /// Errors: [`OffsetsError::Store`] naming the offset whose table could not be stored or
     /// mapped; [`OffsetsError::HostCopy`] and [`OffsetsError::HostCopyShape`] naming the offset
     /// whose table could not be copied to the host; [`OffsetsError::NegativeEntry`] naming the
-    /// offset whose table has a negative entry that is not its skip value.
+    /// offset whose table has a negative entry that is not its skip value. A conversion that
+    /// fails fails alone: it is not memoised, and the tables put before it are stored, mapped
+    /// and memoised.
     pub fn provider(
         &self,
         provider: &OffsetProvider,
         store: &TableStore,
     ) -> Result<CompileTimeOffsetProvider, OffsetsError> {
+        let batch = store.deferring();
+        // Each distinct connectivity once: its memoised view, or its table put into the batch.
+        let mut converted: HashMap<*const Connectivity, Arc<CompileTimeConnectivity>> = HashMap::new();
+        let mut prepared: Vec<(_, &Arc<Connectivity>, _)> = Vec::new();
+        let mut failed = None;
+        for (name, entry) in provider.entries() {
+            let Entry::Gather(c) = entry else { continue };
+            if converted.contains_key(&Arc::as_ptr(c)) || prepared.iter().any(|(_, p, _)| Arc::ptr_eq(p, c)) {
+                continue;
+            }
+            match self.memoised(c, store) {
+                Some(ct) => {
+                    converted.insert(Arc::as_ptr(c), ct);
+                }
+                None => match self.prepare(name, c, &batch) {
+                    Ok(put) => prepared.push((name, c, put)),
+                    Err(e) => {
+                        // That conversion alone fails: the tables prepared before it are stored.
+                        failed = Some(e);
+                        break;
+                    }
+                },
+            }
+        }
+        let mut committed = batch.commit_deferred().into_iter().peekable();
+        for (name, c, (host, spec)) in prepared {
+            // A put deferred one commit, or none when it found its table stored.
+            if committed.peek().is_some_and(|(held, _)| *held == spec) {
+                let (_, result) = committed.next().expect("peeked");
+                result.map_err(|source| OffsetsError::Store { offset: name.clone(), source })?;
+            }
+            let ct = self.mapped(name, c, &host, spec, store)?;
+            converted.insert(Arc::as_ptr(c), ct);
+        }
+        if let Some(e) = failed {
+            return Err(e);
+        }
         let mut out = CompileTimeOffsetProvider::new();
         for (name, entry) in provider.entries() {
             let entry = match entry {
                 Entry::Dimension(d) => Entry::Dimension(d.clone()),
-                Entry::Gather(c) => Entry::Gather(self.connectivity(name, c, store)?),
+                Entry::Gather(c) => Entry::Gather(converted[&Arc::as_ptr(c)].clone()),
             };
             out.entries.push((name.clone(), entry));
         }
@@ -781,14 +823,35 @@ impl ConversionMemo {
         connectivity: &Arc<Connectivity>,
         store: &TableStore,
     ) -> Result<Arc<CompileTimeConnectivity>, OffsetsError> {
-        let key = (Arc::as_ptr(connectivity) as usize, store.dir().to_path_buf());
-        if let Some(entry) = self.entries().get(&key) {
-            if entry.runtime.upgrade().is_some_and(|live| Arc::ptr_eq(&live, connectivity)) {
-                self.memo_hits.fetch_add(1, Ordering::SeqCst);
-                return Ok(entry.compile_time.clone());
-            }
+        if let Some(ct) = self.memoised(connectivity, store) {
+            return Ok(ct);
         }
-        let store_err = |source| OffsetsError::Store { offset: offset.to_owned(), source };
+        let (host, spec) = self.prepare(offset, connectivity, store)?;
+        self.mapped(offset, connectivity, &host, spec, store)
+    }
+
+    /// The memo's view of this `Arc` in `store`, while it lives (counted as a memo hit).
+    fn memoised(&self, connectivity: &Arc<Connectivity>, store: &TableStore) -> Option<Arc<CompileTimeConnectivity>> {
+        let key = (Arc::as_ptr(connectivity) as usize, store.dir().to_path_buf());
+        let entries = self.entries();
+        let entry = entries.get(&key)?;
+        if !entry.runtime.upgrade().is_some_and(|live| Arc::ptr_eq(&live, connectivity)) {
+            return None;
+        }
+        self.memo_hits.fetch_add(1, Ordering::SeqCst);
+        Some(entry.compile_time.clone())
+    }
+
+    /// The first half of a conversion: the host table of `connectivity`, checked for negative
+    /// entries, put into `store` (a deferring store holds its commit back); its spec.
+    ///
+    /// Errors: as [`Self::connectivity`].
+    fn prepare(
+        &self,
+        offset: &str,
+        connectivity: &Arc<Connectivity>,
+        store: &TableStore,
+    ) -> Result<(IndexTable, TableSpec), OffsetsError> {
         let host = connectivity.host_table(offset)?;
         let skip_value = connectivity.skip_value;
         let bad = match &host {
@@ -798,15 +861,36 @@ impl ConversionMemo {
         if let Some((row, col, value)) = bad {
             return Err(OffsetsError::NegativeEntry { offset: offset.to_owned(), row, col, value, skip_value });
         }
-        let table = stored_and_mapped(store, |store| {
-            let spec = match &host {
-                IndexTable::I32(a) => store_as_is(store, a.view()),
-                IndexTable::I64(a) if fits_i32(a.view()) => store_converted(store, a.view(), |x| x as i32),
-                IndexTable::I64(a) => store_as_is(store, a.view()),
-            }?;
-            Ok(self.counted(spec))
-        })
-        .map_err(store_err)?;
+        let spec =
+            self.put(&host, store).map_err(|source| OffsetsError::Store { offset: offset.to_owned(), source })?;
+        Ok((host, spec))
+    }
+
+    /// Stores `host` canonicalised (C order, int32 when every index fits), hashed once.
+    fn put(&self, host: &IndexTable, store: &TableStore) -> Result<TableSpec, StoreError> {
+        let spec = match host {
+            IndexTable::I32(a) => store_as_is(store, a.view()),
+            IndexTable::I64(a) if fits_i32(a.view()) => store_converted(store, a.view(), |x| x as i32),
+            IndexTable::I64(a) => store_as_is(store, a.view()),
+        }?;
+        Ok(self.counted(spec))
+    }
+
+    /// The second half of a conversion: the table `spec` (stored from `host`) mapped from
+    /// `store`, stored again through a verifying store when the open fails
+    /// ([`mapped_after_put`]), its compile-time view memoised.
+    ///
+    /// Errors: [`OffsetsError::Store`] naming `offset`.
+    fn mapped(
+        &self,
+        offset: &str,
+        connectivity: &Arc<Connectivity>,
+        host: &IndexTable,
+        spec: TableSpec,
+        store: &TableStore,
+    ) -> Result<Arc<CompileTimeConnectivity>, OffsetsError> {
+        let table = mapped_after_put(store, spec, |store| self.put(host, store))
+            .map_err(|source| OffsetsError::Store { offset: offset.to_owned(), source })?;
         let compile_time = Arc::new(CompileTimeConnectivity {
             domain: connectivity.domain.clone(),
             local: connectivity.local.clone(),
@@ -814,6 +898,7 @@ impl ConversionMemo {
             skip_value: connectivity.skip_value,
             table,
         });
+        let key = (Arc::as_ptr(connectivity) as usize, store.dir().to_path_buf());
         let mut entries = self.entries();
         entries.retain(|_, e| e.runtime.strong_count() > 0);
         let entry = entries
@@ -879,11 +964,23 @@ const PUT_ATTEMPTS: usize = 3;
 /// after the first hashes the runtime table again: a cost of this fault only.
 ///
 /// Errors: the put's error, or the last open's.
+#[cfg(test)]
 fn stored_and_mapped(
     store: &TableStore,
     mut put: impl FnMut(&TableStore) -> Result<TableSpec, StoreError>,
 ) -> Result<MappedTable, StoreError> {
-    let mut spec = put(store)?;
+    let spec = put(store)?;
+    mapped_after_put(store, spec, put)
+}
+
+/// [`stored_and_mapped`] once the first put, which gave `spec`, is done.
+///
+/// Errors: the put's error, or the last open's.
+fn mapped_after_put(
+    store: &TableStore,
+    mut spec: TableSpec,
+    mut put: impl FnMut(&TableStore) -> Result<TableSpec, StoreError>,
+) -> Result<MappedTable, StoreError> {
     let mut attempt = 1;
     loop {
         match store.open_table(&spec) {

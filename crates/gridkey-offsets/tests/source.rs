@@ -216,3 +216,31 @@ fn plain_vectors_build_tables_in_c_order_and_a_wrong_length_is_an_error() {
     // The re-exported ndarray is the one the tables are made of.
     let _: gridkey_offsets::ndarray::ArcArray2<i32> = a;
 }
+
+#[test]
+fn a_provider_stores_its_new_tables_as_one_batch_and_each_connectivity_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = TableStore::open(dir.path()).unwrap();
+    let (a, b) = (Device::new(&table(4), 0), Device::new(&table(5), 0));
+    let (ca, cb) = (conn(a.clone()), conn(b.clone()));
+    let memo = ConversionMemo::new();
+    // `C2E` and `C2E2` are one connectivity: copied, hashed and stored once.
+    let ct = memo.provider(&provider(&[("C2E", &ca), ("E2C", &cb), ("C2E2", &ca)]), &store).unwrap();
+    assert_eq!((a.attempts(), b.attempts()), (1, 1));
+    assert_eq!((memo.stats().tables_hashed, memo.stats().memo_hits), (2, 0));
+    assert!(Arc::ptr_eq(ct.gather("C2E").unwrap(), ct.gather("C2E2").unwrap()));
+    for (name, t) in [("C2E", table(4)), ("E2C", table(5))] {
+        let view = ct.gather(name).unwrap();
+        assert_eq!(view.digest(), digest_table(t.view()));
+        assert!(store.path_of(&view.digest()).is_file(), "{name} stored under its name");
+    }
+    let temps = std::fs::read_dir(store.dir())
+        .unwrap()
+        .flat_map(|shard| std::fs::read_dir(shard.unwrap().path()).unwrap())
+        .filter(|f| f.as_ref().unwrap().file_name().to_string_lossy().starts_with(".tmp-"))
+        .count();
+    assert_eq!(temps, 0, "every temp file of the batch renamed");
+    // Converted again: memo hits, nothing copied.
+    memo.provider(&provider(&[("E2C", &cb), ("C2E", &ca)]), &store).unwrap();
+    assert_eq!((a.attempts(), b.attempts(), memo.stats().memo_hits), (1, 1, 2));
+}

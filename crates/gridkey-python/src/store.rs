@@ -283,6 +283,38 @@ impl TableStore {
         })
     }
 
+    /// Stores every table of `tables` (a sequence of what `put` takes) as `put` does and
+    /// returns their digests in order, the new ones written as one batch (ADR 0050): each to
+    /// its temp file, then all synced together and renamed, so that a cache that stores a
+    /// grid's tables for the first time waits for their syncs together. A table that cannot be
+    /// stored fails alone: the tables before it are stored, and its error is raised.
+    ///
+    /// Errors: as `put`, for the first table that failed.
+    fn put_all(&self, py: Python<'_>, tables: &Bound<'_, PyAny>) -> PyResult<Vec<String>> {
+        guard(|| {
+            let batch = self.inner.deferring();
+            let mut digests = Vec::new();
+            let mut failed = None;
+            for item in tables.try_iter()? {
+                match put_table(py, &batch, self.max_table_bytes, &item?, Narrow::Keep) {
+                    Ok(spec) => digests.push(spec.digest.to_hex()),
+                    Err(e) => {
+                        failed = Some(e);
+                        break;
+                    }
+                }
+            }
+            let committed = py.detach(|| batch.commit_deferred());
+            if let Some(e) = failed {
+                return Err(e);
+            }
+            for (_, result) in committed {
+                result.map_err(IntoPyErr::into_py_err)?;
+            }
+            Ok(digests)
+        })
+    }
+
     /// The stored table `digest` of `dtype` (`numpy.int32` or `numpy.int64`) and `shape`
     /// `(n, k)`, as a read-only, C-contiguous NumPy array over the memory-mapped file (no copy;
     /// its `base` is the `MappedTable` that keeps the mapping alive). The file is checked: a

@@ -190,3 +190,20 @@ def test_settings_choose_the_cache_directory(tmp_path: Path, monkeypatch: pytest
     defaults = gridkey.Settings.from_vars({})
     assert str(defaults.cache_dir) == ".gridkey_cache" and not defaults.verify_tables
     assert defaults.build_jobs_mode == "process"
+
+
+def test_put_all_stores_each_table_as_put_does(tmp_path: Path) -> None:
+    settings = gridkey.Settings.from_vars({})
+    store = gridkey.TableStore(tmp_path / "cache", settings=settings)
+    tables = [icon_like(300, 3), np.asfortranarray(icon_like(200, 4).astype(np.int64)), icon_like(300, 3)]
+    digests = store.put_all(tables)
+    assert digests == [digest_witness.table_digest(t) for t in tables]
+    for table, digest in zip(tables, digests):
+        np.testing.assert_array_equal(store.open(digest, table.dtype, table.shape), table)
+    files = sorted(p.name for p in (tmp_path / "cache" / gridkey.TABLES_DIR).rglob("*") if p.is_file())
+    assert files == sorted({d + ".npy" for d in digests}), "one file per table, no temp file left"
+    # A bad table fails alone: the tables before it are stored.
+    other = gridkey.TableStore(tmp_path / "other", settings=settings)
+    with pytest.raises(gridkey.errors.TableTypeError):
+        other.put_all([tables[1], "not a table", tables[0]])
+    assert Path(other.path_of(digests[1])).is_file() and not Path(other.path_of(digests[0])).exists()

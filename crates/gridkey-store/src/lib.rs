@@ -207,6 +207,21 @@ pub struct TableStore {
     fault: Option<Fault>,
     /// Files replaced because they did not hold the table their name says, shared by clones.
     repaired: std::sync::Arc<std::sync::Mutex<Vec<PathBuf>>>,
+    /// Commits held back until [`Self::commit_deferred`], shared by clones; `None`: every put
+    /// commits its file at once.
+    deferred: Option<std::sync::Arc<std::sync::Mutex<Vec<Deferred>>>>,
+}
+
+/// A written table whose commit a deferring store held back ([`TableStore::deferring`]).
+#[derive(Debug)]
+struct Deferred {
+    temp: gridkey_fs::PendingFile,
+    spec: TableSpec,
+    /// A file that was not this table was under its name.
+    replacing: bool,
+    /// A file found under the name after a failed rename is used only after its digest is
+    /// recomputed (the writer of the bytes may have changed them, ADR 0035).
+    verified_race: bool,
 }
 
 impl TableStore {
@@ -226,6 +241,7 @@ impl TableStore {
             readers_check: false,
             fault: None,
             repaired: Default::default(),
+            deferred: None,
         })
     }
 
@@ -263,6 +279,82 @@ impl TableStore {
     /// table means something wrote into the cache (ADR 0012).
     pub fn repaired(&self) -> Vec<PathBuf> {
         self.repaired.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// A clone of this store whose puts write each table to a temp file and hold its commit
+    /// back until [`Self::commit_deferred`], so that a batch of tables is synced together (ADR
+    /// 0050, the order of ADR 0049): a put returns the final path of a file that is not there
+    /// yet, and nothing may open it before the commit. Dropped without a commit, it removes the
+    /// temp files.
+    pub fn deferring(&self) -> Self {
+        let mut store = self.clone();
+        store.deferred = Some(Default::default());
+        store
+    }
+
+    /// Commits every put this deferring store held back ([`Self::deferring`]): each temp file
+    /// made read-only and its write-back started, then each synced, then each renamed to its
+    /// name (`gridkey_fs::commit_all`). Returns each table's spec with its final path, or the
+    /// [`StoreError::Write`] naming it (nothing is left under that name then), in the order of
+    /// the puts. A store that does not defer has nothing to commit.
+    pub fn commit_deferred(&self) -> Vec<(TableSpec, Result<PathBuf, StoreError>)> {
+        let Some(deferred) = &self.deferred else { return Vec::new() };
+        let held = std::mem::take(&mut *deferred.lock().unwrap_or_else(|p| p.into_inner()));
+        let paths: Vec<PathBuf> = held.iter().map(|d| self.path_of(&d.spec.digest)).collect();
+        let (temps, held): (Vec<_>, Vec<_>) =
+            held.into_iter().map(|d| (d.temp, (d.spec, d.replacing, d.verified_race))).unzip();
+        let results =
+            gridkey_fs::commit_all(temps.into_iter().zip(paths.iter().map(PathBuf::as_path)).collect(), self.fault());
+        held.into_iter()
+            .zip(results)
+            .map(|((spec, replacing, verified_race), result)| {
+                (spec, self.committed(&spec, replacing, verified_race, result))
+            })
+            .collect()
+    }
+
+    /// Commits `temp` as the file of `spec` ([`gridkey_fs::PendingFile::commit`]), or holds the
+    /// commit back on a deferring store; returns the final path.
+    ///
+    /// Errors: [`StoreError::Write`] naming the final path.
+    fn commit_or_defer(
+        &self,
+        temp: gridkey_fs::PendingFile,
+        spec: &TableSpec,
+        replacing: bool,
+        verified_race: bool,
+    ) -> Result<PathBuf, StoreError> {
+        if let Some(deferred) = &self.deferred {
+            let held = Deferred { temp, spec: *spec, replacing, verified_race };
+            deferred.lock().unwrap_or_else(|p| p.into_inner()).push(held);
+            return Ok(self.path_of(&spec.digest));
+        }
+        let result = temp.commit(&self.path_of(&spec.digest), self.fault());
+        self.committed(spec, replacing, verified_race, result)
+    }
+
+    /// What a commit of the file of `spec` came to: its path (noted as repaired when it replaced
+    /// another file), or, when the rename failed, the path of the same table a concurrent writer
+    /// renamed there first, or the error.
+    fn committed(
+        &self,
+        spec: &TableSpec,
+        replacing: bool,
+        verified_race: bool,
+        result: io::Result<()>,
+    ) -> Result<PathBuf, StoreError> {
+        let path = self.path_of(&spec.digest);
+        match result {
+            Ok(()) => {
+                if replacing {
+                    self.note_repaired(&path);
+                }
+                Ok(path)
+            }
+            Err(_) if verified_race && self.open_verified(spec).is_ok() => Ok(path),
+            Err(_) if !verified_race && self.open_table(spec).is_ok() => Ok(path),
+            Err(source) => Err(StoreError::Write { path, digest: spec.digest, source }),
+        }
     }
 
     fn note_repaired(&self, path: &Path) {
@@ -358,24 +450,17 @@ impl TableStore {
         let write_err = |source| StoreError::Write { path: path.clone(), digest: spec.digest, source };
         let header = npy_header(spec).map_err(write_err)?;
         let expected_len = header.len() as u64 + data_bytes(spec) as u64;
-        let written = gridkey_fs::write_atomic(&path, self.fault(), |out| {
+        let written = gridkey_fs::write_temp_for(&path, self.fault(), |out| {
             out.write_all(&header)?;
             write_data(out)
         });
         match written {
-            Ok(len) if len == expected_len => {
-                if replacing {
-                    self.note_repaired(&path);
-                }
-                Ok(path)
-            }
-            Ok(len) => {
-                // The writer broke its contract; the file is named by content it does not hold.
-                let _ = fs::remove_file(&path);
-                Err(write_err(io::Error::other(format!(
-                    "the table writer produced {len} bytes, the header announces {expected_len}"
-                ))))
-            }
+            Ok((temp, len)) if len == expected_len => self.commit_or_defer(temp, spec, replacing, false),
+            // The writer broke its contract: the bytes are not the table the name says (the
+            // temp file is removed as it is dropped).
+            Ok((_, len)) => Err(write_err(io::Error::other(format!(
+                "the table writer produced {len} bytes, the header announces {expected_len}"
+            )))),
             // The name is the content: a writer that won the race wrote the same table.
             Err(_) if self.open_table(spec).is_ok() => Ok(path),
             Err(source) => Err(write_err(source)),
@@ -580,16 +665,7 @@ impl TableStore {
             }
             other => other.map_err(write_err)?,
         };
-        match temp.commit(&path, self.fault()) {
-            Ok(_) => {
-                if replacing {
-                    self.note_repaired(&path);
-                }
-                Ok((spec, path))
-            }
-            Err(_) if self.open_table(&spec).is_ok() => Ok((spec, path)),
-            Err(source) => Err(write_err(source)),
-        }
+        self.commit_or_defer(temp, &spec, replacing, false).map(|path| (spec, path))
     }
 
     /// Stores the table of `dtype` and `shape` whose C-order little-endian element bytes `source`
@@ -649,19 +725,9 @@ impl TableStore {
             .finish()
             .ok_or_else(|| temp_err(io::Error::new(io::ErrorKind::InvalidData, "the table was not fed whole")))?;
         let spec = TableSpec { digest, dtype, shape };
-        let path = self.path_of(&digest);
         let replacing = self.holds_other(&spec, |_| false);
-        match temp.commit(&path, self.fault()) {
-            Ok(()) => {
-                if replacing {
-                    self.note_repaired(&path);
-                }
-                Ok((spec, path))
-            }
-            // A concurrent writer renamed the same bytes under the name first.
-            Err(_) if self.open_verified(&spec).is_ok() => Ok((spec, path)),
-            Err(source) => Err(StoreError::Write { path, digest, source }),
-        }
+        // A concurrent writer may have renamed the same bytes under the name first.
+        self.commit_or_defer(temp, &spec, replacing, true).map(|path| (spec, path))
     }
 
     /// The spec and path of a stored file that holds the bytes `source` feeds, checked as

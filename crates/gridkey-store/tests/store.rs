@@ -804,3 +804,47 @@ fn a_site_table_is_verified_before_use_and_a_bad_one_is_stored_here() {
         r => panic!("expected Missing, got {r:?}"),
     }
 }
+
+/// Temp files (`.tmp-*`) and table files under `dir`.
+fn temps_and_tables(dir: &Path) -> (usize, usize) {
+    let names = files_under(dir);
+    let temps = names.iter().filter(|n| n.starts_with(gridkey_fs::TEMP_PREFIX)).count();
+    (temps, names.len() - temps)
+}
+
+#[test]
+fn a_deferring_store_names_no_table_before_its_batch_is_committed() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = TableStore::open(dir.path()).unwrap();
+    let batch = store.deferring();
+    let tables: Vec<Array2<i32>> = (1..4).map(|n| table(40 * n, 3)).collect();
+    let specs: Vec<TableSpec> = tables.iter().map(|t| stored(&batch, t)).collect();
+    // Written to temp files, none under its name yet, none visible to an open.
+    assert_eq!(temps_and_tables(store.dir()), (3, 0));
+    assert!(specs.iter().all(|s| matches!(store.open_table(s), Err(StoreError::Missing { .. }))));
+    let committed = batch.commit_deferred();
+    assert_eq!(committed.iter().map(|(s, _)| *s).collect::<Vec<_>>(), specs, "in the order of the puts");
+    for ((spec, result), t) in committed.iter().zip(&tables) {
+        assert_eq!(result.as_ref().unwrap(), &store.path_of(&spec.digest));
+        let opened = store.open_verified(spec).unwrap();
+        assert!(matches!(opened.view(), TableView::I32(v) if v == t.view()));
+        assert!(fs::metadata(opened.path()).unwrap().permissions().readonly());
+    }
+    assert_eq!(temps_and_tables(store.dir()), (0, 3));
+    // A table stored before defers nothing: it is found, and the next commit is empty.
+    stored(&batch, &tables[0]);
+    assert!(batch.commit_deferred().is_empty());
+    assert!(store.commit_deferred().is_empty(), "a store that does not defer has nothing to commit");
+}
+
+#[test]
+fn a_deferring_store_dropped_before_its_commit_leaves_no_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = TableStore::open(dir.path()).unwrap();
+    let batch = store.deferring();
+    let spec = stored(&batch, &table(50, 4));
+    assert_eq!(temps_and_tables(store.dir()), (1, 0));
+    drop(batch);
+    assert_eq!(temps_and_tables(store.dir()), (0, 0));
+    assert!(matches!(store.open_table(&spec), Err(StoreError::Missing { .. })));
+}

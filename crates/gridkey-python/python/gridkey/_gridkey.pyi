@@ -6,7 +6,7 @@ module itself say what each item does and which ``GridkeyError`` subclass it rai
 """
 
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Final, Literal, Protocol, TypeAlias, final, overload
@@ -138,6 +138,7 @@ class TableStore:
     @property
     def max_table_bytes(self) -> int: ...
     def put(self, table: _Table) -> str: ...
+    def put_all(self, tables: Iterable[_Table]) -> list[str]: ...
     @overload
     def open(
         self, digest: str, dtype: type[np.int32] | np.dtype[np.int32], shape: tuple[int, int]

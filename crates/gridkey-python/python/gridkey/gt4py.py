@@ -220,17 +220,20 @@ class _Converter:
         self.conversions = 0
 
     def connectivity(self, runtime: Any) -> CompileTimeConnectivity:
+        ct = self._memoised(runtime)
+        if ct is None:
+            ct = self._convert(runtime, self.store.put(runtime.ndarray))
+            self._memo.insert(runtime, ct)
+        return ct
+
+    def _memoised(self, runtime: Any) -> CompileTimeConnectivity | None:
         ct: CompileTimeConnectivity | None = self._memo.get(runtime)
         if ct is not None and (not self.verify or gridkey.table_digest(runtime.ndarray) == ct.digest):
             return ct
-        ct = self._convert(runtime)
-        self._memo.insert(runtime, ct)
-        return ct
+        return None
 
-    def _convert(self, runtime: Any) -> CompileTimeConnectivity:
-        table = runtime.ndarray
-        digest = self.store.put(table)
-        dtype = np.dtype(table.dtype).newbyteorder("<")
+    def _convert(self, runtime: Any, digest: str) -> CompileTimeConnectivity:
+        dtype = np.dtype(runtime.ndarray.dtype).newbyteorder("<")
         rows, cols = (int(s) for s in runtime.domain.shape)
         shape = (rows, cols)
         ref = TableRef(self.cache_dir, digest, dtype.str, shape, self.verify)
@@ -238,10 +241,23 @@ class _Converter:
         return CompileTimeConnectivity(runtime.domain, _open_table(ref), runtime.codomain, runtime.skip_value, table_ref=ref)
 
     def provider(self, offset_provider: Mapping[str, Any]) -> dict[str, Any]:
-        return {
-            name: self.connectivity(value) if _is_runtime_table(value) else value
-            for name, value in offset_provider.items()
-        }
+        # Each runtime table once: from the memo, or stored with the others not converted before as one batch
+        # (``TableStore.put_all``, ADR 0050).
+        converted: dict[int, CompileTimeConnectivity] = {}
+        new: dict[int, Any] = {}
+        for value in offset_provider.values():
+            if _is_runtime_table(value) and id(value) not in converted and id(value) not in new:
+                ct = self._memoised(value)
+                if ct is None:
+                    new[id(value)] = value
+                else:
+                    converted[id(value)] = ct
+        if new:
+            runtimes = list(new.values())
+            for runtime, digest in zip(runtimes, self.store.put_all([r.ndarray for r in runtimes]), strict=True):
+                ct = converted[id(runtime)] = self._convert(runtime, digest)
+                self._memo.insert(runtime, ct)
+        return {name: converted[id(value)] if _is_runtime_table(value) else value for name, value in offset_provider.items()}
 
 
 def _is_runtime_table(value: object) -> bool:
