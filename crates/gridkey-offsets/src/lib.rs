@@ -763,11 +763,12 @@ impl ConversionMemo {
         let batch = store.deferring();
         // Each distinct connectivity once: its memoised view, or its table put into the batch.
         let mut converted: HashMap<*const Connectivity, Arc<CompileTimeConnectivity>> = HashMap::new();
-        let mut prepared: Vec<(_, &Arc<Connectivity>, _)> = Vec::new();
+        let mut prepared = Vec::new();
+        let mut seen = std::collections::HashSet::new();
         let mut failed = None;
         for (name, entry) in provider.entries() {
             let Entry::Gather(c) = entry else { continue };
-            if converted.contains_key(&Arc::as_ptr(c)) || prepared.iter().any(|(_, p, _)| Arc::ptr_eq(p, c)) {
+            if !seen.insert(Arc::as_ptr(c)) {
                 continue;
             }
             match self.memoised(c, store) {
