@@ -205,5 +205,5 @@ def test_put_all_stores_each_table_as_put_does(tmp_path: Path) -> None:
     # A bad table fails alone: the tables before it are stored.
     other = gridkey.TableStore(tmp_path / "other", settings=settings)
     with pytest.raises(gridkey.errors.TableTypeError):
-        other.put_all([tables[1], "not a table", tables[0]])
+        other.put_all([tables[1], "not a table", tables[0]])  # type: ignore[list-item]  # wrong on purpose
     assert Path(other.path_of(digests[1])).is_file() and not Path(other.path_of(digests[0])).exists()
