@@ -673,16 +673,17 @@ impl TableStore {
     /// a buffer of [`BLOCK_BYTES`] and hashed and written (or compared) from that buffer, so the
     /// file under the name holds exactly the bytes the name was computed from, whatever another
     /// thread writes into the source's memory meanwhile (ADR 0035); streaming, never a copy of
-    /// the whole table (ADR 0016).
+    /// the whole table (ADR 0016), but for a table of less than [`CANDIDATE_MIN_BYTES`], which
+    /// is copied once, whole, hashed, then compared with a file under its name or written from
+    /// that copy: its source is read once, stored before or not.
     ///
-    /// A table stored before is found as by [`Self::put_slice`] (ADR 0027): a table of less
-    /// than [`CANDIDATE_MIN_BYTES`] by its digest, a larger one by its size and first bytes; the
-    /// found file is kept when a pass that hashes each copied block and compares it with the
-    /// file finds every byte equal and the digest equal to the file's name (on a store
-    /// [`Self::checked_by_readers`], when the digest is its name, ADR 0028). Anything else is
-    /// written to a temp file in the store, hashed as written, and renamed to the digest of
-    /// those bytes, replacing whatever was under that name. The source is read once for a new
-    /// table, twice for one stored before.
+    /// A larger table stored before is found as by [`Self::put_slice`] (ADR 0027), by its size
+    /// and first bytes; the found file is kept when a pass that hashes each copied block and
+    /// compares it with the file finds every byte equal and the digest equal to the file's name
+    /// (on a store [`Self::checked_by_readers`], when the digest is its name, ADR 0028).
+    /// Anything else is written to a temp file in the store, hashed as written, and renamed to
+    /// the digest of those bytes, replacing whatever was under that name. The source of a large
+    /// table is read once when it is new, twice when it was stored before.
     ///
     /// The source may stop the read by returning an error from [`TableBytes::feed`] (the
     /// Python package does when Ctrl-C is pressed): the temp file is removed and that error is
@@ -706,6 +707,9 @@ impl TableStore {
             .ok_or_else(|| {
                 temp_err(io::Error::new(io::ErrorKind::InvalidInput, "the shape overflows the address space"))
             })?;
+        if expected_len < CANDIDATE_MIN_BYTES {
+            return self.put_copied(dtype, shape, expected_len, source);
+        }
         if let Some(found) = self.stored_before(dtype, shape, expected_len, source).map_err(temp_err)? {
             return Ok(found);
         }
@@ -730,6 +734,43 @@ impl TableStore {
         self.commit_or_defer(temp, &spec, replacing, true).map(|path| (spec, path))
     }
 
+    /// [`Self::put_blocks`] of a table of less than [`CANDIDATE_MIN_BYTES`] (`len` bytes of
+    /// element data): the source is copied once, whole, into memory (at most 16 MiB, so the
+    /// bound of ADR 0016 holds), the copy hashed, then compared with a file under its name or
+    /// written from the copy ([`Self::put_with`]). The source is read once whether or not the
+    /// table was stored before, and the file under the name holds the bytes it was computed
+    /// from (ADR 0035).
+    ///
+    /// Errors: as [`Self::put_blocks`].
+    fn put_copied(
+        &self,
+        dtype: Dtype,
+        shape: [usize; 2],
+        len: usize,
+        source: &dyn TableBytes,
+    ) -> Result<(TableSpec, PathBuf), StoreError> {
+        let temp_err = |source| StoreError::WriteTemp { dir: self.dir.clone(), dtype, shape, source };
+        let mut copy = Vec::with_capacity(len);
+        let mut fed = 0usize;
+        source
+            .feed(&mut |piece| {
+                fed += piece.len();
+                // Never more than the table: a source that feeds too much is refused below.
+                let take = (len - copy.len()).min(piece.len());
+                copy.extend_from_slice(&piece[..take]);
+                Ok(())
+            })
+            .map_err(temp_err)?;
+        check_length(fed, len, dtype, shape).map_err(temp_err)?;
+        let mut hasher = gridkey_digest::TableHasher::new(dtype, &shape);
+        hasher.update(&copy);
+        let digest = hasher
+            .finish()
+            .ok_or_else(|| temp_err(io::Error::new(io::ErrorKind::InvalidData, "the table was not fed whole")))?;
+        let spec = TableSpec { digest, dtype, shape };
+        self.put_with(&spec, |out| out.write_all(&copy)).map(|path| (spec, path))
+    }
+
     /// The spec and path of a stored file that holds the bytes `source` feeds, checked as
     /// [`Self::put_blocks`] says; `None` when there is none (the table must be written).
     ///
@@ -741,38 +782,20 @@ impl TableStore {
         len: usize,
         source: &dyn TableBytes,
     ) -> io::Result<Option<(TableSpec, PathBuf)>> {
-        let candidate = if len < CANDIDATE_MIN_BYTES {
-            // Hashed first (milliseconds at most); the digest is only a guess of the name here,
-            // since the source may change before the pass that decides.
-            let mut hasher = gridkey_digest::TableHasher::new(dtype, &shape);
-            let fed = copied_blocks(source, |block| {
-                hasher.update(block);
-                Ok(())
-            })?;
-            let Some(guess) = hasher.finish().filter(|_| fed == len) else { return Ok(None) };
-            match MappedTable::map(self.path_of(&guess), &TableSpec { digest: guess, dtype, shape }) {
-                Ok(table) => table,
-                Err(_) => return Ok(None),
+        let mut probe = Vec::with_capacity(CANDIDATE_PROBE_BYTES);
+        let read = source.feed(&mut |piece| {
+            let want = (CANDIDATE_PROBE_BYTES - probe.len()).min(piece.len());
+            probe.extend_from_slice(&piece[..want]);
+            if probe.len() == CANDIDATE_PROBE_BYTES {
+                return Err(io::Error::new(io::ErrorKind::WriteZero, PROBE_FULL));
             }
-        } else {
-            let mut probe = Vec::with_capacity(CANDIDATE_PROBE_BYTES);
-            let read = source.feed(&mut |piece| {
-                let want = (CANDIDATE_PROBE_BYTES - probe.len()).min(piece.len());
-                probe.extend_from_slice(&piece[..want]);
-                if probe.len() == CANDIDATE_PROBE_BYTES {
-                    return Err(io::Error::new(io::ErrorKind::WriteZero, PROBE_FULL));
-                }
-                Ok(())
-            });
-            match read {
-                Err(e) if e.kind() != io::ErrorKind::WriteZero || e.to_string() != PROBE_FULL => return Err(e),
-                _ => {}
-            }
-            match self.candidate_of(dtype, shape, len, &probe) {
-                Some(table) => table,
-                None => return Ok(None),
-            }
-        };
+            Ok(())
+        });
+        match read {
+            Err(e) if e.kind() != io::ErrorKind::WriteZero || e.to_string() != PROBE_FULL => return Err(e),
+            _ => {}
+        }
+        let Some(candidate) = self.candidate_of(dtype, shape, len, &probe) else { return Ok(None) };
         let theirs = candidate.data_bytes();
         let mut hasher = gridkey_digest::TableHasher::new(dtype, &shape);
         let mut at = 0;

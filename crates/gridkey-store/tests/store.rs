@@ -707,18 +707,59 @@ impl gridkey_store::TableBytes for Failing {
 fn put_blocks_of_a_failing_or_short_source_is_a_temp_write_error_and_leaves_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let store = TableStore::open(dir.path()).unwrap();
-    let t = table(1_500_000, 3);
-    let failing = Failing { base: le_bytes(&t), after: 5 << 20 };
-    let err = store.put_blocks(Dtype::I32, [t.nrows(), t.ncols()], &failing).unwrap_err();
-    assert!(
-        matches!(&err, StoreError::WriteTemp { source, .. } if source.kind() == std::io::ErrorKind::Interrupted),
-        "{err}"
-    );
-    let short = le_bytes(&t);
-    let err = store.put_blocks(Dtype::I32, [t.nrows(), t.ncols() + 1], &short).unwrap_err();
-    assert!(matches!(&err, StoreError::WriteTemp { .. }), "{err}");
-    assert!(err.to_string().contains("need") && !err.to_string().ends_with('.'), "{err}");
+    // Below the candidate size (copied whole, then written) and above it (streamed).
+    for (t, after) in [(table(1000, 3), 5000), (table(1_500_000, 3), 5 << 20)] {
+        let failing = Failing { base: le_bytes(&t), after };
+        let err = store.put_blocks(Dtype::I32, [t.nrows(), t.ncols()], &failing).unwrap_err();
+        assert!(
+            matches!(&err, StoreError::WriteTemp { source, .. } if source.kind() == std::io::ErrorKind::Interrupted),
+            "{err}"
+        );
+        let data = le_bytes(&t);
+        for wrong in [[t.nrows(), t.ncols() + 1], [t.nrows(), t.ncols() - 1]] {
+            let err = store.put_blocks(Dtype::I32, wrong, &data).unwrap_err();
+            assert!(matches!(&err, StoreError::WriteTemp { .. }), "{err}");
+            assert!(err.to_string().contains("need") && !err.to_string().ends_with('.'), "{err}");
+        }
+    }
     assert_eq!(files_under(dir.path()), Vec::<String>::new());
+}
+
+/// A source that counts how often it is read.
+struct Counted {
+    base: Vec<u8>,
+    reads: std::sync::atomic::AtomicU32,
+}
+
+impl gridkey_store::TableBytes for Counted {
+    fn feed(&self, sink: &mut dyn FnMut(&[u8]) -> std::io::Result<()>) -> std::io::Result<()> {
+        self.reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.base.chunks(70_000).try_for_each(sink)
+    }
+}
+
+#[test]
+fn a_table_under_the_candidate_size_is_read_once_whether_new_or_stored_before() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = TableStore::open(dir.path()).unwrap();
+    let t = table(20_000, 4);
+    let source = Counted { base: le_bytes(&t), reads: Default::default() };
+    for round in 1..=3 {
+        let (spec, path) = store.put_blocks(Dtype::I32, [t.nrows(), t.ncols()], &source).unwrap();
+        assert_eq!(spec.digest, digest_table(t.view()), "the witness digest");
+        assert_eq!(file_digest(&store, &spec), spec.digest, "{}", path.display());
+        assert_eq!(source.reads.load(std::sync::atomic::Ordering::SeqCst), round, "one read per put");
+    }
+    // A file planted under the name with other bytes is compared, found different and replaced.
+    let path = store.path_of(&digest_table(t.view()));
+    let mut planted = std::fs::read(&path).unwrap();
+    let last = planted.len() - 1;
+    planted[last] ^= 0x40;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::fs::write(&path, &planted).unwrap();
+    let (spec, _) = store.put_blocks(Dtype::I32, [t.nrows(), t.ncols()], &source).unwrap();
+    assert_eq!(file_digest(&store, &spec), spec.digest);
+    assert_eq!(store.repaired().len(), 1, "the planted file is named as repaired");
 }
 
 /// A stored table truncated in place (the same inode) while it is mapped: `verify` reads the file
