@@ -206,3 +206,32 @@ def test_an_extension_for_another_python_abi_is_never_materialized_or_loaded(tmp
         assert not (folder / "gt4py.json").exists()
     finally:
         tiers.uninstall()
+
+
+def test_the_counters_snapshot_has_every_running_count_and_is_a_copy() -> None:
+    pytest.importorskip("gt4py", reason="GT4Py needs CPython 3.12 or later; cargo xtask gt4py installs it")
+    from gridkey import _gt4py_tiers as tiers
+
+    # The running counts and the snapshot name the same fields in the same order.
+    assert tuple(tiers._Tally.__annotations__) == tiers.Counters._fields == tiers._Tally.__slots__
+    before = tiers.counters()
+    tiers._state.counters.rejected += 2
+    try:
+        after = tiers.counters()
+        assert after.rejected == before.rejected + 2 and before.rejected == after.rejected - 2
+        assert after._replace(rejected=before.rejected) == before, "the other counts are unchanged"
+    finally:
+        tiers._state.counters.rejected -= 2
+
+
+def test_a_table_ref_is_a_value_that_pickles() -> None:
+    pytest.importorskip("gt4py", reason="GT4Py needs CPython 3.12 or later; cargo xtask gt4py installs it")
+    import pickle
+
+    from gridkey.gt4py import TableRef
+
+    ref = TableRef("/cache", "0" * 32, "<i4", (10, 3), False)
+    assert pickle.loads(pickle.dumps(ref)) == ref and hash(ref) == hash(TableRef(*ref))
+    assert ref.shape == (10, 3) and ref != ref._replace(verify=True)
+    with pytest.raises(AttributeError):
+        ref.digest = "1" * 32  # type: ignore[misc]  # immutable on purpose

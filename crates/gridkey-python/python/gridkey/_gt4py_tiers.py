@@ -35,7 +35,6 @@ process runner ships to every worker with its configuration, and whose unpicklin
 from __future__ import annotations
 
 import atexit
-import dataclasses
 import importlib.metadata
 import os
 import pathlib
@@ -43,7 +42,7 @@ import sysconfig
 import pickle
 import threading
 import warnings
-from typing import Any, Callable, Optional, cast
+from typing import Any, Callable, NamedTuple, Optional, cast
 
 import gt4py
 from gt4py._core import file_utils as _file_utils
@@ -77,10 +76,10 @@ MARKER = ".gridkey-extension"
 _CONFIG_NAME = "GRIDKEY_GT4PY_TIERS"
 
 
-@dataclasses.dataclass
-class Counters:
-    """What the hooks did in this process: translation entries and extensions stored into and materialized from
-    gridkey's store, folders rebuilt because their key was another, and entries rejected (and removed)."""
+class Counters(NamedTuple):
+    """What the hooks did in this process (a snapshot, see `counters`): translation entries and extensions stored into
+    and materialized from gridkey's store, folders rebuilt because their key was another, and entries rejected (and
+    removed). A named tuple: a dataclass would cost every import of the module about half a millisecond."""
 
     translations_stored: int = 0
     translations_materialized: int = 0
@@ -98,6 +97,28 @@ class Counters:
     remote_rejected: int = 0
     #: Warnings that the shared tier is off in this process (at most one).
     remote_warnings: int = 0
+
+
+class _Tally:
+    """The running counts behind `Counters`, one attribute per field of it (in its order)."""
+
+    __slots__ = Counters._fields
+    translations_stored: int
+    translations_materialized: int
+    extensions_stored: int
+    extensions_materialized: int
+    foreign_rebuilt: int
+    rejected: int
+    translations_from_remote: int
+    extensions_from_remote: int
+    translations_uploaded: int
+    extensions_uploaded: int
+    remote_rejected: int
+    remote_warnings: int
+
+    def __init__(self) -> None:
+        for name in self.__slots__:
+            setattr(self, name, 0)
 
 
 class _State:
@@ -130,7 +151,7 @@ class _State:
         self.key_inputs_context: Optional[tuple[dict[str, str], str]] = None
         self.shared: Any = None
         self.warned = False
-        self.counters = Counters()
+        self.counters = _Tally()
 
 
 _state = _State()
@@ -611,4 +632,4 @@ def installed() -> bool:
 
 def counters() -> Counters:
     """What the hooks did in this process so far (workers count their own)."""
-    return dataclasses.replace(_state.counters)
+    return Counters(*(getattr(_state.counters, name) for name in Counters._fields))

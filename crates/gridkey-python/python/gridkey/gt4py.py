@@ -51,7 +51,7 @@ import pathlib
 import threading
 import warnings
 from collections.abc import Mapping
-from typing import Any, Callable, Optional
+from typing import Any, Callable, NamedTuple, Optional
 
 import numpy as np
 from numpy.typing import NDArray
@@ -93,11 +93,11 @@ class UnsupportedGT4PyError(GridkeyError, RuntimeError):
     """The installed GT4Py is not a version `install` supports, or lacks what it wraps."""
 
 
-@dataclasses.dataclass(frozen=True)
-class TableRef:
+class TableRef(NamedTuple):
     """Where a worker finds a compile-time table: the store's cache directory (absolute), the table digest (32 hex
     digits, format v1), its dtype (``"<i4"`` or ``"<i8"``) and shape ``(n, k)``, and whether every open recomputes
-    the digest (``GRIDKEY_VERIFY_TABLES``)."""
+    the digest (``GRIDKEY_VERIFY_TABLES``). A named tuple (immutable, compared and hashed by value, pickled as its
+    fields): a dataclass would cost every import of this module about half a millisecond."""
 
     cache_dir: str
     digest: str
