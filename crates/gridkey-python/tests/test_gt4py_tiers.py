@@ -218,7 +218,7 @@ def test_the_counters_snapshot_has_every_running_count_and_is_a_copy() -> None:
     tiers._state.counters.rejected += 2
     try:
         after = tiers.counters()
-        assert after.rejected == before.rejected + 2 and before.rejected == after.rejected - 2
+        assert after.rejected == before.rejected + 2
         assert after._replace(rejected=before.rejected) == before, "the other counts are unchanged"
     finally:
         tiers._state.counters.rejected -= 2

@@ -737,7 +737,7 @@ impl TableStore {
     /// [`Self::put_blocks`] of a table of less than [`CANDIDATE_MIN_BYTES`] (`len` bytes of
     /// element data): the source is copied once, whole, into memory (at most 16 MiB, so the
     /// bound of ADR 0016 holds), the copy hashed, then compared with a file under its name or
-    /// written from the copy ([`Self::put_with`]). The source is read once whether or not the
+    /// written from the copy ([`Self::put_slice`]'s way for a table this small). The source is read once whether or not the
     /// table was stored before, and the file under the name holds the bytes it was computed
     /// from (ADR 0035).
     ///
@@ -762,13 +762,19 @@ impl TableStore {
             })
             .map_err(temp_err)?;
         check_length(fed, len, dtype, shape).map_err(temp_err)?;
-        let mut hasher = gridkey_digest::TableHasher::new(dtype, &shape);
-        hasher.update(&copy);
-        let digest = hasher
-            .finish()
-            .ok_or_else(|| temp_err(io::Error::new(io::ErrorKind::InvalidData, "the table was not fed whole")))?;
-        let spec = TableSpec { digest, dtype, shape };
-        self.put_with(&spec, |out| out.write_all(&copy)).map(|path| (spec, path))
+        // The copy is an immutable C-order slice of the table's length: `put_slice`'s small-table
+        // way (hashed, then compared with a file under the name or written).
+        let digest = || {
+            gridkey_digest::digest_raw(
+                &copy,
+                dtype,
+                gridkey_digest::ByteOrder::Little,
+                gridkey_digest::MemoryOrder::C,
+                &shape,
+            )
+            .expect("the copy holds shape[0] * shape[1] elements")
+        };
+        self.put_slice(dtype, shape, &copy, digest)
     }
 
     /// The spec and path of a stored file that holds the bytes `source` feeds, checked as
