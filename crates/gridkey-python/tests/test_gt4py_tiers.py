@@ -208,6 +208,43 @@ def test_an_extension_for_another_python_abi_is_never_materialized_or_loaded(tmp
         tiers.uninstall()
 
 
+def test_a_folder_marked_with_this_key_is_returned_without_the_folder_lock(tmp_path: Path, monkeypatch: Any) -> None:
+    pytest.importorskip("gt4py", reason="GT4Py needs CPython 3.12 or later; cargo xtask gt4py installs it")
+    from gridkey import _gt4py_tiers as tiers
+
+    folder = _folder(tmp_path)
+    key_here = tiers.extension_key(folder.name)
+    locked: list[pathlib.Path] = []
+    real_lock = tiers._locking.lock
+
+    def counting_lock(path: Any, *args: Any) -> Any:
+        locked.append(pathlib.Path(path))
+        return real_lock(path, *args)
+
+    monkeypatch.setattr(tiers._locking, "lock", counting_lock)
+    tiers.install(cache_dir=tmp_path / "gridkey")
+    try:
+        # Marked with this process's key and usable: GT4Py's build data, no lock taken.
+        (folder / tiers.MARKER).write_text(key_here)
+        data = tiers.prepare_folder(folder)
+        assert data is not None and str(data.module) == "build/bin/div.so" and data.entry_point_name == "div"
+        assert locked == []
+        # Marked for another extension key: prepared under the lock, made unusable, None.
+        (folder / tiers.MARKER).write_text("0" * 32)
+        before = tiers.counters().foreign_rebuilt
+        assert tiers.prepare_folder(folder) is None
+        assert locked == [folder] and tiers.counters().foreign_rebuilt == before + 1
+        assert not (folder / "gt4py.json").exists()
+        # Marked with this key but its module gone (an interrupted clean-up): under the lock, not usable.
+        (folder / "gt4py.json").write_text('{"status": "COMPILED", "module": "build/bin/div.so", "entry_point_name": "div"}')
+        (folder / tiers.MARKER).write_text(key_here)
+        (folder / "build" / "bin" / "div.so").unlink()
+        assert tiers.prepare_folder(folder) is None
+        assert locked == [folder, folder]
+    finally:
+        tiers.uninstall()
+
+
 def test_the_counters_snapshot_has_every_running_count_and_is_a_copy() -> None:
     pytest.importorskip("gt4py", reason="GT4Py needs CPython 3.12 or later; cargo xtask gt4py installs it")
     from gridkey import _gt4py_tiers as tiers

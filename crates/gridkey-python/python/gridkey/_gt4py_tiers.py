@@ -306,16 +306,28 @@ def _store_folder(folder: pathlib.Path, key: str) -> None:
     _state.counters.extensions_stored += 1
 
 
-def prepare_folder(folder: pathlib.Path) -> None:
+def prepare_folder(folder: pathlib.Path) -> Optional[_build_data.BuildData]:
     """What the build step's hook does before GT4Py looks at ``folder``, for a caller that looks at it itself (the
-    hits ``gridkey.gt4py`` resolves in the calling process, ADR 0038): under the folder's lock, a usable folder built
-    or materialized for another extension key is made unusable, and a missing one is filled from gridkey's store.
-    Does nothing when the hooks are not installed."""
+    hits ``gridkey.gt4py`` resolves in the calling process, ADR 0038): a usable folder built or materialized for
+    another extension key is made unusable, and a missing one is filled from gridkey's store. Returns GT4Py's build
+    data of the folder when it is usable for this process's extension key, else None.
+
+    A folder marked with this process's extension key and usable is returned without GT4Py's folder lock: its marker
+    is written, atomically, only once its build or materialization finished under that lock, and GT4Py itself loads
+    a module outside the lock; anything else is prepared under the lock. With the hooks not installed, the folder's
+    build data when usable, as GT4Py reads it."""
     if not installed():
-        return
+        data = _build_data.read_data(folder)
+        return data if _compiler.is_usable(data, folder) else None
     key = extension_key(folder.name)
+    if _read_marker(folder) == key:
+        data = _build_data.read_data(folder)
+        if _compiler.is_usable(data, folder):
+            return data
     with _locking.lock(folder):
         _prepare_folder(folder, key)
+        data = _build_data.read_data(folder)
+    return data if _compiler.is_usable(data, folder) else None
 
 
 def _claimed(kind: str, key: str) -> str:

@@ -479,9 +479,8 @@ def _resolve_in_parent(task: Any) -> Any:
     )
     # A folder built for another extension key (compiler, interpreter ABI, headers) is never loaded here; one that
     # gridkey's store holds is filled first (ADR 0040).
-    _gt4py_tiers.prepare_folder(folder)
-    data = _gt("gt4py.next.otf.compilation.build_data").read_data(folder)
-    if not compiler_module.is_usable(data, folder):
+    data = _gt4py_tiers.prepare_folder(folder)
+    if data is None:
         return _MISS
     artifact = compilation._make_artifact(folder, data.module, data.entry_point_name)
     # An extension that came from the shared tier is loaded here before it is used; one that does not load is
