@@ -210,18 +210,20 @@ def test_an_extension_for_another_python_abi_is_never_materialized_or_loaded(tmp
 
 def test_a_folder_marked_with_this_key_is_returned_without_the_folder_lock(tmp_path: Path, monkeypatch: Any) -> None:
     pytest.importorskip("gt4py", reason="GT4Py needs CPython 3.12 or later; cargo xtask gt4py installs it")
+    from gt4py._core import locking
+
     from gridkey import _gt4py_tiers as tiers
 
     folder = _folder(tmp_path)
     key_here = tiers.extension_key(folder.name)
     locked: list[pathlib.Path] = []
-    real_lock = tiers._locking.lock
+    real_lock = locking.lock
 
     def counting_lock(path: Any, *args: Any) -> Any:
         locked.append(pathlib.Path(path))
         return real_lock(path, *args)
 
-    monkeypatch.setattr(tiers._locking, "lock", counting_lock)
+    monkeypatch.setattr(locking, "lock", counting_lock)
     tiers.install(cache_dir=tmp_path / "gridkey")
     try:
         # Marked with this process's key and usable: GT4Py's build data, no lock taken.
