@@ -408,7 +408,6 @@ class LockedTranslation:
     def __repr__(self) -> str:
         return f"LockedTranslation(cached={self.cached!r}, cache_dir={self.cache_dir!r}, wait={self.wait!r})"
 
-
     def __call__(self, inp: Any) -> Any:
         cached = self.cached
         key = cached.cache_key(inp)
