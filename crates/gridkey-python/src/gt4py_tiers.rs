@@ -239,12 +239,14 @@ impl Gt4pyStore {
         self.inner.remove(kind, &key);
     }
 
-    /// Writes the files of the stored extension `key` into the build folder `folder`, each
-    /// atomically, in the order they were stored (the build record `gt4py.json` last, so that
-    /// GT4Py never sees a record without its module). Returns the names written, or None when
-    /// the store has no valid entry (a bad one is removed and counted).
+    /// Writes the files of the stored extension `key` into the build folder `folder` as one
+    /// batch of atomic writes (ADR 0049: every file synced, then each renamed in the order they
+    /// were stored, the build record `gt4py.json` last, so that GT4Py never sees a record without
+    /// its module). Returns the names written, or None when the store has no valid entry (a bad
+    /// one is removed and counted).
     ///
-    /// Errors: `GridkeyOSError` naming a file that cannot be written.
+    /// Errors: `GridkeyOSError` naming a file that cannot be written; then none of the files is
+    /// left under its name.
     fn materialize(
         &self,
         py: Python<'_>,
@@ -261,14 +263,20 @@ impl Gt4pyStore {
 }
 
 fn write_files(folder: &Path, files: &[(String, Vec<u8>)]) -> PyResult<()> {
-    for (name, bytes) in files {
-        let path = folder.join(name);
-        gridkey_fs::write_atomic(&path, None, |out| out.write_all(bytes)).map_err(|e| {
-            error(
-                Kind::Os,
-                format!("cannot write {}: {e}; free space or fix permissions of the build folder", path.display()),
-            )
-        })?;
+    // One batch (ADR 0049): every file synced together, then renamed in the order given, so the
+    // build record, last, never names a module that is not there.
+    let paths: Vec<PathBuf> = files.iter().map(|(name, _)| folder.join(name)).collect();
+    let batch: Vec<(&Path, &[u8])> =
+        paths.iter().zip(files).map(|(path, (_, bytes))| (path.as_path(), bytes.as_slice())).collect();
+    let written = gridkey_fs::write_atomic_all(&batch, None);
+    let Some((path, e)) = paths.iter().zip(&written).find_map(|(path, w)| w.as_ref().err().map(|e| (path, e))) else {
+        return Ok(());
+    };
+    // A file that failed leaves none of the others under its name: no build record without its module.
+    for (path, w) in paths.iter().zip(&written) {
+        if w.is_ok() {
+            let _ = std::fs::remove_file(path);
+        }
     }
-    Ok(())
+    Err(error(Kind::Os, format!("cannot write {}: {e}; free space or fix permissions of the build folder", path.display())))
 }

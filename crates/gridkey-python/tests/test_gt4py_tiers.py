@@ -94,6 +94,23 @@ def _folder(tmp_path: Path) -> pathlib.Path:
     return folder
 
 
+def test_a_materialization_that_cannot_write_its_build_record_leaves_no_module(tmp_path: Path) -> None:
+    store = _gridkey.Gt4pyStore(tmp_path / "gridkey")
+    key = _gridkey.gt4py_extension_key(*KEY_ARGS)
+    store.put_extension(key, _folder(tmp_path), ["build/bin/div.so", "gt4py.json"])
+    target = tmp_path / "fresh"
+    # A directory where the build record goes: its rename fails after the module's was ready.
+    (target / "gt4py.json").mkdir(parents=True)
+    with pytest.raises(gridkey.GridkeyOSError, match=r"gt4py\.json.*free space or fix permissions"):
+        store.materialize(key, target)
+    assert not (target / "build" / "bin" / "div.so").exists(), "a module was left without its build record"
+    assert not [p for p in (target / "build" / "bin").iterdir()], "a temp file was left"
+    # Once the way is clear, both files arrive, byte for byte.
+    (target / "gt4py.json").rmdir()
+    assert store.materialize(key, target) == ["build/bin/div.so", "gt4py.json"]
+    assert (target / "build" / "bin" / "div.so").read_bytes() == (tmp_path / "div_pyext_x" / "build" / "bin" / "div.so").read_bytes()
+
+
 @pytest.mark.parametrize("damage", ["truncated", "corrupted", "emptied"])
 def test_a_damaged_extension_entry_is_rejected_removed_and_never_materialized(tmp_path: Path, damage: Any) -> None:
     store = _gridkey.Gt4pyStore(tmp_path / "gridkey")
