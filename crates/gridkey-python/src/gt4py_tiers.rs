@@ -278,5 +278,8 @@ fn write_files(folder: &Path, files: &[(String, Vec<u8>)]) -> PyResult<()> {
             let _ = std::fs::remove_file(path);
         }
     }
-    Err(error(Kind::Os, format!("cannot write {}: {e}; free space or fix permissions of the build folder", path.display())))
+    Err(error(
+        Kind::Os,
+        format!("cannot write {}: {e}; free space or fix permissions of the build folder", path.display()),
+    ))
 }
