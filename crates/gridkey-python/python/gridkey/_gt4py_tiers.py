@@ -285,7 +285,7 @@ def _prepare_folder(folder: pathlib.Path, key: str) -> None:
     _warn_if_off()
     if names is None:
         return
-    if _compiler.is_usable(_build_data.read_data(folder), folder):
+    if _usable_data(folder) is not None:
         _write_marker(folder, key)
         _state.counters.extensions_materialized += 1
 
@@ -306,6 +306,12 @@ def _store_folder(folder: pathlib.Path, key: str) -> None:
     _state.counters.extensions_stored += 1
 
 
+def _usable_data(folder: pathlib.Path) -> Optional[_build_data.BuildData]:
+    """GT4Py's build data of ``folder`` when GT4Py would use the folder as it stands (``compiler.is_usable``), else None."""
+    data = _build_data.read_data(folder)
+    return data if _compiler.is_usable(data, folder) else None
+
+
 def prepare_folder(folder: pathlib.Path) -> Optional[_build_data.BuildData]:
     """What the build step's hook does before GT4Py looks at ``folder``, for a caller that looks at it itself (the
     hits ``gridkey.gt4py`` resolves in the calling process, ADR 0038): a usable folder built or materialized for
@@ -317,17 +323,15 @@ def prepare_folder(folder: pathlib.Path) -> Optional[_build_data.BuildData]:
     a module outside the lock; anything else is prepared under the lock. With the hooks not installed, the folder's
     build data when usable, as GT4Py reads it."""
     if not installed():
-        data = _build_data.read_data(folder)
-        return data if _compiler.is_usable(data, folder) else None
+        return _usable_data(folder)
     key = extension_key(folder.name)
     if _read_marker(folder) == key:
-        data = _build_data.read_data(folder)
-        if _compiler.is_usable(data, folder):
+        data = _usable_data(folder)
+        if data is not None:
             return data
     with _locking.lock(folder):
         _prepare_folder(folder, key)
-        data = _build_data.read_data(folder)
-    return data if _compiler.is_usable(data, folder) else None
+        return _usable_data(folder)
 
 
 def _claimed(kind: str, key: str) -> str:
@@ -353,7 +357,7 @@ def _compiler_call(self: Any, inp: Any) -> Any:
     key = extension_key(folder.name)
     with _locking.lock(folder):
         _prepare_folder(folder, key)
-        usable = _compiler.is_usable(_build_data.read_data(folder), folder)
+        usable = _usable_data(folder) is not None
     shared = _state.shared
     route = "local"
     if shared is not None and not usable:
