@@ -889,3 +889,33 @@ fn a_deferring_store_dropped_before_its_commit_leaves_no_file() {
     assert_eq!(temps_and_tables(store.dir()), (0, 0));
     assert!(matches!(store.open_table(&spec), Err(StoreError::Missing { .. })));
 }
+
+/// The copy and compare buffers a thread keeps from one put to the next carry nothing from one
+/// table to the next: small tables put by `put_blocks` one after the other in one thread, larger
+/// then smaller (a shorter table over the bytes of a longer one) and each stored file tampered
+/// once in its last byte, are each stored under the digest of their own bytes, the tampered file
+/// is found and replaced, and a larger table than a thread keeps is stored as well.
+#[test]
+fn tables_put_one_after_the_other_in_a_thread_are_each_stored_and_compared_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = TableStore::open(dir.path()).unwrap();
+    // 1.2 MB, 12 kB, 240 kB, 4 kB and 4.8 MB (over the 4 MiB a thread keeps) of element data.
+    let tables = [table(100_000, 3), table(1000, 3), table(20_000, 3), table(1000, 1), table(400_000, 3)];
+    let mut repaired = 0;
+    for round in 0..2 {
+        for t in &tables {
+            let shape = [t.nrows(), t.ncols()];
+            let (spec, path) = store.put_blocks(Dtype::I32, shape, &le_bytes(t)).unwrap();
+            assert_eq!(spec.digest, digest_table(t.view()), "round {round}, {shape:?}");
+            assert_eq!(file_digest(&store, &spec), spec.digest, "round {round}: {}", path.display());
+            if round == 0 {
+                // The last element changed under the name: only a compare of the whole table sees it.
+                let mut tampered = fs::read(&path).unwrap();
+                *tampered.last_mut().unwrap() ^= 0x01;
+                overwrite(&store, &spec, &tampered);
+                repaired += 1;
+            }
+        }
+    }
+    assert_eq!(store.repaired().len(), repaired, "every tampered file was replaced: {:?}", store.repaired());
+}
