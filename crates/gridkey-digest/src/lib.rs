@@ -392,7 +392,11 @@ pub fn transpose_blocks<E: bytemuck::Pod>(columns: &[E], rows: usize, cols: usiz
             2 => interleave::<E, 2>(columns, rows, start, out),
             3 => interleave::<E, 3>(columns, rows, start, out),
             4 => interleave::<E, 4>(columns, rows, start, out),
+            5 => interleave::<E, 5>(columns, rows, start, out),
             6 => interleave::<E, 6>(columns, rows, start, out),
+            8 => interleave::<E, 8>(columns, rows, start, out),
+            9 => interleave::<E, 9>(columns, rows, start, out),
+            12 => interleave::<E, 12>(columns, rows, start, out),
             _ => {
                 for (j, column) in columns.chunks_exact(rows).enumerate() {
                     let src = &column[start..start + n];
