@@ -51,20 +51,77 @@ pub fn cxx_compiler_identity(
     #[pyo3(from_py_with = args::cwd)] cwd: PathBuf,
 ) -> PyResult<(String, String)> {
     let vars = vars_of(environ)?;
-    guard(|| {
-        let lookup = |name: &str| vars.get(name).cloned();
-        let words = match vars.get("CXX") {
-            Some(cxx) => cxx.clone(),
-            None => {
-                let path = vars.get("PATH").cloned().unwrap_or_default();
-                let found = CMAKE_CXX_NAMES.into_iter().find(|n| which::which_in(n, Some(&path), &cwd).is_ok());
-                found.unwrap_or(CMAKE_CXX_NAMES[0]).to_owned()
-            }
-        };
-        let compiler = CompilerSettings::from_command(&words, lookup).map_err(|e| settings_error_of("CXX", e))?;
-        let identity = py.detach(|| gridkey_stencil::compiler_identity(&compiler, &cwd));
-        Ok((compiler.command.join(" "), identity))
-    })
+    guard(|| py.detach(|| identify_cxx(&vars, &cwd)).map_err(|e| settings_error_of("CXX", e)))
+}
+
+/// The compiler `CXX` or the first of [`CMAKE_CXX_NAMES`] on `PATH` in `vars`, and its identity.
+///
+/// Errors: `SettingsError` for a blank `CXX`.
+fn identify_cxx(
+    vars: &BTreeMap<String, String>,
+    cwd: &Path,
+) -> Result<(String, String), gridkey_settings::SettingsError> {
+    let lookup = |name: &str| vars.get(name).cloned();
+    let words = match vars.get("CXX") {
+        Some(cxx) => cxx.clone(),
+        None => {
+            let path = vars.get("PATH").cloned().unwrap_or_default();
+            let found = CMAKE_CXX_NAMES.into_iter().find(|n| which::which_in(n, Some(&path), cwd).is_ok());
+            found.unwrap_or(CMAKE_CXX_NAMES[0]).to_owned()
+        }
+    };
+    let compiler = CompilerSettings::from_command(&words, lookup)?;
+    let identity = gridkey_stencil::compiler_identity(&compiler, cwd);
+    Ok((compiler.command.join(" "), identity))
+}
+
+/// `cxx_compiler_identity(environ, cwd)` computed on a thread of its own that never holds the GIL,
+/// started by [`start_cxx_compiler_identity`]: `gridkey._gt4py_tiers.install` starts it so that
+/// the compiler's probes (milliseconds) run beside GT4Py's work, and the first extension key
+/// takes its `result` (ADR 0040). A Python thread doing the same took the GIL from the caller
+/// at its start and for each return from the probes.
+#[pyclass(module = "gridkey", frozen)]
+pub struct PendingCxxIdentity {
+    thread: std::sync::Mutex<Option<std::thread::JoinHandle<Option<CxxIdentity>>>>,
+    done: std::sync::OnceLock<Option<CxxIdentity>>,
+}
+
+/// `(command, identity)` of a C++ compiler, as `cxx_compiler_identity` returns them.
+type CxxIdentity = (String, String);
+
+#[pymethods]
+impl PendingCxxIdentity {
+    /// `(command, identity)` as `cxx_compiler_identity` returns them, waiting (without the GIL)
+    /// for the thread when it is still running; `None` when it failed (a blank `CXX`), for the
+    /// caller to call `cxx_compiler_identity`, which raises the error.
+    fn result(&self, py: Python<'_>) -> Option<CxxIdentity> {
+        py.detach(|| {
+            self.done
+                .get_or_init(|| {
+                    let thread = self.thread.lock().unwrap_or_else(|p| p.into_inner()).take();
+                    thread.and_then(|t| t.join().ok()).flatten()
+                })
+                .clone()
+        })
+    }
+}
+
+/// Starts `cxx_compiler_identity(environ, cwd)` on a thread of its own (see
+/// [`PendingCxxIdentity`]) and returns at once.
+///
+/// Errors: `TypeError` when `environ` is not a mapping of str to str; `GridkeyOSError` when no
+/// thread can be started.
+#[pyfunction]
+pub fn start_cxx_compiler_identity(
+    environ: &Bound<'_, PyAny>,
+    #[pyo3(from_py_with = args::cwd)] cwd: PathBuf,
+) -> PyResult<PendingCxxIdentity> {
+    let vars = vars_of(environ)?;
+    let thread = std::thread::Builder::new()
+        .name("gridkey-cxx-identity".into())
+        .spawn(move || identify_cxx(&vars, &cwd).ok())
+        .map_err(|e| error(Kind::Os, format!("cannot start a thread to identify the C++ compiler: {e}")))?;
+    Ok(PendingCxxIdentity { thread: std::sync::Mutex::new(Some(thread)), done: std::sync::OnceLock::new() })
 }
 
 /// The extension key (ADR 0040), 32 hex digits, of a build folder named `build_folder` (its

@@ -103,6 +103,8 @@ fn _gridkey(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("GT4PY_DIR", gridkey_fingerprint::gt4py::GT4PY_DIR)?;
     m.add_class::<gt4py_tiers::Gt4pyStore>()?;
     m.add_function(wrap_pyfunction!(gt4py_tiers::cxx_compiler_identity, m)?)?;
+    m.add_function(wrap_pyfunction!(gt4py_tiers::start_cxx_compiler_identity, m)?)?;
+    m.add_class::<gt4py_tiers::PendingCxxIdentity>()?;
     m.add_function(wrap_pyfunction!(gt4py_tiers::gt4py_extension_key, m)?)?;
     m.add_function(wrap_pyfunction!(gt4py_tiers::gt4py_translation_key, m)?)?;
     m.add_class::<shared::Gt4pyShared>()?;

@@ -189,6 +189,24 @@ impl MappedTable {
         self.path.clone()
     }
 
+    /// Recomputes the digest of the mapped bytes and compares it with the table's name, reading
+    /// the file the mapping was made from (the same inode) through `pread`, never the mapping
+    /// itself: a file truncated while mapped is an error here, not a crash (ADR 0034). Reads the
+    /// whole table once, with the GIL released.
+    ///
+    /// Errors: `TableFileError` naming the file when its bytes are not the table its name says,
+    /// it is shorter than the table, or its header changed; `GridkeyOSError` when it cannot be
+    /// read.
+    fn verify(&self, py: Python<'_>) -> PyResult<()> {
+        guard(|| {
+            py.detach(|| match &self.mapping {
+                Mapping::Store(t) => t.verify(),
+                Mapping::View(c) => c.verify(),
+            })
+            .map_err(IntoPyErr::into_py_err)
+        })
+    }
+
     fn __repr__(&self) -> String {
         format!("MappedTable({}, {}, {:?}, {})", self.digest(), self.dtype(), self.shape(), self.path.display())
     }
@@ -289,15 +307,36 @@ impl TableStore {
     /// grid's tables for the first time waits for their syncs together. A table that cannot be
     /// stored fails alone: the tables before it are stored, and its error is raised.
     ///
+    /// With `trust_stored`, a host table whose file is under its digest already is taken
+    /// after the store's checked open of that file (a regular file; magic, header, dtype,
+    /// shape and length) without a copy of the table or a read of the file's bytes: its digest
+    /// alone is computed. The file's bytes are then unchecked: the caller recomputes their
+    /// digest (`open` through a verifying store) before anything reads them (ADR 0028, for
+    /// `gridkey.gt4py`: ADR 0051). A table not stored yet is stored as without it.
+    ///
     /// Errors: as `put`, for the first table that failed.
-    fn put_all(&self, py: Python<'_>, tables: &Bound<'_, PyAny>) -> PyResult<Vec<String>> {
+    #[pyo3(signature = (tables, *, trust_stored = false))]
+    fn put_all(&self, py: Python<'_>, tables: &Bound<'_, PyAny>, trust_stored: bool) -> PyResult<Vec<String>> {
         guard(|| {
             let batch = self.inner.deferring();
             let mut digests = Vec::new();
             let mut failed = None;
             for item in tables.try_iter()? {
-                match put_table(py, &batch, self.max_table_bytes, &item?, Narrow::Keep) {
-                    Ok(spec) => digests.push(spec.digest.to_hex()),
+                let item = item?;
+                let stored = if trust_stored {
+                    stored_under_digest(py, &self.inner, self.max_table_bytes, &item)
+                } else {
+                    Ok(None)
+                };
+                let put = match stored {
+                    Ok(Some(digest)) => Ok(digest),
+                    Ok(None) => {
+                        put_table(py, &batch, self.max_table_bytes, &item, Narrow::Keep).map(|spec| spec.digest)
+                    }
+                    Err(e) => Err(e),
+                };
+                match put {
+                    Ok(digest) => digests.push(digest.to_hex()),
                     Err(e) => {
                         failed = Some(e);
                         break;
@@ -375,6 +414,27 @@ pub fn put_table(
             put_host_copy(py, store, &host, narrow)
         }
     }
+}
+
+/// The digest of the host table `obj` when the store holds a file under it that passes its
+/// checked open (`TableStore::open_table`: a regular file; magic, header, dtype, shape and
+/// length; its digest recomputed only on a verifying store); `None` for a device table and for
+/// one not stored (or whose file fails the open), which the caller stores.
+///
+/// Errors: `TableTypeError`, `TableValueError`, `TableTooLargeError` as `put`;
+/// `KeyboardInterrupt`.
+fn stored_under_digest(
+    py: Python<'_>,
+    store: &gridkey_store::TableStore,
+    max_bytes: u64,
+    obj: &Bound<'_, PyAny>,
+) -> PyResult<Option<TableDigest>> {
+    let Table::Host(host) = table(obj)? else { return Ok(None) };
+    check_size(None, host.dtype(), host.shape(), max_bytes)?;
+    let raw = host.raw()?;
+    let digest = digest_raw_interruptible(py, &raw, Narrow::Keep)?;
+    let spec = TableSpec { digest, dtype: host.dtype(), shape: host.shape() };
+    Ok(py.detach(|| store.open_table(&spec)).ok().map(|_| digest))
 }
 
 /// Stores a host copy of a device table, with the GIL released, answering Ctrl-C.

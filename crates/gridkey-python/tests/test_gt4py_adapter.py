@@ -290,6 +290,82 @@ def test_every_runner_gets_one_compilable_whose_key_ignores_layout(tables: Any, 
     assert len(keys) == 1
 
 
+def _damage(path: Any) -> None:
+    """Flips one bit of the last element of the table file ``path``, in place: same size, header and name."""
+    path = pathlib.Path(path)
+    path.chmod(0o644)
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+def _file_holds_its_table(cache_dir: Any, digest: str, dtype: Any, shape: Any) -> bool:
+    verifying = gridkey.TableStore(cache_dir, settings=gridkey.Settings.from_vars({"GRIDKEY_VERIFY_TABLES": "1"}))
+    try:
+        verifying.open(digest, dtype, shape)
+    except gridkey.errors.TableFileError:
+        return False
+    return True
+
+
+def test_a_table_file_damaged_at_rest_is_taken_unchecked_then_stored_again_before_a_translation(
+    tables: Any, installed: Any, recording_runner: Any, cache_dir: Any
+) -> None:
+    """ADR 0052: the hook takes a table stored before after its checked open alone; a task that misses checks the
+    bytes first and stores a damaged file again from the runtime table, with one warning naming it; a conversion that
+    does not trust (``compile_time_offset_provider``) returns only checked tables."""
+    adapter.compile_time_offset_provider(ip.offset_provider(tables), cache_dir=cache_dir)  # stored, and compared
+    provider = ip.offset_provider(tables)
+    converter = adapter._state.converter
+    assert converter is not None
+    cts = converter.provider(provider, trust_stored=True)
+    ct, runtime = cts["C2E"], provider["C2E"]
+    path = pathlib.Path(gridkey.TableStore(cache_dir).path_of(ct.digest))
+    _damage(path)
+    adapter._checked.clear()
+    # Taken unchecked: the damaged file is what the compile-time table maps, until a translation could read it.
+    again = ip.offset_provider(tables)
+    damaged = converter.provider(again, trust_stored=True)["C2E"]
+    assert not np.array_equal(damaged.ndarray, again["C2E"].ndarray)
+    assert not _file_holds_its_table(cache_dir, damaged.digest, np.int32, damaged.ndarray.shape)
+    # A task that misses checks its tables before it goes to GT4Py's runner.
+    with pytest.warns(RuntimeWarning, match=str(path)) as caught:
+        task = _task_for(recording_runner, again)
+    assert len([w for w in caught if issubclass(w.category, RuntimeWarning) and "gridkey.gt4py" in str(w.message)]) == 1
+    assert _file_holds_its_table(cache_dir, damaged.digest, np.int32, damaged.ndarray.shape)
+    in_task = task.construct_compilable(False).args.offset_provider["C2E"]
+    np.testing.assert_array_equal(in_task.ndarray, again["C2E"].ndarray)
+    np.testing.assert_array_equal(damaged.ndarray, again["C2E"].ndarray)  # the same object, mapped anew
+    # `compile_time_offset_provider` through the installed memo checks what a trusting conversion kept.
+    _damage(path)
+    adapter._checked.clear()
+    with pytest.warns(RuntimeWarning, match=str(path)):
+        checked = adapter.compile_time_offset_provider(provider)
+    np.testing.assert_array_equal(checked["C2E"].ndarray, runtime.ndarray)
+    assert _file_holds_its_table(cache_dir, ct.digest, np.int32, ct.ndarray.shape)
+
+
+def test_a_damaged_table_without_its_runtime_table_fails_the_translation_with_the_file_named(
+    tables: Any, installed: Any, recording_runner: Any, cache_dir: Any
+) -> None:
+    """ADR 0052: where no runtime table is at hand (a worker; here, one collected), a damaged file is not stored
+    again: `LockedTranslation` raises the store's error naming it before GT4Py's translation step runs."""
+    adapter.compile_time_offset_provider(ip.offset_provider(tables), cache_dir=cache_dir)
+    task = _task_for(recording_runner, ip.offset_provider(tables))
+    compilable = task.construct_compilable(False)
+    digest = compilable.args.offset_provider["C2E"].digest
+    path = pathlib.Path(gridkey.TableStore(cache_dir).path_of(digest))
+    _damage(path)
+    adapter._checked.clear()
+    assert adapter._state.converter is not None
+    adapter._state.converter._runtimes.clear()
+    translations_before = adapter.stats()["locked_translations"]
+    with pytest.raises(gridkey.errors.TableFileError, match=digest):
+        task.executor.translation(compilable)
+    assert adapter.stats()["locked_translations"] == translations_before + 1  # it got as far as the lock, no further
+    assert not _file_holds_its_table(cache_dir, digest, np.int32, compilable.args.offset_provider["C2E"].ndarray.shape)
+
+
 def test_without_the_adapter_process_mode_changes_the_key(tables: Any, recording_runner: Any) -> None:
     """The fault the adapter fixes, as GT4Py 1.2.3 has it: the worker's compilable keys differently."""
     step = run_gtfn.executor.translation

@@ -55,6 +55,24 @@ def test_the_compiler_identity_follows_the_compiler_not_its_path(tmp_path: Path)
     assert other[0] == str(wrapper) and other[1] != identity
 
 
+def test_the_identity_started_on_its_own_thread_is_the_one_computed_in_place(tmp_path: Path) -> None:
+    """`start_cxx_compiler_identity` (the Rust core's thread `install` starts, ADR 0040) gives what
+    `cxx_compiler_identity` gives, however often its result is asked for; a blank ``CXX`` gives None there, and the
+    error (naming ``CXX``) where it is computed in place."""
+    if shutil.which("c++") is None and shutil.which("g++") is None:
+        pytest.skip("no C++ compiler on PATH")
+    env = {"PATH": os.environ.get("PATH", "")}
+    pending = _gridkey.start_cxx_compiler_identity(env, tmp_path)
+    expected = _gridkey.cxx_compiler_identity(env, tmp_path)
+    assert pending.result() == expected and pending.result() == expected
+    blank = _gridkey.start_cxx_compiler_identity({**env, "CXX": "  "}, tmp_path)
+    assert blank.result() is None
+    with pytest.raises(gridkey.errors.SettingsError, match="CXX"):
+        _gridkey.cxx_compiler_identity({**env, "CXX": "  "}, tmp_path)
+    with pytest.raises(TypeError):
+        _gridkey.start_cxx_compiler_identity([("PATH", "/bin")], tmp_path)
+
+
 def test_the_extension_key_follows_a_compiler_set_after_install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """`install` starts the compiler's identity in a thread of its own; a ``CXX`` set after it is the compiler of the
     builds, so the key inputs follow it, and they return to the first once ``CXX`` is gone."""

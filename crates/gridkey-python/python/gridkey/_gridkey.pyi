@@ -60,6 +60,8 @@ __all__ = [
     "compile_time_offset_provider",
     "conversion_stats",
     "cxx_compiler_identity",
+    "start_cxx_compiler_identity",
+    "PendingCxxIdentity",
     "explain",
     "gt4py_extension_key",
     "gt4py_translation_key",
@@ -138,7 +140,7 @@ class TableStore:
     @property
     def max_table_bytes(self) -> int: ...
     def put(self, table: _Table) -> str: ...
-    def put_all(self, tables: Iterable[_Table]) -> list[str]: ...
+    def put_all(self, tables: Iterable[_Table], *, trust_stored: bool = False) -> list[str]: ...
     @overload
     def open(
         self, digest: str, dtype: type[np.int32] | np.dtype[np.int32], shape: tuple[int, int]
@@ -161,6 +163,7 @@ class MappedTable:
     def shape(self) -> tuple[int, int]: ...
     @property
     def path(self) -> Path: ...
+    def verify(self) -> None: ...
 
 @final
 class Dimension:
@@ -349,6 +352,11 @@ class Gt4pyShared:
 def remote_keygen(path: _StrPath) -> str: ...
 
 def cxx_compiler_identity(environ: Mapping[str, str], cwd: _StrPath) -> tuple[str, str]: ...
+def start_cxx_compiler_identity(environ: Mapping[str, str], cwd: _StrPath) -> PendingCxxIdentity: ...
+@final
+class PendingCxxIdentity:
+    def result(self) -> tuple[str, str] | None: ...
+
 def gt4py_extension_key(
     build_folder: str,
     compiler_identity: str,

@@ -35,6 +35,7 @@ process runner ships to every worker with its configuration, and whose unpicklin
 from __future__ import annotations
 
 import atexit
+import importlib
 import importlib.metadata
 import os
 import pathlib
@@ -135,6 +136,7 @@ class _State:
         "key_inputs",
         "key_inputs_context",
         "interpreter_inputs",
+        "pending_identity",
         "shared",
         "warned",
         "counters",
@@ -150,6 +152,9 @@ class _State:
         self.key_inputs: Optional[dict[str, str]] = None
         #: The interpreter's part of `key_inputs`, read once per process (`_interpreter_inputs`).
         self.interpreter_inputs: Optional[dict[str, str]] = None
+        #: The compiler's identity being computed on the Rust core's thread, with the environment and working
+        #: directory it is computed for (`_identify_compiler_in_background`).
+        self.pending_identity: Optional[tuple[tuple[dict[str, str], str], Any]] = None
         #: The environment and working directory `key_inputs` were computed in.
         self.key_inputs_context: Optional[tuple[dict[str, str], str]] = None
         self.shared: Any = None
@@ -183,6 +188,17 @@ def _version(distribution: str) -> str:
         return "absent"
 
 
+def _nanobind_version() -> str:
+    """The version of the nanobind GT4Py's builds import: its module's ``__version__`` (a fifth of the time of reading
+    its distribution's metadata), else the distribution's."""
+    try:
+        nanobind = importlib.import_module("nanobind")
+    except ImportError:
+        return _version("nanobind")
+    version = getattr(nanobind, "__version__", None)
+    return version if isinstance(version, str) else _version("nanobind")
+
+
 def _interpreter_inputs() -> dict[str, str]:
     """The key inputs of this interpreter and its packages: the extension suffix and platform, the installed nanobind,
     gridtools-cpp and GT4Py versions. Read once per process, in the calling thread (`install`): read in the compiler
@@ -193,7 +209,7 @@ def _interpreter_inputs() -> dict[str, str]:
         inputs = _state.interpreter_inputs = {
             "ext_suffix": sysconfig.get_config_var("EXT_SUFFIX") or "",
             "platform": sysconfig.get_platform(),
-            "nanobind_version": _version("nanobind"),
+            "nanobind_version": _nanobind_version(),
             "gridtools_cpp_version": _version("gridtools-cpp"),
             "gt4py_version": str(gt4py.__version__),
         }
@@ -201,7 +217,9 @@ def _interpreter_inputs() -> dict[str, str]:
 
 
 def _key_inputs_of(environ: dict[str, str], cwd: str) -> dict[str, str]:
-    command, identity = _gridkey.cxx_compiler_identity(environ, pathlib.Path(cwd))
+    pending = _state.pending_identity
+    found = pending[1].result() if pending is not None and pending[0] == (environ, cwd) else None
+    command, identity = found if found is not None else _gridkey.cxx_compiler_identity(environ, pathlib.Path(cwd))
     return {"compiler": command, "compiler_identity": identity, **_interpreter_inputs()}
 
 
@@ -211,10 +229,10 @@ def extension_key_inputs() -> dict[str, str]:
     platform of this interpreter, the installed nanobind, gridtools-cpp and GT4Py versions (read once per process).
 
     The compiler's part is computed once per environment and working directory: its identity runs it twice
-    (``--version``, ``-dumpmachine``, milliseconds, the GIL released), so `install` starts that computation in a
-    thread of its own, and a call made while it runs waits for it. A call that finds ``os.environ`` or the working
-    directory changed since computes it again (a ``CXX`` set after `install` is the compiler of the builds, and so
-    of the key).
+    (``--version``, ``-dumpmachine``, milliseconds), so `install` starts that computation on a thread of the Rust core
+    that never holds the GIL (``_gridkey.start_cxx_compiler_identity``), and the first call takes its result,
+    waiting for it if need be. A call that finds ``os.environ`` or the working directory changed since computes it
+    again (a ``CXX`` set after `install` is the compiler of the builds, and so of the key).
     """
     context = (dict(os.environ), os.getcwd())
     with _key_inputs_lock:
@@ -225,25 +243,30 @@ def extension_key_inputs() -> dict[str, str]:
 
 
 def _identify_compiler_in_background() -> None:
-    """Starts `extension_key_inputs` in a daemon thread, so that the compiler's probes run beside GT4Py's own work
-    (the GIL is released while they run); the interpreter's inputs are read here first, so that the thread needs the
-    GIL only to start the probes and to keep their result. A failure there is left for the caller's own call to
-    raise."""
+    """Reads the interpreter's inputs and starts the compiler's identity for this environment and working directory
+    on the Rust core's thread, so that its probes run beside GT4Py's own work without taking the GIL from it (a Python
+    thread doing the same cost a warm start's first program about 3 ms). A failure to start is left for
+    `extension_key_inputs` to meet again, and raise."""
     _interpreter_inputs()
-
-    def identify() -> None:
-        try:
-            extension_key_inputs()
-        except Exception:  # noqa: BLE001 - computed again, and raised, by the hook that needs it
-            pass
-
-    threading.Thread(target=identify, name="gridkey-compiler-identity", daemon=True).start()
+    context = (dict(os.environ), os.getcwd())
+    try:
+        _state.pending_identity = (context, _gridkey.start_cxx_compiler_identity(context[0], pathlib.Path(context[1])))
+    except Exception:  # noqa: BLE001 - computed again, and raised, by the hook that needs it
+        _state.pending_identity = None
 
 
 def _reset_key_inputs_lock() -> None:
-    # A child forked while the identity thread held the lock would wait for it for ever.
+    # A child forked while a call held the lock would wait for it for ever, and one that joined the identity's thread,
+    # which is not in the child, too: the child computes its own (the pending one is kept, never joined nor dropped).
     global _key_inputs_lock
     _key_inputs_lock = threading.Lock()
+    if _state.pending_identity is not None:
+        _forked_away.append(_state.pending_identity)
+        _state.pending_identity = None
+
+
+#: Pending identities of the parent a forked child holds (see `_reset_key_inputs_lock`).
+_forked_away: list[Any] = []
 
 
 _key_inputs_lock = threading.Lock()

@@ -17,6 +17,10 @@ program hashes every whole table. ``install()`` makes GT4Py compile against grid
   deconstructors, which are ``functools.singledispatch`` functions, taken before their dataclass fallback); it pickles
   as a reference to its file, and unpickling it imports this module, which registers the fingerprint in spawned
   workers that run no user code;
+- a table stored before is taken after the store's checked open of its file (no copy, no read of the file's bytes);
+  the bytes of every table a translation may read are checked before it runs: in the calling process when a task
+  misses, where a damaged file is stored again from the runtime table with one warning naming it, and under the lock
+  in the process that translates (ADR 0052);
 - a worker that cannot open a table (deleted, truncated, tampered) fails only the program that needs it, with the
   store's error naming the file; the pool survives;
 - execution keeps the runtime tables: only compilation is redirected;
@@ -50,6 +54,7 @@ import os
 import pathlib
 import threading
 import warnings
+import weakref
 from collections.abc import Mapping
 from typing import Any, Callable, NamedTuple, Optional
 
@@ -230,6 +235,14 @@ class _Converter:
         self.store = _store(self.cache_dir, self.verify)
         self._memo = gridkey.IdentityMemo()
         self.conversions = 0
+        #: The runtime connectivity of each table digest converted here (weakly): what `_check_tables` stores again
+        #: when a file taken unchecked does not hold its table.
+        self._runtimes: dict[str, weakref.ref[Any]] = {}
+
+    def runtime_of(self, digest: str) -> Any:
+        """The live runtime connectivity converted here into the table ``digest``, or None."""
+        ref = self._runtimes.get(digest)
+        return None if ref is None else ref()
 
     def connectivity(self, runtime: Any) -> CompileTimeConnectivity:
         ct = self._memoised(runtime)
@@ -252,9 +265,11 @@ class _Converter:
         self.conversions += 1
         return CompileTimeConnectivity(runtime.domain, _open_table(ref), runtime.codomain, runtime.skip_value, table_ref=ref)
 
-    def provider(self, offset_provider: Mapping[str, Any]) -> dict[str, Any]:
-        # Each runtime table once: from the memo, or stored with the others not converted before as one batch
-        # (``TableStore.put_all``, ADR 0050).
+    def provider(self, offset_provider: Mapping[str, Any], *, trust_stored: bool = False) -> dict[str, Any]:
+        """The compile-time view of ``offset_provider``. Each runtime table once: from the memo, or stored with the
+        others not converted before as one batch (``TableStore.put_all``, ADR 0050). With ``trust_stored`` (ADR
+        0052), a table whose file is stored already is taken after its checked open, its bytes unchecked until
+        `_check_tables` reads them; without it, every table is checked before it is returned."""
         converted: dict[int, CompileTimeConnectivity] = {}
         new: dict[int, Any] = {}
         for value in offset_provider.values():
@@ -266,14 +281,67 @@ class _Converter:
                     converted[id(value)] = ct
         if new:
             runtimes = list(new.values())
-            for runtime, digest in zip(runtimes, self.store.put_all([r.ndarray for r in runtimes]), strict=True):
+            digests = self.store.put_all([r.ndarray for r in runtimes], trust_stored=trust_stored)
+            for runtime, digest in zip(runtimes, digests, strict=True):
                 ct = converted[id(runtime)] = self._convert(runtime, digest)
                 self._memo.insert(runtime, ct)
-        return {name: converted[id(value)] if _is_runtime_table(value) else value for name, value in offset_provider.items()}
+                self._runtimes[digest] = weakref.ref(runtime)
+                if not trust_stored:
+                    _checked.add((self.cache_dir, digest))
+        result = {name: converted[id(value)] if _is_runtime_table(value) else value for name, value in offset_provider.items()}
+        if not trust_stored:
+            _check_tables(result.values())
+        return result
 
 
 def _is_runtime_table(value: object) -> bool:
     return isinstance(value, _common.NeighborTable) and not isinstance(value, CompileTimeConnectivity)
+
+
+# The tables of this process whose mapped bytes are known to be their digest's: (cache directory, digest). A table
+# the hook took unchecked (ADR 0052) enters it when `_check_tables` read it, before any translation reads it.
+_checked: set[tuple[str, str]] = set()
+
+
+def _check_tables(values: Any) -> None:
+    """Checks each compile-time connectivity of ``values`` (an offset provider's values) not checked in this process
+    yet: the digest of the bytes it maps is recomputed (``MappedTable.verify``, through ``pread``). A file that does
+    not hold its table is stored again from the runtime table converted into it, when this process holds it, and
+    mapped anew, with one warning naming it (ADR 0052, as ADR 0028 does for ``gridkey run``).
+
+    Raises the store's ``TableFileError`` naming the file when it cannot be stored again (a worker, which has no
+    runtime table, or a runtime table changed since its conversion)."""
+    for ct in values:
+        ref = ct.table_ref if isinstance(ct, CompileTimeConnectivity) else None
+        if ref is None or (ref.cache_dir, ref.digest) in _checked:
+            continue
+        try:
+            ct.ndarray.base.verify()
+        except GridkeyError as damaged:
+            _store_again(ct, ref, damaged)
+        with _lock:
+            _checked.add((ref.cache_dir, ref.digest))
+
+
+def _store_again(ct: CompileTimeConnectivity, ref: TableRef, damaged: GridkeyError) -> None:
+    converter = _state.converter
+    runtime = converter.runtime_of(ref.digest) if converter is not None and converter.cache_dir == ref.cache_dir else None
+    if runtime is None:
+        raise damaged
+    # A verifying store replaces a file that fails its digest (ADR 0012).
+    if _store(ref.cache_dir, True).put(runtime.ndarray) != ref.digest:
+        raise damaged  # the runtime table changed since it was converted
+    table = _store(ref.cache_dir, True).open(ref.digest, np.dtype(ref.dtype), tuple(ref.shape))
+    with _lock:
+        _opened[(ref.cache_dir, ref.digest)] = table
+    object.__setattr__(ct, "_ndarray", table)
+    warnings.warn(
+        f"gridkey.gt4py: {_store(ref.cache_dir, True).path_of(ref.digest)} did not hold the table its name says "
+        f"({damaged}); "
+        "stored again from the runtime table",
+        RuntimeWarning,
+        stacklevel=3,
+    )
 
 
 def compile_time_offset_provider(
@@ -433,6 +501,8 @@ class LockedTranslation:
             except KeyError:
                 pass
             _counters.locked_translations += 1
+            # The translation may read the tables: the bytes of each are checked first (ADR 0052).
+            _check_tables(_offset_provider_of(inp).values())
             # With a shared tier, claimed there first: under its lease, or taken from another writer (ADR 0041).
             return _gt4py_tiers.translate(cached.cache, key, lambda: cached.step(inp))
         finally:
@@ -476,6 +546,11 @@ def _cached_translation(executor: Any) -> Any:
 
 
 _MISS = object()
+
+
+def _offset_provider_of(compilable: Any) -> Mapping[str, Any]:
+    """The offset provider of a GT4Py compilable (empty for none, or for a task without a compilable)."""
+    return getattr(getattr(compilable, "args", None), "offset_provider", None) or {}
 
 
 def _resolve_in_parent(task: Any) -> Any:
@@ -541,6 +616,8 @@ class _ParentHitsRunner:
         except Exception:  # noqa: BLE001 - GT4Py's runner redoes the work and raises GT4Py's own error
             artifact = _MISS
         if artifact is _MISS:
+            # Checked here, where a damaged table file can be stored again from the runtime table (ADR 0052).
+            _check_tables(_offset_provider_of(task.construct_compilable(False)).values())
             _counters.handed_to_runner += 1
             handed: concurrent.futures.Future[Any] = self._default_runner().submit(task)
             return handed
@@ -648,8 +725,11 @@ def install(*, cache_dir: Optional[os.PathLike[str] | str] = None, verify: Optio
         provider = getattr(getattr(runtime, "args", None), "offset_provider", None)
         if not provider:
             return dataclasses.replace(task, executor=executor)
+        # Where every translation of the task runs under the lock, which checks the tables it reads first, a table
+        # stored before is taken unchecked (ADR 0052); elsewhere every table is checked now.
+        trust = isinstance(getattr(executor, "translation", None), LockedTranslation)
         compilable = dataclasses.replace(
-            runtime, args=dataclasses.replace(runtime.args, offset_provider=converter.provider(provider))
+            runtime, args=dataclasses.replace(runtime.args, offset_provider=converter.provider(provider, trust_stored=trust))
         )
         # The same compilable for every runner: with or without file references (process mode), the compile-time
         # connectivities cross the process boundary as references to their own files.
