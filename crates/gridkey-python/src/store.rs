@@ -312,7 +312,7 @@ impl TableStore {
     /// shape and length) without a copy of the table or a read of the file's bytes: its digest
     /// alone is computed. The file's bytes are then unchecked: the caller recomputes their
     /// digest (`open` through a verifying store) before anything reads them (ADR 0028, for
-    /// `gridkey.gt4py`: ADR 0051). A table not stored yet is stored as without it.
+    /// `gridkey.gt4py`: ADR 0052). A table not stored yet is stored as without it.
     ///
     /// Errors: as `put`, for the first table that failed.
     #[pyo3(signature = (tables, *, trust_stored = false))]
