@@ -287,7 +287,7 @@ class _Converter:
                 self._memo.insert(runtime, ct)
                 self._runtimes[digest] = weakref.ref(runtime)
                 if not trust_stored:
-                    _checked.add((self.cache_dir, digest))
+                    _checked.setdefault((self.cache_dir, digest), ct.ndarray)
         result = {name: converted[id(value)] if _is_runtime_table(value) else value for name, value in offset_provider.items()}
         if not trust_stored:
             _check_tables(result.values())
@@ -298,14 +298,15 @@ def _is_runtime_table(value: object) -> bool:
     return isinstance(value, _common.NeighborTable) and not isinstance(value, CompileTimeConnectivity)
 
 
-# The tables of this process whose mapped bytes are known to be their digest's: (cache directory, digest). A table
-# the hook took unchecked (ADR 0052) enters it when `_check_tables` read it, before any translation reads it.
-_checked: set[tuple[str, str]] = set()
+# The mapped table of this process whose bytes are known to be its digest's, by (cache directory, digest). A table the
+# hook took unchecked (ADR 0052) enters it when `_check_tables` read it, before any translation reads it.
+_checked: dict[tuple[str, str], Any] = {}
 
 
 def _check_tables(values: Any) -> None:
-    """Checks each compile-time connectivity of ``values`` (an offset provider's values) not checked in this process
-    yet: the digest of the bytes it maps is recomputed (``MappedTable.verify``, through ``pread``). A file that does
+    """Checks each compile-time connectivity of ``values`` (an offset provider's values) whose table is not the one
+    checked for its digest in this process: the digest of the bytes it maps is recomputed (``MappedTable.verify``,
+    through ``pread``); a connectivity over another mapping of a checked digest gets the checked one. A file that does
     not hold its table is stored again from the runtime table converted into it, when this process holds it, and
     mapped anew, with one warning naming it (ADR 0052, as ADR 0028 does for ``gridkey run``).
 
@@ -313,35 +314,45 @@ def _check_tables(values: Any) -> None:
     runtime table, or a runtime table changed since its conversion)."""
     for ct in values:
         ref = ct.table_ref if isinstance(ct, CompileTimeConnectivity) else None
-        if ref is None or (ref.cache_dir, ref.digest) in _checked:
+        if ref is None:
             continue
-        try:
-            ct.ndarray.base.verify()
-        except GridkeyError as damaged:
-            _store_again(ct, ref, damaged)
-        with _lock:
-            _checked.add((ref.cache_dir, ref.digest))
+        key = (ref.cache_dir, ref.digest)
+        checked = _checked.get(key)
+        if checked is None:
+            try:
+                ct.ndarray.base.verify()
+                checked = ct.ndarray
+            except GridkeyError as damaged:
+                checked = _store_again(ref, damaged)
+            with _lock:
+                checked = _checked.setdefault(key, checked)
+        if ct.ndarray is not checked:
+            # Another mapping of the same digest (a damaged file stored again since, or another conversion's).
+            object.__setattr__(ct, "_ndarray", checked)
 
 
-def _store_again(ct: CompileTimeConnectivity, ref: TableRef, damaged: GridkeyError) -> None:
+def _store_again(ref: TableRef, damaged: GridkeyError) -> Any:
+    """The table ``ref`` stored again from the runtime table converted into it and mapped anew (see `_check_tables`).
+
+    Raises ``damaged`` when this process holds no such runtime table, or one that changed since."""
     converter = _state.converter
     runtime = converter.runtime_of(ref.digest) if converter is not None and converter.cache_dir == ref.cache_dir else None
     if runtime is None:
         raise damaged
     # A verifying store replaces a file that fails its digest (ADR 0012).
-    if _store(ref.cache_dir, True).put(runtime.ndarray) != ref.digest:
+    verifying = _store(ref.cache_dir, True)
+    if verifying.put(runtime.ndarray) != ref.digest:
         raise damaged  # the runtime table changed since it was converted
-    table = _store(ref.cache_dir, True).open(ref.digest, np.dtype(ref.dtype), tuple(ref.shape))
+    table = verifying.open(ref.digest, np.dtype(ref.dtype), tuple(ref.shape))
     with _lock:
         _opened[(ref.cache_dir, ref.digest)] = table
-    object.__setattr__(ct, "_ndarray", table)
     warnings.warn(
-        f"gridkey.gt4py: {_store(ref.cache_dir, True).path_of(ref.digest)} did not hold the table its name says "
-        f"({damaged}); "
+        f"gridkey.gt4py: {verifying.path_of(ref.digest)} did not hold the table its name says ({damaged}); "
         "stored again from the runtime table",
         RuntimeWarning,
-        stacklevel=3,
+        stacklevel=4,
     )
+    return table
 
 
 def compile_time_offset_provider(
