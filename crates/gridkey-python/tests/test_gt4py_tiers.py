@@ -70,7 +70,7 @@ def test_the_identity_started_on_its_own_thread_is_the_one_computed_in_place(tmp
     with pytest.raises(gridkey.errors.SettingsError, match="CXX"):
         _gridkey.cxx_compiler_identity({**env, "CXX": "  "}, tmp_path)
     with pytest.raises(TypeError):
-        _gridkey.start_cxx_compiler_identity([("PATH", "/bin")], tmp_path)
+        _gridkey.start_cxx_compiler_identity([("PATH", "/bin")], tmp_path)  # type: ignore[arg-type]
 
 
 def test_the_extension_key_follows_a_compiler_set_after_install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
