@@ -104,6 +104,15 @@ impl PendingCxxIdentity {
                 .clone()
         })
     }
+
+    /// Forgets the thread without joining it: for a child forked while it ran, where the
+    /// thread does not exist (joining would wait for ever, detaching would act on the parent's
+    /// thread record). `result` then returns None.
+    fn abandon(&self) {
+        if let Some(thread) = self.thread.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            std::mem::forget(thread);
+        }
+    }
 }
 
 /// Starts `cxx_compiler_identity(environ, cwd)` on a thread of its own (see

@@ -351,6 +351,28 @@ def test_a_table_file_damaged_at_rest_is_taken_unchecked_then_stored_again_befor
     assert _file_holds_its_table(cache_dir, ct.digest, np.int32, ct.ndarray.shape)
 
 
+def test_a_comparing_conversion_after_a_trusting_one_maps_the_file_it_compared(
+    tables: Any, installed: Any, cache_dir: Any
+) -> None:
+    """ADR 0052: a conversion that compares (``compile_time_offset_provider``, a backend without the lock) replaces a
+    damaged file and maps the replacement, never a mapping a trusting conversion opened before; a compile-time table
+    of that trusting conversion, checked later, gets the checked mapping."""
+    adapter.compile_time_offset_provider(ip.offset_provider(tables), cache_dir=cache_dir)
+    converter = adapter._state.converter
+    assert converter is not None
+    trusted = converter.provider(ip.offset_provider(tables), trust_stored=True)["C2E"]
+    _damage(gridkey.TableStore(cache_dir).path_of(trusted.digest))
+    adapter._checked.clear()
+    assert not np.array_equal(trusted.ndarray, tables["C2E"])
+    fresh = adapter.compile_time_offset_provider(ip.offset_provider(tables), cache_dir=cache_dir)["C2E"]
+    np.testing.assert_array_equal(fresh.ndarray, tables["C2E"])
+    assert _file_holds_its_table(cache_dir, fresh.digest, np.int32, fresh.ndarray.shape)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        adapter._check_tables([trusted])
+    np.testing.assert_array_equal(trusted.ndarray, tables["C2E"])
+
+
 def test_a_damaged_table_without_its_runtime_table_fails_the_translation_with_the_file_named(
     tables: Any, installed: Any, recording_runner: Any, cache_dir: Any
 ) -> None:

@@ -57,14 +57,18 @@ def test_the_compiler_identity_follows_the_compiler_not_its_path(tmp_path: Path)
 
 def test_the_identity_started_on_its_own_thread_is_the_one_computed_in_place(tmp_path: Path) -> None:
     """`start_cxx_compiler_identity` (the Rust core's thread `install` starts, ADR 0040) gives what
-    `cxx_compiler_identity` gives, however often its result is asked for; a blank ``CXX`` gives None there, and the
-    error (naming ``CXX``) where it is computed in place."""
+    `cxx_compiler_identity` gives, however often its result is asked for; an abandoned one and a blank ``CXX`` give
+    None there, and the blank ``CXX`` the error (naming ``CXX``) where it is computed in place."""
     if shutil.which("c++") is None and shutil.which("g++") is None:
         pytest.skip("no C++ compiler on PATH")
     env = {"PATH": os.environ.get("PATH", "")}
     pending = _gridkey.start_cxx_compiler_identity(env, tmp_path)
     expected = _gridkey.cxx_compiler_identity(env, tmp_path)
     assert pending.result() == expected and pending.result() == expected
+    # What a child forked while the thread ran does (the thread is not in the child): forgets it, and computes in place.
+    forgotten = _gridkey.start_cxx_compiler_identity(env, tmp_path)
+    forgotten.abandon()
+    assert forgotten.result() is None
     blank = _gridkey.start_cxx_compiler_identity({**env, "CXX": "  "}, tmp_path)
     assert blank.result() is None
     with pytest.raises(gridkey.errors.SettingsError, match="CXX"):

@@ -356,6 +356,7 @@ def start_cxx_compiler_identity(environ: Mapping[str, str], cwd: _StrPath) -> Pe
 @final
 class PendingCxxIdentity:
     def result(self) -> tuple[str, str] | None: ...
+    def abandon(self) -> None: ...
 
 def gt4py_extension_key(
     build_folder: str,

@@ -257,16 +257,12 @@ def _identify_compiler_in_background() -> None:
 
 def _reset_key_inputs_lock() -> None:
     # A child forked while a call held the lock would wait for it for ever, and one that joined the identity's thread,
-    # which is not in the child, too: the child computes its own (the pending one is kept, never joined nor dropped).
+    # which is not in the child, too: the child forgets that thread and computes its own identity.
     global _key_inputs_lock
     _key_inputs_lock = threading.Lock()
     if _state.pending_identity is not None:
-        _forked_away.append(_state.pending_identity)
+        _state.pending_identity[1].abandon()
         _state.pending_identity = None
-
-
-#: Pending identities of the parent a forked child holds (see `_reset_key_inputs_lock`).
-_forked_away: list[Any] = []
 
 
 _key_inputs_lock = threading.Lock()

@@ -283,11 +283,17 @@ class _Converter:
             runtimes = list(new.values())
             digests = self.store.put_all([r.ndarray for r in runtimes], trust_stored=trust_stored)
             for runtime, digest in zip(runtimes, digests, strict=True):
+                if not trust_stored:
+                    # Compared just now, and replaced where it did not hold the table: mapped anew, never through a
+                    # mapping opened before (of the file it replaced).
+                    with _lock:
+                        _opened.pop((self.cache_dir, digest), None)
                 ct = converted[id(runtime)] = self._convert(runtime, digest)
                 self._memo.insert(runtime, ct)
                 self._runtimes[digest] = weakref.ref(runtime)
                 if not trust_stored:
-                    _checked.setdefault((self.cache_dir, digest), ct.ndarray)
+                    with _lock:
+                        _checked[(self.cache_dir, digest)] = ct.ndarray
         result = {name: converted[id(value)] if _is_runtime_table(value) else value for name, value in offset_provider.items()}
         if not trust_stored:
             _check_tables(result.values())
