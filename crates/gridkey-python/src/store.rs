@@ -307,36 +307,15 @@ impl TableStore {
     /// grid's tables for the first time waits for their syncs together. A table that cannot be
     /// stored fails alone: the tables before it are stored, and its error is raised.
     ///
-    /// With `trust_stored`, a host table whose file is under its digest already is taken
-    /// after the store's checked open of that file (a regular file; magic, header, dtype,
-    /// shape and length) without a copy of the table or a read of the file's bytes: its digest
-    /// alone is computed. The file's bytes are then unchecked: the caller recomputes their
-    /// digest (`open` through a verifying store) before anything reads them (ADR 0028, for
-    /// `gridkey.gt4py`: ADR 0052). A table not stored yet is stored as without it.
-    ///
     /// Errors: as `put`, for the first table that failed.
-    #[pyo3(signature = (tables, *, trust_stored = false))]
-    fn put_all(&self, py: Python<'_>, tables: &Bound<'_, PyAny>, trust_stored: bool) -> PyResult<Vec<String>> {
+    fn put_all(&self, py: Python<'_>, tables: &Bound<'_, PyAny>) -> PyResult<Vec<String>> {
         guard(|| {
             let batch = self.inner.deferring();
             let mut digests = Vec::new();
             let mut failed = None;
             for item in tables.try_iter()? {
-                let item = item?;
-                let stored = if trust_stored {
-                    stored_under_digest(py, &self.inner, self.max_table_bytes, &item)
-                } else {
-                    Ok(None)
-                };
-                let put = match stored {
-                    Ok(Some(digest)) => Ok(digest),
-                    Ok(None) => {
-                        put_table(py, &batch, self.max_table_bytes, &item, Narrow::Keep).map(|spec| spec.digest)
-                    }
-                    Err(e) => Err(e),
-                };
-                match put {
-                    Ok(digest) => digests.push(digest.to_hex()),
+                match put_table(py, &batch, self.max_table_bytes, &item?, Narrow::Keep) {
+                    Ok(spec) => digests.push(spec.digest.to_hex()),
                     Err(e) => {
                         failed = Some(e);
                         break;
@@ -349,6 +328,25 @@ impl TableStore {
             }
             for (_, result) in committed {
                 result.map_err(IntoPyErr::into_py_err)?;
+            }
+            Ok(digests)
+        })
+    }
+
+    /// The digest of each table of `tables` (a sequence of what `put` takes) whose file is
+    /// stored under it already and passes the store's checked open (a regular file; magic,
+    /// header, dtype, shape and length), else None (a table not stored, and a device table);
+    /// nothing is written. Its bytes are unchecked: the caller recomputes their digest before
+    /// anything reads them (ADR 0052).
+    ///
+    /// Errors: `TableTypeError`, `TableValueError` for a bad table; `TableTooLargeError`;
+    /// `KeyboardInterrupt`.
+    fn stored_digests(&self, py: Python<'_>, tables: &Bound<'_, PyAny>) -> PyResult<Vec<Option<String>>> {
+        guard(|| {
+            let mut digests = Vec::new();
+            for item in tables.try_iter()? {
+                let found = stored_under_digest(py, &self.inner, self.max_table_bytes, &item?)?;
+                digests.push(found.map(|d| d.to_hex()));
             }
             Ok(digests)
         })

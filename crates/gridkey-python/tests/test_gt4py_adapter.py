@@ -351,6 +351,36 @@ def test_a_table_file_damaged_at_rest_is_taken_unchecked_then_stored_again_befor
     assert _file_holds_its_table(cache_dir, ct.digest, np.int32, ct.ndarray.shape)
 
 
+def test_a_table_not_stored_is_written_only_when_a_translation_or_a_worker_needs_it(
+    tables: Any, installed: Any, cache_dir: Any
+) -> None:
+    """ADR 0052: the hook's conversion stores no new table (a run of hits never reads one); its compile-time table is
+    a private read-only copy of the runtime table, named by its digest, until a check (a miss, a translation) or a
+    pickle for a worker stores it and maps the file."""
+    converter = adapter._state.converter
+    assert converter is not None
+    provider = ip.offset_provider(tables, order="F", allocator=np)
+    cts = converter.provider(provider, trust_stored=True)
+    store = gridkey.TableStore(cache_dir)
+    c2e, e2c = cts["C2E"], cts["E2C"]
+    for name, ct in (("C2E", c2e), ("E2C", e2c)):
+        assert ct.digest == gridkey.table_digest(provider[name].ndarray)
+        assert not pathlib.Path(store.path_of(ct.digest)).exists(), name
+        np.testing.assert_array_equal(ct.ndarray, provider[name].ndarray)
+        assert ct.ndarray.flags.c_contiguous and not ct.ndarray.flags.writeable
+    # A check stores the copy and maps the file.
+    adapter._check_tables([c2e])
+    assert _file_holds_its_table(cache_dir, c2e.digest, np.int32, c2e.ndarray.shape)
+    assert isinstance(c2e.ndarray.base, gridkey.MappedTable)
+    np.testing.assert_array_equal(c2e.ndarray, provider["C2E"].ndarray)
+    # A pickle for a worker stores it first; the unpickled table opens the file.
+    assert not pathlib.Path(store.path_of(e2c.digest)).exists()
+    again = pickle.loads(pickle.dumps(e2c))
+    assert _file_holds_its_table(cache_dir, e2c.digest, np.int32, e2c.ndarray.shape)
+    np.testing.assert_array_equal(again.ndarray, provider["E2C"].ndarray)
+    assert fingerprint(again) == fingerprint(e2c)
+
+
 def test_a_comparing_conversion_after_a_trusting_one_maps_the_file_it_compared(
     tables: Any, installed: Any, cache_dir: Any
 ) -> None:

@@ -17,10 +17,11 @@ program hashes every whole table. ``install()`` makes GT4Py compile against grid
   deconstructors, which are ``functools.singledispatch`` functions, taken before their dataclass fallback); it pickles
   as a reference to its file, and unpickling it imports this module, which registers the fingerprint in spawned
   workers that run no user code;
-- a table stored before is taken after the store's checked open of its file (no copy, no read of the file's bytes);
-  the bytes of every table a translation may read are checked before it runs: in the calling process when a task
-  misses, where a damaged file is stored again from the runtime table with one warning naming it, and under the lock
-  in the process that translates (ADR 0052);
+- a table stored before is taken after the store's checked open of its file (no copy, no read of the file's bytes),
+  and one not stored yet is kept as a private copy, stored only when a translation may read it or a worker needs its
+  file (a run of hits writes no table); the bytes of every table a translation may read are checked before it runs:
+  in the calling process when a task misses, where a damaged file is stored again from the runtime table with one
+  warning naming it, and under the lock in the process that translates (ADR 0052);
 - a worker that cannot open a table (deleted, truncated, tampered) fails only the program that needs it, with the
   store's error naming the file; the pool survives;
 - execution keeps the runtime tables: only compilation is redirected;
@@ -140,6 +141,8 @@ class CompileTimeConnectivity(_nd_array_field.NumPyArrayConnectivityField):
     def __reduce__(self) -> tuple[Any, ...]:
         if self.table_ref is None:
             return super().__reduce__()  # type: ignore[no-any-return]
+        # The file a worker opens is there first (a table a trusting conversion kept as a copy is stored now).
+        _check_tables((self,))
         return (_open_compile_time_connectivity, (self.table_ref, self.domain, self.codomain, self.skip_value))
 
 
@@ -257,6 +260,23 @@ class _Converter:
             return ct
         return None
 
+    def _deferred(self, runtime: Any) -> CompileTimeConnectivity:
+        """The compile-time table of a host table not stored yet: over a private read-only C-order copy, named by the
+        copy's digest, kept in `_unstored` until `_check_tables` stores it. A device table is stored now."""
+        table = runtime.ndarray
+        if not isinstance(table, np.ndarray):
+            return self._convert(runtime, self.store.put(table))
+        dtype = np.dtype(table.dtype).newbyteorder("<")
+        copy = np.array(table, dtype=dtype, order="C", copy=True)
+        copy.flags.writeable = False
+        digest = gridkey.table_digest(copy)
+        rows, cols = (int(n) for n in runtime.domain.shape)
+        ref = TableRef(self.cache_dir, digest, dtype.str, (rows, cols), self.verify)
+        with _lock:
+            _unstored.setdefault((self.cache_dir, digest), copy)
+        self.conversions += 1
+        return CompileTimeConnectivity(runtime.domain, copy, runtime.codomain, runtime.skip_value, table_ref=ref)
+
     def _convert(self, runtime: Any, digest: str) -> CompileTimeConnectivity:
         dtype = np.dtype(runtime.ndarray.dtype).newbyteorder("<")
         rows, cols = (int(s) for s in runtime.domain.shape)
@@ -266,10 +286,11 @@ class _Converter:
         return CompileTimeConnectivity(runtime.domain, _open_table(ref), runtime.codomain, runtime.skip_value, table_ref=ref)
 
     def provider(self, offset_provider: Mapping[str, Any], *, trust_stored: bool = False) -> dict[str, Any]:
-        """The compile-time view of ``offset_provider``. Each runtime table once: from the memo, or stored with the
-        others not converted before as one batch (``TableStore.put_all``, ADR 0050). With ``trust_stored`` (ADR
-        0052), a table whose file is stored already is taken after its checked open, its bytes unchecked until
-        `_check_tables` reads them; without it, every table is checked before it is returned."""
+        """The compile-time view of ``offset_provider``. Each runtime table once: from the memo, or converted with
+        the others not converted before. With ``trust_stored`` (ADR 0052), a table whose file is stored already is
+        taken after its checked open (``TableStore.stored_digests``) and one not stored is kept as a private copy,
+        both unchecked until `_check_tables` reads or stores them; without it, the new tables are stored as one
+        batch (``TableStore.put_all``, ADR 0050) and every table is checked before it is returned."""
         converted: dict[int, CompileTimeConnectivity] = {}
         new: dict[int, Any] = {}
         for value in offset_provider.values():
@@ -279,21 +300,30 @@ class _Converter:
                     new[id(value)] = value
                 else:
                     converted[id(value)] = ct
-        if new:
+        if new and trust_stored:
+            # A table not stored yet is not stored now: a copy of it is the compile-time table until a translation
+            # may read it or a worker needs its file (`_check_tables`, `__reduce__`), and a run of hits never writes
+            # it (ADR 0052).
             runtimes = list(new.values())
-            digests = self.store.put_all([r.ndarray for r in runtimes], trust_stored=trust_stored)
+            for runtime, digest in zip(runtimes, self.store.stored_digests([r.ndarray for r in runtimes]), strict=True):
+                ct = converted[id(runtime)] = (
+                    self._convert(runtime, digest) if digest is not None else self._deferred(runtime)
+                )
+                self._memo.insert(runtime, ct)
+                self._runtimes[ct.table_ref.digest if ct.table_ref is not None else ""] = weakref.ref(runtime)
+        elif new:
+            runtimes = list(new.values())
+            digests = self.store.put_all([r.ndarray for r in runtimes])
             for runtime, digest in zip(runtimes, digests, strict=True):
-                if not trust_stored:
-                    # Compared just now, and replaced where it did not hold the table: mapped anew, never through a
-                    # mapping opened before (of the file it replaced).
-                    with _lock:
-                        _opened.pop((self.cache_dir, digest), None)
+                # Compared just now, and replaced where it did not hold the table: mapped anew, never through a
+                # mapping opened before (of the file it replaced).
+                with _lock:
+                    _opened.pop((self.cache_dir, digest), None)
                 ct = converted[id(runtime)] = self._convert(runtime, digest)
                 self._memo.insert(runtime, ct)
                 self._runtimes[digest] = weakref.ref(runtime)
-                if not trust_stored:
-                    with _lock:
-                        _checked[(self.cache_dir, digest)] = ct.ndarray
+                with _lock:
+                    _checked[(self.cache_dir, digest)] = ct.ndarray
         result = {name: converted[id(value)] if _is_runtime_table(value) else value for name, value in offset_provider.items()}
         if not trust_stored:
             _check_tables(result.values())
@@ -307,6 +337,10 @@ def _is_runtime_table(value: object) -> bool:
 # The mapped table of this process whose bytes are known to be its digest's, by (cache directory, digest). A table the
 # hook took unchecked (ADR 0052) enters it when `_check_tables` read it, before any translation reads it.
 _checked: dict[tuple[str, str], Any] = {}
+
+# Copies of the tables a trusting conversion found not stored, by (cache directory, digest): stored by `_check_tables`
+# when a translation may read them or a worker needs their file (ADR 0052).
+_unstored: dict[tuple[str, str], Any] = {}
 
 
 def _check_tables(values: Any) -> None:
@@ -324,7 +358,9 @@ def _check_tables(values: Any) -> None:
             continue
         key = (ref.cache_dir, ref.digest)
         checked = _checked.get(key)
-        if checked is None:
+        if checked is None and key in _unstored:
+            checked = _store_deferred(ref)
+        elif checked is None:
             try:
                 ct.ndarray.base.verify()
                 checked = ct.ndarray
@@ -335,6 +371,23 @@ def _check_tables(values: Any) -> None:
         if ct.ndarray is not checked:
             # Another mapping of the same digest (a damaged file stored again since, or another conversion's).
             object.__setattr__(ct, "_ndarray", checked)
+
+
+def _store_deferred(ref: TableRef) -> Any:
+    """Stores the copy a trusting conversion kept for ``ref`` (`_unstored`) and returns the table mapped from its file.
+    The copy is immutable and named by its own digest: its file holds the bytes of its name."""
+    key = (ref.cache_dir, ref.digest)
+    with _lock:
+        copy = _unstored.get(key)
+    store = _store(ref.cache_dir, ref.verify)
+    if copy is not None and store.put(copy) != ref.digest:
+        raise GridkeyError(f"the copy of table {ref.digest} changed after it was named; convert the table again")
+    with _lock:
+        _opened.pop(key, None)
+    table = _open_table(ref)
+    with _lock:
+        _unstored.pop(key, None)
+    return table
 
 
 def _store_again(ref: TableRef, damaged: GridkeyError) -> Any:
