@@ -381,6 +381,27 @@ def test_a_table_not_stored_is_written_only_when_a_translation_or_a_worker_needs
     assert fingerprint(again) == fingerprint(e2c)
 
 
+def test_copies_kept_unstored_are_bounded_and_a_table_over_the_bound_is_stored_at_conversion(
+    tables: Any, installed: Any, cache_dir: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ADR 0052: a process keeps at most `_UNSTORED_MAX_BYTES` of copies; a table that would go over it is stored at
+    conversion, and storing a copy gives its bytes back to the bound."""
+    converter = adapter._state.converter
+    assert converter is not None
+    before = adapter._unstored_bytes
+    monkeypatch.setattr(adapter, "_UNSTORED_MAX_BYTES", before + 300_000)
+    provider = ip.offset_provider(tables, allocator=np)
+    first, second = provider["E2V"], provider["C2E"]
+    assert first.ndarray.nbytes <= 300_000 < first.ndarray.nbytes + second.ndarray.nbytes
+    cts = converter.provider({"E2V": first, "C2E": second}, trust_stored=True)
+    store = gridkey.TableStore(cache_dir)
+    assert not pathlib.Path(store.path_of(cts["E2V"].digest)).exists()
+    assert pathlib.Path(store.path_of(cts["C2E"].digest)).exists()
+    assert adapter._unstored_bytes == before + first.ndarray.nbytes
+    adapter._check_tables([cts["E2V"]])
+    assert pathlib.Path(store.path_of(cts["E2V"].digest)).exists() and adapter._unstored_bytes == before
+
+
 def test_a_comparing_conversion_after_a_trusting_one_maps_the_file_it_compared(
     tables: Any, installed: Any, cache_dir: Any
 ) -> None:

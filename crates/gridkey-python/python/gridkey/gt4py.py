@@ -262,9 +262,15 @@ class _Converter:
 
     def _deferred(self, runtime: Any) -> CompileTimeConnectivity:
         """The compile-time table of a host table not stored yet: over a private read-only C-order copy, named by the
-        copy's digest, kept in `_unstored` until `_check_tables` stores it. A device table is stored now."""
+        copy's digest, kept in `_unstored` until `_check_tables` stores it. A device table is stored now, and so is a
+        table that would take the copies of this process over `_UNSTORED_MAX_BYTES`."""
+        global _unstored_bytes
         table = runtime.ndarray
-        if not isinstance(table, np.ndarray):
+        with _lock:
+            keep = isinstance(table, np.ndarray) and table.nbytes + _unstored_bytes <= _UNSTORED_MAX_BYTES
+            if keep:
+                _unstored_bytes += table.nbytes
+        if not keep:
             return self._convert(runtime, self.store.put(table))
         dtype = np.dtype(table.dtype).newbyteorder("<")
         copy = np.array(table, dtype=dtype, order="C", copy=True)
@@ -273,7 +279,10 @@ class _Converter:
         rows, cols = (int(n) for n in runtime.domain.shape)
         ref = TableRef(self.cache_dir, digest, dtype.str, (rows, cols), self.verify)
         with _lock:
-            _unstored.setdefault((self.cache_dir, digest), copy)
+            if (self.cache_dir, digest) in _unstored:
+                _unstored_bytes -= table.nbytes  # another runtime table of the same bytes kept its copy first
+            else:
+                _unstored[(self.cache_dir, digest)] = copy
         self.conversions += 1
         return CompileTimeConnectivity(runtime.domain, copy, runtime.codomain, runtime.skip_value, table_ref=ref)
 
@@ -341,6 +350,10 @@ _checked: dict[tuple[str, str], Any] = {}
 # Copies of the tables a trusting conversion found not stored, by (cache directory, digest): stored by `_check_tables`
 # when a translation may read them or a worker needs their file (ADR 0052).
 _unstored: dict[tuple[str, str], Any] = {}
+#: The most bytes of such copies a process holds at once: 64 MiB (every table of an R02B05 grid, 21 MB; a table over
+#: the bound is stored at conversion, as the copies of a larger grid would double the memory of its tables).
+_UNSTORED_MAX_BYTES = 64 << 20
+_unstored_bytes = 0
 
 
 def _check_tables(values: Any) -> None:
@@ -385,8 +398,11 @@ def _store_deferred(ref: TableRef) -> Any:
     with _lock:
         _opened.pop(key, None)
     table = _open_table(ref)
+    global _unstored_bytes
     with _lock:
-        _unstored.pop(key, None)
+        stored = _unstored.pop(key, None)
+        if stored is not None:
+            _unstored_bytes -= stored.nbytes
     return table
 
 
