@@ -67,6 +67,13 @@ pub enum WireError {
         /// The cache directory.
         path: PathBuf,
     },
+    /// A compile-time table is kept unstored in the parent's memory (ADR 0053), so a build
+    /// worker would find no file under its digest.
+    #[error("offset {offset}: its compile-time table is kept in this process's memory, not stored, so a build worker cannot open it; store it first (ConversionMemo::store_kept)")]
+    TableNotStored {
+        /// The offset name.
+        offset: String,
+    },
     /// A dimension's kind byte is none of those [`WireDimension`] knows.
     #[error("dimension {name} has unknown kind {kind} in the task frame; run the parent and its workers from the same gridkey")]
     DimensionKind {
@@ -236,11 +243,17 @@ pub enum FromWorker {
 impl WireTask {
     /// The wire form of `task`: tables by digest, no table bytes.
     ///
-    /// Errors: [`WireError::CacheDirNotUtf8`] naming the cache directory.
+    /// Errors: [`WireError::CacheDirNotUtf8`] naming the cache directory;
+    /// [`WireError::TableNotStored`] naming an offset whose table is kept unstored (ADR 0053).
     pub fn from_task(task: &CompilationTask) -> Result<Self, WireError> {
         let settings = &task.settings;
         if settings.cache_dir().to_str().is_none() {
             return Err(WireError::CacheDirNotUtf8 { path: settings.cache_dir().to_path_buf() });
+        }
+        if let Some((offset, _)) =
+            task.provider.entries().iter().find(|(_, e)| matches!(e, Entry::Gather(c) if !c.is_stored()))
+        {
+            return Err(WireError::TableNotStored { offset: offset.clone() });
         }
         let offsets = task
             .provider

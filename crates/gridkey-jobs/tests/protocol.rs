@@ -204,3 +204,34 @@ proptest! {
         }
     }
 }
+
+/// A compile-time table kept unstored (ADR 0053) never travels as a reference to a file that is
+/// not there: the task is refused in the parent, naming the offset; once stored, it travels.
+#[test]
+fn a_table_kept_unstored_is_refused_in_the_parent_naming_its_offset() {
+    let dir = tempfile::tempdir().unwrap();
+    let stored = task(dir.path(), 100);
+    let kept_dir = tempfile::tempdir().unwrap();
+    let mut p = OffsetProvider::new();
+    let t = Array2::from_shape_fn((100, 3), |(i, j)| ((i + j) % 100) as i32);
+    let c = Connectivity::from_host(
+        Dimension::horizontal("Cell"),
+        Dimension::local("C2EDim"),
+        Dimension::horizontal("Edge"),
+        None,
+        IndexTable::I32(t.into_shared()),
+    )
+    .unwrap();
+    p.push("C2E", Entry::Gather(Arc::new(c))).unwrap();
+    let store = TableStore::open(kept_dir.path()).unwrap().checked_by_readers(true);
+    let memo = gridkey_offsets::ConversionMemo::new();
+    let kept = memo.provider_unstored(&p, &store).unwrap();
+    assert_eq!(kept.kept_tables(), 1);
+    let task = CompilationTask { provider: Arc::new(kept), ..stored };
+    let err = WireTask::from_task(&task).unwrap_err();
+    assert!(matches!(&err, WireError::TableNotStored { offset } if offset == "C2E"), "{err:?}");
+    assert!(err.to_string().contains("store it first"), "{err}");
+    let now = memo.store_kept(&task.provider, &store).unwrap();
+    let task = CompilationTask { provider: Arc::new(now), ..task };
+    WireTask::from_task(&task).unwrap();
+}

@@ -9,6 +9,9 @@
 //! [`HostCopySource`] is the counted test double of one). [`compile_time_offset_provider`]
 //! replaces every gather by a [`CompileTimeConnectivity`]: a read-only, C-order host table
 //! memory-mapped from the [`TableStore`] and named by its [`TableDigest`].
+//! [`ConversionMemo::provider_unstored`] keeps a canonical runtime table that is not stored yet in
+//! place instead, hashed once, until [`ConversionMemo::store_kept`] stores it for a worker or a
+//! translation (ADR 0053).
 //!
 //! # Example
 //!
@@ -73,7 +76,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use gridkey_digest::{digest_table, TableElement, TableHasher, BUFFER_BYTES};
-use gridkey_store::{MappedTable, TableView};
+use gridkey_store::{write_c_order, MappedTable, TableView};
 use ndarray::{ArcArray2, Array2, ArrayView2};
 
 pub use gridkey_digest::{Dtype, TableDigest};
@@ -524,14 +527,27 @@ fn check_dimensions(domain: &Dimension, local: &Dimension, codomain: &Dimension)
 }
 
 /// The compile-time form of a connectivity: the same dimensions and skip value, and a
-/// canonical C-order host table mapped read-only from the store and named by its digest.
+/// canonical C-order host table named by its digest: mapped read-only from the store, or, from
+/// [`ConversionMemo::provider_unstored`], the runtime table itself kept unstored until a
+/// translation or a worker needs its file (ADR 0053).
 #[derive(Debug)]
 pub struct CompileTimeConnectivity {
     domain: Dimension,
     local: Dimension,
     codomain: Dimension,
     skip_value: Option<i64>,
-    table: MappedTable,
+    table: Held,
+}
+
+/// Where the bytes of a compile-time table are (ADR 0053).
+#[derive(Debug)]
+enum Held {
+    /// The store's file, mapped read-only.
+    Mapped(MappedTable),
+    /// Not stored yet: the runtime table itself, already canonical (host, int32, C order) and
+    /// immutable (an [`ArcArray2`] shared with the runtime provider, so no copy); `path` is
+    /// where the store will put it.
+    Kept { spec: TableSpec, table: ArcArray2<i32>, path: PathBuf },
 }
 
 impl CompileTimeConnectivity {
@@ -552,52 +568,87 @@ impl CompileTimeConnectivity {
         check_dimensions(&domain, &local, &codomain)?;
         let table =
             store.open_table(spec).map_err(|source| OffsetsError::Store { offset: offset.to_owned(), source })?;
-        Ok(Self { domain, local, codomain, skip_value, table })
+        Ok(Self { domain, local, codomain, skip_value, table: Held::Mapped(table) })
     }
 
     connectivity_dimensions!();
 
-    /// The stored table file this connectivity is mapped from (`<cache>/tables-v1/ab/<digest>.npy`).
+    /// The stored table file this connectivity is mapped from (`<cache>/tables-v1/ab/<digest>.npy`);
+    /// for a table kept unstored ([`Self::is_stored`] is `false`), the path the store will give
+    /// it, where there may be no file yet.
     pub fn table_path(&self) -> &std::path::Path {
-        self.table.path()
+        match &self.table {
+            Held::Mapped(table) => table.path(),
+            Held::Kept { path, .. } => path,
+        }
+    }
+
+    /// Whether the table is mapped from the store's file (`true`), or kept unstored in this
+    /// process's memory until a translation or a worker needs its file (ADR 0053;
+    /// [`ConversionMemo::store_kept`] stores it).
+    pub fn is_stored(&self) -> bool {
+        matches!(self.table, Held::Mapped(_))
     }
 
     /// Recomputes the digest of the mapped table and compares it with its name: catches a
     /// table file modified in place after conversion (ADR 0012). Reads the mapped file once
     /// through `pread`, never through the mapping, so a file truncated while mapped is an error
-    /// here, not a `SIGBUS` (ADR 0034); a process-mode parent calls only this.
+    /// here, not a `SIGBUS` (ADR 0034); a process-mode parent calls only this. A table kept
+    /// unstored is the runtime table, immutable and hashed at conversion: nothing to check
+    /// (ADR 0053).
     ///
     /// Errors: [`StoreError::Digest`] naming the file; [`StoreError::Truncated`] when the file
     /// is shorter than its table now; [`StoreError::Format`] when its header changed.
     pub fn verify(&self) -> Result<(), StoreError> {
-        self.table.verify()
+        match &self.table {
+            Held::Mapped(table) => table.verify(),
+            Held::Kept { .. } => Ok(()),
+        }
     }
 
     /// Digest, dtype and shape of the table.
     pub fn spec(&self) -> &TableSpec {
-        self.table.spec()
+        match &self.table {
+            Held::Mapped(table) => table.spec(),
+            Held::Kept { spec, .. } => spec,
+        }
     }
 
     /// The table digest (format v1, ADR 0001) of the canonical table; names its file.
     pub fn digest(&self) -> TableDigest {
-        self.table.spec().digest
+        self.spec().digest
     }
 
     /// The compile-time dtype (int32 unless an index does not fit).
     pub fn dtype(&self) -> Dtype {
-        self.table.spec().dtype
+        self.spec().dtype
     }
 
     /// The shape `(n, k)` in elements, the same as the runtime table's.
     pub fn shape(&self) -> [usize; 2] {
-        self.table.spec().shape
+        self.spec().shape
     }
 
-    /// The table, C order, read-only, mapped from the store. Reading it touches the mapping: a
-    /// process whose table file is truncated meanwhile ends with `SIGBUS`, so only translation
-    /// reads it (in process mode, in a worker; ADR 0034).
+    /// The table, C order, read-only: mapped from the store, or the runtime table kept
+    /// unstored (ADR 0053). Reading a mapped table touches the mapping: a process whose table
+    /// file is truncated meanwhile ends with `SIGBUS`, so only translation reads it (in process
+    /// mode, in a worker; ADR 0034).
     pub fn table(&self) -> TableView<'_> {
-        self.table.view()
+        match &self.table {
+            Held::Mapped(table) => table.view(),
+            Held::Kept { table, .. } => TableView::I32(table.view()),
+        }
+    }
+
+    /// This connectivity's dimensions and skip value over `table`.
+    fn with_table(&self, table: Held) -> Self {
+        Self {
+            domain: self.domain.clone(),
+            local: self.local.clone(),
+            codomain: self.codomain.clone(),
+            skip_value: self.skip_value,
+            table,
+        }
     }
 }
 
@@ -672,6 +723,22 @@ impl<G> Provider<G> {
     /// Whether there is no entry.
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
+    }
+}
+
+impl CompileTimeOffsetProvider {
+    /// How many distinct compile-time tables of this view are kept unstored
+    /// ([`CompileTimeConnectivity::is_stored`] is `false`; ADR 0053).
+    pub fn kept_tables(&self) -> usize {
+        let mut seen = std::collections::HashSet::new();
+        self.entries
+            .iter()
+            .filter_map(|(_, e)| match e {
+                Entry::Gather(c) if !c.is_stored() => Some(Arc::as_ptr(c)),
+                _ => None,
+            })
+            .filter(|p| seen.insert(*p))
+            .count()
     }
 }
 
@@ -760,6 +827,95 @@ impl ConversionMemo {
         provider: &OffsetProvider,
         store: &TableStore,
     ) -> Result<CompileTimeOffsetProvider, OffsetsError> {
+        let out = self.convert_all(provider, store, false)?;
+        // Views this memo kept unstored for an earlier `provider_unstored` are stored now.
+        if out.kept_tables() == 0 {
+            Ok(out)
+        } else {
+            self.store_kept(&out, store)
+        }
+    }
+
+    /// [`Self::provider`], but a runtime table that is already canonical (a host int32 table in
+    /// C order, which the runtime provider shares immutably) and not stored yet is not stored
+    /// now: it is hashed once and kept, in place, as its compile-time table, until
+    /// [`Self::store_kept`] stores it, when a translation may read it or a worker needs its
+    /// file (ADR 0053). A table found stored is mapped after its checked open; one whose file
+    /// fails that open is stored again. A run whose every program hits then writes no table.
+    /// Only on a store that trusts the names it finds ([`TableStore::checked_by_readers`], not
+    /// [`TableStore::verifying`]) without a site cache; any other store, and any table that
+    /// needs a copy to be canonical, converts as [`Self::provider`] does.
+    ///
+    /// Errors: as [`Self::provider`].
+    pub fn provider_unstored(
+        &self,
+        provider: &OffsetProvider,
+        store: &TableStore,
+    ) -> Result<CompileTimeOffsetProvider, OffsetsError> {
+        self.convert_all(provider, store, store.trusts_names() && store.site_dir().is_none())
+    }
+
+    /// `provider` with every table kept unstored ([`CompileTimeConnectivity::is_stored`] is
+    /// `false`) stored and mapped, as one batch (ADR 0050), from the bytes hashed at conversion:
+    /// nothing is hashed again. The memo's views of those tables become the stored ones; the
+    /// other entries are the same `Arc`s.
+    ///
+    /// Errors: [`OffsetsError::Store`] naming the offset whose table could not be stored or
+    /// mapped; the tables stored before it stay stored.
+    pub fn store_kept(
+        &self,
+        provider: &CompileTimeOffsetProvider,
+        store: &TableStore,
+    ) -> Result<CompileTimeOffsetProvider, OffsetsError> {
+        let batch = store.deferring();
+        let mut kept = Vec::new();
+        let mut seen = std::collections::HashSet::new();
+        for (name, entry) in provider.entries() {
+            let Entry::Gather(c) = entry else { continue };
+            let Held::Kept { spec, table, .. } = &c.table else { continue };
+            if !seen.insert(Arc::as_ptr(c)) {
+                continue;
+            }
+            let put = |s: &TableStore| s.put_with(spec, |out| write_c_order(table.view(), out)).map(|_| *spec);
+            put(&batch).map_err(|source| OffsetsError::Store { offset: name.clone(), source })?;
+            kept.push((name, c, put));
+        }
+        let mut committed = batch.commit_deferred().into_iter().peekable();
+        let mut stored: HashMap<*const CompileTimeConnectivity, Arc<CompileTimeConnectivity>> = HashMap::new();
+        for (name, c, put) in kept {
+            let store_err = |source| OffsetsError::Store { offset: name.clone(), source };
+            if committed.peek().is_some_and(|(held, _)| held == c.spec()) {
+                let (_, result) = committed.next().expect("peeked");
+                result.map_err(store_err)?;
+            }
+            let table = mapped_after_put(store, *c.spec(), put).map_err(store_err)?;
+            let now = Arc::new(c.with_table(Held::Mapped(table)));
+            for entry in self.entries().values_mut() {
+                if Arc::ptr_eq(&entry.compile_time, c) {
+                    entry.compile_time = now.clone();
+                }
+            }
+            stored.insert(Arc::as_ptr(c), now);
+        }
+        let mut out = CompileTimeOffsetProvider::new();
+        for (name, entry) in provider.entries() {
+            let entry = match entry {
+                Entry::Gather(c) => Entry::Gather(stored.get(&Arc::as_ptr(c)).unwrap_or(c).clone()),
+                other => other.clone(),
+            };
+            out.entries.push((name.clone(), entry));
+        }
+        Ok(out)
+    }
+
+    /// The conversion of [`Self::provider`] and [`Self::provider_unstored`]: with `keep`, a
+    /// canonical table not stored is kept unstored ([`Self::kept_or_mapped`]).
+    fn convert_all(
+        &self,
+        provider: &OffsetProvider,
+        store: &TableStore,
+        keep: bool,
+    ) -> Result<CompileTimeOffsetProvider, OffsetsError> {
         let batch = store.deferring();
         // Each distinct connectivity once: its memoised view, or its table put into the batch.
         let mut converted: HashMap<*const Connectivity, Arc<CompileTimeConnectivity>> = HashMap::new();
@@ -771,7 +927,18 @@ impl ConversionMemo {
             if !seen.insert(Arc::as_ptr(c)) {
                 continue;
             }
-            match self.memoised(c, store) {
+            let found = match self.memoised(c, store) {
+                Some(ct) => Some(ct),
+                None if keep => match self.kept_or_mapped(name, c, store) {
+                    Ok(ct) => ct,
+                    Err(e) => {
+                        failed = Some(e);
+                        break;
+                    }
+                },
+                None => None,
+            };
+            match found {
                 Some(ct) => {
                     converted.insert(Arc::as_ptr(c), ct);
                 }
@@ -825,10 +992,62 @@ impl ConversionMemo {
         store: &TableStore,
     ) -> Result<Arc<CompileTimeConnectivity>, OffsetsError> {
         if let Some(ct) = self.memoised(connectivity, store) {
-            return Ok(ct);
+            if ct.is_stored() {
+                return Ok(ct);
+            }
+            // Kept unstored by `provider_unstored`: stored now, from the bytes hashed then.
+            let mut one = CompileTimeOffsetProvider::new();
+            one.push(offset, Entry::Gather(ct))?;
+            let stored = self.store_kept(&one, store)?;
+            return Ok(stored.gather(offset).expect("the one entry").clone());
         }
         let (host, spec) = self.prepare(offset, connectivity, store)?;
         self.mapped(offset, connectivity, &host, spec, store)
+    }
+
+    /// The compile-time view of a canonical runtime table (host, int32, C order) hashed once:
+    /// mapped when its file is stored and passes the checked open, kept unstored when there is
+    /// no file under its name, stored again over a file that fails the open (ADR 0053);
+    /// memoised. `None` for a table that needs a copy to be canonical.
+    ///
+    /// Errors: [`OffsetsError::NegativeEntry`]; [`OffsetsError::Store`] naming `offset`.
+    fn kept_or_mapped(
+        &self,
+        offset: &str,
+        connectivity: &Arc<Connectivity>,
+        store: &TableStore,
+    ) -> Result<Option<Arc<CompileTimeConnectivity>>, OffsetsError> {
+        let Some(IndexTable::I32(table)) = connectivity.source.host() else { return Ok(None) };
+        if !table.is_standard_layout() {
+            return Ok(None);
+        }
+        if let Some((row, col, value)) = first_bad_entry(table.view(), connectivity.skip_value) {
+            let skip_value = connectivity.skip_value;
+            return Err(OffsetsError::NegativeEntry { offset: offset.to_owned(), row, col, value, skip_value });
+        }
+        let shape = [table.nrows(), table.ncols()];
+        let spec = self.counted(TableSpec { digest: digest_table(table.view()), dtype: Dtype::I32, shape });
+        let store_err = |source| OffsetsError::Store { offset: offset.to_owned(), source };
+        let held = match store.open_table(&spec) {
+            Ok(mapped) => Held::Mapped(mapped),
+            Err(StoreError::Missing { .. }) => {
+                Held::Kept { spec, table: table.clone(), path: store.path_of(&spec.digest) }
+            }
+            // A file under the name that fails its checked open: stored again over it.
+            Err(_) => {
+                let put = |s: &TableStore| s.put_with(&spec, |out| write_c_order(table.view(), out)).map(|_| spec);
+                put(store).map_err(store_err)?;
+                Held::Mapped(mapped_after_put(store, spec, put).map_err(store_err)?)
+            }
+        };
+        let compile_time = Arc::new(CompileTimeConnectivity {
+            domain: connectivity.domain.clone(),
+            local: connectivity.local.clone(),
+            codomain: connectivity.codomain.clone(),
+            skip_value: connectivity.skip_value,
+            table: held,
+        });
+        Ok(Some(self.memoise(connectivity, store, compile_time)))
     }
 
     /// The memo's view of this `Arc` in `store`, while it lives (counted as a memo hit).
@@ -897,8 +1116,19 @@ impl ConversionMemo {
             local: connectivity.local.clone(),
             codomain: connectivity.codomain.clone(),
             skip_value: connectivity.skip_value,
-            table,
+            table: Held::Mapped(table),
         });
+        Ok(self.memoise(connectivity, store, compile_time))
+    }
+
+    /// Records `compile_time` as the view of `connectivity` in `store`, unless a live view of the
+    /// same `Arc` is there already; returns the memo's view.
+    fn memoise(
+        &self,
+        connectivity: &Arc<Connectivity>,
+        store: &TableStore,
+        compile_time: Arc<CompileTimeConnectivity>,
+    ) -> Arc<CompileTimeConnectivity> {
         let key = (Arc::as_ptr(connectivity) as usize, store.dir().to_path_buf());
         let mut entries = self.entries();
         entries.retain(|_, e| e.runtime.strong_count() > 0);
@@ -908,7 +1138,7 @@ impl ConversionMemo {
         if !entry.runtime.upgrade().is_some_and(|live| Arc::ptr_eq(&live, connectivity)) {
             *entry = MemoEntry { runtime: Arc::downgrade(connectivity), compile_time: compile_time.clone() };
         }
-        Ok(entry.compile_time.clone())
+        entry.compile_time.clone()
     }
 
     /// Converts `connectivity` into `store` again, past this memo, with every open of the

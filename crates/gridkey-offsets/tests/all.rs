@@ -4,5 +4,6 @@
 //! the tidy test (`tests/tests/tidy.rs`) fails when a file of `tests/` is not a module here.
 
 mod convert;
+mod kept;
 mod memo;
 mod source;

@@ -543,7 +543,9 @@ fn run_with_progress(
         opened.remote.take().map(|r| shared::SharedRun::new(r, opened.settings.clone(), config.options.clone()));
     let t = Instant::now();
     let routes = plan(shared.as_mut(), &opened.cache, &keyed);
-    let tasks = tasks_for(programs, &converted.ct, &config.options, &opened.settings);
+    let first: Vec<usize> = (0..programs.len()).filter(|&i| routes[i] != shared::Route::Wait).collect();
+    let ct = store_when_needed(converted.ct, &routes, &first, runner, &opened, memo)?;
+    let mut tasks = tasks_for(programs, &ct, &config.options, &opened.settings);
     let checker = Checker {
         programs,
         grid,
@@ -555,14 +557,18 @@ fn run_with_progress(
         memo,
         late_repairs: std::cell::RefCell::new(Vec::new()),
     };
-    let mut batches = Batches::new(programs.len(), routes, converted.ct);
-    let first: Vec<usize> = (0..programs.len()).filter(|&i| batches.routes[i] != shared::Route::Wait).collect();
+    let mut batches = Batches::new(programs.len(), routes, ct);
     compile(runner, &tasks, &first, progress, &mut batches.outcomes);
     batches.verify_and_publish(&checker, &first, shared.as_mut(), &keyed.inputs, &mut opened.warnings);
     let waits: Vec<usize> = (0..programs.len()).filter(|&i| batches.routes[i] == shared::Route::Wait).collect();
     if let (Some(s), false) = (shared.as_mut(), waits.is_empty()) {
         for (&i, route) in waits.iter().zip(s.wait(&opened.cache, &keyed.inputs, &waits)) {
             batches.routes[i] = route;
+        }
+        let ct = store_when_needed(batches.ct.clone(), &batches.routes, &waits, runner, &opened, memo)?;
+        if !Arc::ptr_eq(&ct, &batches.ct) {
+            tasks = tasks_for(programs, &ct, &config.options, &opened.settings);
+            batches.ct = ct;
         }
         compile(runner, &tasks, &waits, progress, &mut batches.outcomes);
         batches.verify_and_publish(&checker, &waits, shared.as_mut(), &keyed.inputs, &mut opened.warnings);
@@ -692,10 +698,37 @@ struct Converted {
 /// Errors: [`AppError::Offsets`] naming the offset that could not be converted.
 fn convert(grid: &Grid, store: &TableStore, memo: &ConversionMemo) -> Result<Converted, AppError> {
     let t = Instant::now();
-    let ct = Arc::new(memo.provider(grid.provider(), store)?);
+    // A new table is stored only when a translation or a worker needs it (ADR 0053).
+    let ct = Arc::new(memo.provider_unstored(grid.provider(), store)?);
     let seconds = t.elapsed().as_secs_f64();
     let warnings = store.repaired().into_iter().map(cache::CacheWarning::repaired_table).collect();
     Ok(Converted { ct, seconds, warnings })
+}
+
+/// `ct` with the tables it keeps unstored stored and mapped (ADR 0053) when a task of batch
+/// `which` needs their files: a worker maps every table of its task (process mode), and a
+/// program whose `route` may translate, or every program when hits are translated again to
+/// be compared, reads them. Otherwise `ct` itself: a run whose every program hits writes no
+/// table.
+///
+/// Errors: [`AppError::Offsets`] naming the offset whose table could not be stored.
+fn store_when_needed(
+    ct: Arc<CompileTimeOffsetProvider>,
+    routes: &[shared::Route],
+    which: &[usize],
+    runner: &Runner<StencilHandler>,
+    opened: &Opened,
+    memo: &ConversionMemo,
+) -> Result<Arc<CompileTimeOffsetProvider>, AppError> {
+    let translates = |i: &usize| matches!(routes[*i], shared::Route::Lease | shared::Route::Here { .. });
+    let needed = !which.is_empty()
+        && (runner.mode() == gridkey_settings::BuildJobsMode::Process
+            || opened.settings.verify_cache_hits()
+            || which.iter().any(translates));
+    if !needed || ct.kept_tables() == 0 {
+        return Ok(ct);
+    }
+    Ok(Arc::new(memo.store_kept(&ct, &opened.store)?))
 }
 
 /// What the key phase makes, one element per program: the key inputs and keys, the local
@@ -1032,7 +1065,8 @@ fn repair_tables(
             // This run's mapping changed, or the file under the name (which process-mode workers
             // open) no longer holds the table: a concurrent writer may have renamed identical
             // content over the name, and that file was changed.
-            Entry::Gather(c) if c.verify().is_err() || verifying.open_table(c.spec()).is_err() => {
+            // A table kept unstored is the runtime table itself (ADR 0053): nothing to repair.
+            Entry::Gather(c) if c.is_stored() && (c.verify().is_err() || verifying.open_table(c.spec()).is_err()) => {
                 match grid.provider().gather(name).map(|runtime| memo.reconvert(name, runtime, store)) {
                     Some(Ok(fresh)) => {
                         warnings.push(cache::CacheWarning {

@@ -12,6 +12,7 @@ mod concurrent_runs;
 mod explain;
 mod faults;
 mod gt4py_store;
+mod kept_tables;
 mod messages;
 mod no_poisoned_entry;
 mod output;
