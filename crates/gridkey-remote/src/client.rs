@@ -546,28 +546,56 @@ impl Remote {
             }
         }
         let c = &self.shared.counters;
+        // Every check but the signatures, object by object; then the signatures of the round
+        // trip as one batch.
+        let decoded: Vec<Option<Result<object::Unverified<'_>, Reject>>> = keys
+            .iter()
+            .zip(&sized)
+            .zip(&bodies)
+            .map(|((key, size), body)| match (size, body) {
+                (Ok(len), Some(Value::BulkString(bytes))) if *len <= max && !bytes.is_empty() => {
+                    Some(object::decode_unverified(kind, key, bytes, max, &self.trust))
+                }
+                _ => None,
+            })
+            .collect();
+        let checks: Vec<&object::SignatureCheck<'_>> =
+            decoded.iter().filter_map(|d| d.as_ref()?.as_ref().ok()?.signature.as_ref()).collect();
+        let mut verified = object::verify_signatures(&checks).into_iter();
+        let decoded: Vec<Option<Result<Vec<u8>, Reject>>> = decoded
+            .into_iter()
+            .map(|d| {
+                d.map(|r| {
+                    r.and_then(|u| {
+                        let ok = u.signature.as_ref().map(|_| verified.next().expect("one answer per signature"));
+                        u.checked(ok).map(<[u8]>::to_vec)
+                    })
+                })
+            })
+            .collect();
         keys.iter()
             .zip(sized)
             .zip(bodies)
-            .map(|((key, size), body)| {
-                let fetched = match (size, body) {
-                    (Err(reject), _) => Fetched::Rejected(reject),
-                    (Ok(0), _) => Fetched::Absent,
-                    (Ok(len), _) if len > max => Fetched::Rejected(Reject::TooLarge { len, max }),
+            .zip(decoded)
+            .map(|(((_, size), body), decoded)| {
+                let fetched = match (size, body, decoded) {
+                    (Err(reject), _, _) => Fetched::Rejected(reject),
+                    (Ok(0), _, _) => Fetched::Absent,
+                    (Ok(len), _, _) if len > max => Fetched::Rejected(Reject::TooLarge { len, max }),
                     // Evicted or replaced by an empty value between the two round trips.
-                    (Ok(_), Some(Value::BulkString(bytes))) if bytes.is_empty() => Fetched::Absent,
-                    (Ok(_), Some(Value::BulkString(bytes))) => {
+                    (Ok(_), Some(Value::BulkString(bytes)), _) if bytes.is_empty() => Fetched::Absent,
+                    (Ok(_), Some(Value::BulkString(bytes)), Some(decoded)) => {
                         add(&c.fetches, 1);
                         add(&c.bytes_in, bytes.len() as u64);
-                        match object::decode(kind, key, &bytes, max, &self.trust) {
-                            Ok(payload) => Fetched::Hit(payload.to_vec()),
+                        match decoded {
+                            Ok(payload) => Fetched::Hit(payload),
                             Err(reject) => Fetched::Rejected(reject),
                         }
                     }
-                    (Ok(_), Some(Value::ServerError(e))) => {
+                    (Ok(_), Some(Value::ServerError(e)), _) => {
                         Fetched::Rejected(Reject::Unreadable { reason: RedisError::from(e).to_string() })
                     }
-                    (Ok(_), other) => {
+                    (Ok(_), other, _) => {
                         Fetched::Rejected(Reject::Unreadable { reason: format!("unexpected reply {other:?}") })
                     }
                 };

@@ -173,6 +173,88 @@ pub fn decode<'a>(
     max_bytes: u64,
     trust: &Trust,
 ) -> Result<&'a [u8], Reject> {
+    let parts = decode_unverified(kind, key, bytes, max_bytes, trust)?;
+    let verified = parts.signature.as_ref().map(|s| verify_signatures(&[s])[0]);
+    parts.checked(verified)
+}
+
+/// An object that passed every check of [`decode`] but its signature's: the payload, the
+/// signature to verify (if signed), and whether `trust` takes anything.
+#[derive(Debug)]
+pub struct Unverified<'a> {
+    payload: &'a [u8],
+    /// The object's signature, not verified yet.
+    pub signature: Option<SignatureCheck<'a>>,
+    accepted: bool,
+}
+
+/// A signature of an object and what it signs, to verify with [`verify_signatures`].
+#[derive(Debug)]
+pub struct SignatureCheck<'a> {
+    signer: [u8; 32],
+    signature: [u8; 64],
+    message: &'a [u8],
+}
+
+impl<'a> Unverified<'a> {
+    /// The payload, given `verified`: whether the signature verified (`None` for an unsigned
+    /// object). The rest of [`decode`].
+    ///
+    /// Errors: [`Reject::Signature`] when it did not; [`Reject::NotTrusted`] when `trust`
+    /// takes nothing.
+    pub fn checked(self, verified: Option<bool>) -> Result<&'a [u8], Reject> {
+        if let (Some(check), Some(false)) = (&self.signature, verified) {
+            return Err(Reject::Signature { signer: hex(&check.signer) });
+        }
+        if !self.accepted {
+            return Err(Reject::NotTrusted);
+        }
+        Ok(self.payload)
+    }
+}
+
+/// Whether each signature verifies (Ed25519, ADR 0018). A signer whose key does not decode or
+/// is weak (of small order, for which signatures can be forged) fails. The others are checked
+/// as one batch (`ed25519_dalek::verify_batch`, about 0.6 times the cost of checking each on
+/// its own: one multiscalar multiplication for the batch); when the batch fails, each is
+/// checked on its own (`verify_strict`) to find which. A batch accepts what `verify_strict`
+/// accepts, and also a signature whose R has a small-order component, which only the holder
+/// of the signing key can make (a malleated copy of a signature it made, never a forgery).
+pub fn verify_signatures(checks: &[&SignatureCheck<'_>]) -> Vec<bool> {
+    let keys: Vec<Option<VerifyingKey>> =
+        checks.iter().map(|c| VerifyingKey::from_bytes(&c.signer).ok().filter(|k| !k.is_weak())).collect();
+    let batch: Vec<usize> = (0..checks.len()).filter(|&i| keys[i].is_some()).collect();
+    let mut out: Vec<bool> = keys.iter().map(Option::is_some).collect();
+    let one = |i: usize| {
+        let key = keys[i].expect("in the batch");
+        key.verify_strict(checks[i].message, &Signature::from_bytes(&checks[i].signature)).is_ok()
+    };
+    if batch.len() > 1 {
+        let messages: Vec<&[u8]> = batch.iter().map(|&i| checks[i].message).collect();
+        let signatures: Vec<Signature> = batch.iter().map(|&i| Signature::from_bytes(&checks[i].signature)).collect();
+        let verifying: Vec<VerifyingKey> = batch.iter().map(|&i| keys[i].expect("in the batch")).collect();
+        if ed25519_dalek::verify_batch(&messages, &signatures, &verifying).is_ok() {
+            return out;
+        }
+    }
+    for i in batch {
+        out[i] = one(i);
+    }
+    out
+}
+
+/// [`decode`] without verifying the signature: every other check, in the same order, and
+/// the signature to verify ([`verify_signatures`], many objects at once), then
+/// [`Unverified::checked`].
+///
+/// Errors: as [`decode`], but for [`Reject::Signature`] and [`Reject::NotTrusted`].
+pub fn decode_unverified<'a>(
+    kind: Kind,
+    key: &[u8; 16],
+    bytes: &'a [u8],
+    max_bytes: u64,
+    trust: &Trust,
+) -> Result<Unverified<'a>, Reject> {
     if bytes.len() as u64 > max_bytes {
         return Err(Reject::TooLarge { len: bytes.len() as u64, max: max_bytes });
     }
@@ -211,27 +293,21 @@ pub fn decode<'a>(
         return Err(Reject::Key { expected: hex(key), found: hex(&bytes[8..24]) });
     }
     let payload_end = HEADER_BYTES + held as usize;
-    if signed {
-        let public: [u8; 32] = body[payload_end..payload_end + 32].try_into().expect("32 bytes");
+    let signature = if signed {
+        let signer: [u8; 32] = body[payload_end..payload_end + 32].try_into().expect("32 bytes");
         let signature: [u8; 64] = body[payload_end + 32..].try_into().expect("64 bytes");
-        let signer = hex(&public);
-        if trust.requires_signature() && !trust.is_trusted(&public) {
-            return Err(Reject::Untrusted { signer });
+        if trust.requires_signature() && !trust.is_trusted(&signer) {
+            return Err(Reject::Untrusted { signer: hex(&signer) });
         }
         // A signature is checked even by a reader that trusts no key in particular: what is
         // signed must verify.
-        let verifies = VerifyingKey::from_bytes(&public)
-            .is_ok_and(|k| k.verify_strict(&body[..payload_end + 32], &Signature::from_bytes(&signature)).is_ok());
-        if !verifies {
-            return Err(Reject::Signature { signer });
-        }
+        Some(SignatureCheck { signer, signature, message: &body[..payload_end + 32] })
     } else if trust.requires_signature() {
         return Err(Reject::Unsigned);
-    }
-    if !trust.accepts_any() {
-        return Err(Reject::NotTrusted);
-    }
-    Ok(&bytes[HEADER_BYTES..payload_end])
+    } else {
+        None
+    };
+    Ok(Unverified { payload: &bytes[HEADER_BYTES..payload_end], signature, accepted: trust.accepts_any() })
 }
 
 pub(crate) use gridkey_digest::hex;

@@ -202,3 +202,57 @@ fn a_reader_without_trusted_keys_takes_nothing_unless_it_trusts_the_acl() {
     assert!(!Trust::default().accepts_any());
     assert_eq!(decode(Kind::TranslationEntry, &key, &unsigned, MAX, &Trust::default()), Err(Reject::NotTrusted));
 }
+
+/// The signatures of one round trip are verified as one batch (`verify_signatures`): a forged
+/// object among good ones fails alone, and so does one "signed" by a weak key (the identity
+/// point, with R the identity and s zero, which the cofactorless equation of a plain or batch
+/// check accepts for any message, and `verify_strict` refuses), also for a reader that trusts
+/// the ACL and so no key in particular.
+#[test]
+fn a_round_trip_s_signatures_are_verified_as_one_batch_and_a_forgery_fails_alone() {
+    use gridkey_remote::object::{decode_unverified, verify_signatures};
+    let writer = Trust::new(Some(seed_key()), None, RemoteTrust::Signed);
+    let keys: Vec<[u8; 16]> = (0..10u8).map(|i| [i; 16]).collect();
+    let mut objects: Vec<Vec<u8>> =
+        keys.iter().map(|k| encode(Kind::TranslationEntry, k, format!("int v{};", k[0]).as_bytes(), &writer)).collect();
+    // Object 8: its payload changed, checksum recomputed (a forgery without the key).
+    objects[8] = relabelled(&objects[8], HEADER_BYTES, b"X");
+    // Object 9: signer the identity point, R the identity, s zero.
+    let trailer = objects[9].len() - CHECKSUM_BYTES - SIGNATURE_BYTES;
+    let mut weak = [0u8; SIGNATURE_BYTES];
+    weak[0] = 1;
+    weak[32] = 1;
+    objects[9] = relabelled(&objects[9], trailer, &weak);
+    for reader in [trusting(&[&seed_key()]), Trust::acl()] {
+        let unverified: Vec<_> = keys
+            .iter()
+            .zip(&objects)
+            .filter_map(|(k, o)| decode_unverified(Kind::TranslationEntry, k, o, MAX, &reader).ok())
+            .collect();
+        if unverified.len() == 9 {
+            // The trusting reader refuses the weak signer before any signature is checked.
+            let verdicts =
+                verify_signatures(&unverified.iter().map(|u| u.signature.as_ref().unwrap()).collect::<Vec<_>>());
+            assert_eq!(verdicts, [vec![true; 8], vec![false]].concat());
+            continue;
+        }
+        assert_eq!(unverified.len(), 10);
+        let checks: Vec<_> = unverified.iter().map(|u| u.signature.as_ref().unwrap()).collect();
+        assert_eq!(verify_signatures(&checks), [vec![true; 8], vec![false, false]].concat());
+        // Every good one alone, and all good ones together, verify.
+        assert_eq!(verify_signatures(&checks[..8]), vec![true; 8]);
+        assert_eq!(verify_signatures(&checks[3..4]), vec![true]);
+        // The weak one among good ones only: the batch must not take it.
+        let with_weak: Vec<_> = checks[..8].iter().chain(&checks[9..]).copied().collect();
+        assert_eq!(verify_signatures(&with_weak), [vec![true; 8], vec![false]].concat());
+        assert_eq!(verify_signatures(&checks[9..]), vec![false]);
+        // `decode` says the same, object by object.
+        for (i, (k, o)) in keys.iter().zip(&objects).enumerate() {
+            let got = decode(Kind::TranslationEntry, k, o, MAX, &reader);
+            assert_eq!(got.is_ok(), i < 8, "object {i}: {got:?}");
+            if i >= 8 {
+                assert!(matches!(got, Err(Reject::Signature { .. })), "object {i}: {got:?}");
+            }
+        }
+    }
+}
