@@ -23,7 +23,7 @@
 
 use std::hint::black_box;
 use std::io::Write as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -126,6 +126,7 @@ fn bench(args: &[String]) -> Result<bool> {
     cases.push(worker_start(&gridkey_bin, &scratch, reps.builds.max(3) + 2)?);
     eprintln!("bench: key_lock, warm_run, concurrent_runs");
     cases.push(key_lock(&scratch, reps.small_batches)?);
+    cases.push(sync_batch(&scratch, reps.small_batches)?);
     let runs = GridkeyRuns { bin: &gridkey_bin, grid: &grid_path };
     cases.push(warm_run(&runs, &scratch, reps.builds)?);
     // Every N in --quick too: the runs of one N share the work of one, so N = 16 costs seconds.
@@ -966,6 +967,54 @@ fn key_lock(scratch: &Path, batches: usize) -> Result<Value> {
         "contended": contended, "lock_files_left": left,
         "goal": "<= 2 (a flock and two stats more), never contended, no lock file left",
         "meets": ratio <= 2.0 && contended == 0 && left == 0,
+    }))
+}
+
+/// Files of the `sync_batch` case: what a fresh node writes from the shared tier for the
+/// shipped grid (8 translation entries, 8 key-input records, 8 kernel libraries).
+const SYNC_BATCH_FILES: usize = 24;
+
+/// `gridkey_fs::write_atomic_all` of [`SYNC_BATCH_FILES`] files of 5 KB into fresh bucket
+/// directories (ADR 0049: every file synced before its rename, the syncs pending together),
+/// against the same files written by `write_atomic` one after the other, interleaved in the
+/// same run; the files are removed after each call.
+fn sync_batch(scratch: &Path, batches: usize) -> Result<Value> {
+    let dir = scratch.join("sync-batch");
+    let payload = vec![7u8; 5000];
+    let paths: Vec<PathBuf> =
+        (0..SYNC_BATCH_FILES).map(|i| dir.join(format!("{:02x}", i % 8)).join(format!("f{i}.bin"))).collect();
+    let clean = || {
+        let _ = std::fs::remove_dir_all(&dir);
+    };
+    let times = time_small_interleaved(
+        batches,
+        &mut [
+            &mut || {
+                let files: Vec<(&Path, &[u8])> = paths.iter().map(|p| (p.as_path(), payload.as_slice())).collect();
+                let written = gridkey_fs::write_atomic_all(&files, None);
+                assert!(written.iter().all(Result::is_ok), "batch written");
+                clean();
+            },
+            &mut || {
+                for p in &paths {
+                    gridkey_fs::write_atomic(p, None, |out| out.write_all(&payload)).expect("file written");
+                }
+                clean();
+            },
+        ],
+    );
+    let [batch, one_by_one] = times[..] else { unreachable!("two functions") };
+    let ratio = batch / one_by_one;
+    Ok(json!({
+        "name": "sync_batch",
+        "what": format!("write_atomic_all of {SYNC_BATCH_FILES} files of 5 KB in 8 new directories (what a fresh node writes from the shared tier), then removed"),
+        "bytes": SYNC_BATCH_FILES * payload.len(), "seconds": batch,
+        "filesystem_of": scratch,
+        "limit": "the same files by write_atomic one after the other (each synced before the next is written), interleaved in the same run",
+        "limit_seconds": one_by_one,
+        "ratio": ratio, "ratio_means": "batch seconds / one-by-one seconds",
+        "goal": "<= 0.6 (the syncs of a batch pending together share the device's cache flushes)",
+        "meets": ratio <= 0.6,
     }))
 }
 
