@@ -417,7 +417,8 @@ pub fn put_table(
 /// The digest of the host table `obj` when the store holds a file under it that passes its
 /// checked open (`TableStore::open_table`: a regular file; magic, header, dtype, shape and
 /// length; its digest recomputed only on a verifying store); `None` for a device table and for
-/// one not stored (or whose file fails the open), which the caller stores.
+/// one not stored (or whose file fails the open), which the caller stores or keeps unstored
+/// (`gridkey.gt4py` keeps a private copy until a translation or a worker needs the file, ADR 0052).
 ///
 /// Errors: `TableTypeError`, `TableValueError`, `TableTooLargeError` as `put`;
 /// `KeyboardInterrupt`.

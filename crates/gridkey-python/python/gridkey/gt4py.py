@@ -371,14 +371,16 @@ def _check_tables(values: Any) -> None:
             continue
         key = (ref.cache_dir, ref.digest)
         checked = _checked.get(key)
-        if checked is None and key in _unstored:
-            checked = _store_deferred(ref)
-        elif checked is None:
-            try:
-                ct.ndarray.base.verify()
-                checked = ct.ndarray
-            except GridkeyError as damaged:
-                checked = _store_again(ref, damaged)
+        if checked is None:
+            if key in _unstored:
+                # Written now from the copy that holds its name's bytes, and mapped after the write.
+                checked = _store_deferred(ref)
+            else:
+                try:
+                    ct.ndarray.base.verify()
+                    checked = ct.ndarray
+                except GridkeyError as damaged:
+                    checked = _store_again(ref, damaged)
             with _lock:
                 checked = _checked.setdefault(key, checked)
         if ct.ndarray is not checked:
