@@ -169,26 +169,27 @@ pub const SYNC_THREADS: usize = 8;
 /// instead of one flush per file (and a journalling file system commits them together), while
 /// each file is still synced by its own `fsync` before its rename (ADR 0049).
 fn sync_together(pending: &mut [io::Result<(PendingFile, &Path)>]) {
-    let mut files: Vec<&mut io::Result<(PendingFile, &Path)>> = pending.iter_mut().filter(|p| p.is_ok()).collect();
-    let sync = |p: &mut io::Result<(PendingFile, &Path)>| {
-        if let Ok((temp, _)) = p {
+    let files: Vec<std::sync::Mutex<&mut io::Result<(PendingFile, &Path)>>> =
+        pending.iter_mut().filter(|p| p.is_ok()).map(std::sync::Mutex::new).collect();
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    // Each thread syncs the next file not taken yet, until none is left.
+    let work = || loop {
+        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let Some(file) = files.get(i) else { break };
+        let mut p = file.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Ok((temp, _)) = &**p {
             if let Err(e) = temp.temp.as_file().sync_all() {
-                *p = Err(e);
+                **p = Err(e);
             }
         }
     };
-    if files.len() < 2 {
-        files.into_iter().for_each(sync);
-        return;
-    }
-    let per_thread = files.len().div_ceil(SYNC_THREADS);
+    let helpers = files.len().min(SYNC_THREADS).saturating_sub(1);
     std::thread::scope(|scope| {
-        let mut chunks = files.chunks_mut(per_thread);
-        let own = chunks.next().expect("at least two files");
-        for chunk in chunks {
-            scope.spawn(move || chunk.iter_mut().for_each(|p| sync(p)));
+        for _ in 0..helpers {
+            // A thread the system cannot start (EAGAIN, a pids limit) leaves its share to the others.
+            let _ = std::thread::Builder::new().spawn_scoped(scope, work);
         }
-        own.iter_mut().for_each(|p| sync(p));
+        work();
     });
 }
 

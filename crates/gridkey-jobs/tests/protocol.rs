@@ -211,9 +211,9 @@ proptest! {
 fn a_table_kept_unstored_is_refused_in_the_parent_naming_its_offset() {
     let dir = tempfile::tempdir().unwrap();
     let stored = task(dir.path(), 100);
-    let kept_dir = tempfile::tempdir().unwrap();
     let mut p = OffsetProvider::new();
-    let t = Array2::from_shape_fn((100, 3), |(i, j)| ((i + j) % 100) as i32);
+    // Another table than the task's: not stored in its cache yet.
+    let t = Array2::from_shape_fn((100, 3), |(i, j)| ((i + 2 * j) % 99) as i32);
     let c = Connectivity::from_host(
         Dimension::horizontal("Cell"),
         Dimension::local("C2EDim"),
@@ -223,7 +223,7 @@ fn a_table_kept_unstored_is_refused_in_the_parent_naming_its_offset() {
     )
     .unwrap();
     p.push("C2E", Entry::Gather(Arc::new(c))).unwrap();
-    let store = TableStore::open(kept_dir.path()).unwrap().checked_by_readers(true);
+    let store = TableStore::open(dir.path()).unwrap().checked_by_readers(true);
     let memo = gridkey_offsets::ConversionMemo::new();
     let kept = memo.provider_unstored(&p, &store).unwrap();
     assert_eq!(kept.kept_tables(), 1);
@@ -233,5 +233,7 @@ fn a_table_kept_unstored_is_refused_in_the_parent_naming_its_offset() {
     assert!(err.to_string().contains("store it first"), "{err}");
     let now = memo.store_kept(&task.provider, &store).unwrap();
     let task = CompilationTask { provider: Arc::new(now), ..task };
-    WireTask::from_task(&task).unwrap();
+    // What a worker does with the frame: it opens the stored table from the task's cache.
+    let again = WireTask::from_task(&task).unwrap().rehydrate().unwrap();
+    assert_eq!(again.provider.gather("C2E").unwrap().spec(), task.provider.gather("C2E").unwrap().spec());
 }

@@ -594,15 +594,24 @@ impl CompileTimeConnectivity {
     /// table file modified in place after conversion (ADR 0012). Reads the mapped file once
     /// through `pread`, never through the mapping, so a file truncated while mapped is an error
     /// here, not a `SIGBUS` (ADR 0034); a process-mode parent calls only this. A table kept
-    /// unstored is the runtime table, immutable and hashed at conversion: nothing to check
-    /// (ADR 0053).
+    /// unstored (ADR 0053) is the runtime table, which the runtime provider shares immutably: its
+    /// digest is recomputed from memory all the same, so that bytes changed through a pointer
+    /// handed to a kernel never reach a translation under the old digest.
     ///
-    /// Errors: [`StoreError::Digest`] naming the file; [`StoreError::Truncated`] when the file
-    /// is shorter than its table now; [`StoreError::Format`] when its header changed.
+    /// Errors: [`StoreError::Digest`] naming the file (for a kept table, the path it will have);
+    /// [`StoreError::Truncated`] when the file is shorter than its table now;
+    /// [`StoreError::Format`] when its header changed.
     pub fn verify(&self) -> Result<(), StoreError> {
         match &self.table {
             Held::Mapped(table) => table.verify(),
-            Held::Kept { .. } => Ok(()),
+            Held::Kept { spec, table, path } => {
+                let found = digest_table(table.view());
+                if found == spec.digest {
+                    Ok(())
+                } else {
+                    Err(StoreError::Digest { path: path.clone(), expected: spec.digest, found })
+                }
+            }
         }
     }
 
@@ -852,7 +861,14 @@ impl ConversionMemo {
         provider: &OffsetProvider,
         store: &TableStore,
     ) -> Result<CompileTimeOffsetProvider, OffsetsError> {
-        self.convert_all(provider, store, store.trusts_names() && store.site_dir().is_none())
+        let keep = store.trusts_names() && store.site_dir().is_none();
+        let out = self.convert_all(provider, store, keep)?;
+        // Views this memo kept for an earlier conversion through a store that may keep them.
+        if keep || out.kept_tables() == 0 {
+            Ok(out)
+        } else {
+            self.store_kept(&out, store)
+        }
     }
 
     /// `provider` with every table kept unstored ([`CompileTimeConnectivity::is_stored`] is
@@ -870,6 +886,7 @@ impl ConversionMemo {
         let batch = store.deferring();
         let mut kept = Vec::new();
         let mut seen = std::collections::HashSet::new();
+        let mut failed = None;
         for (name, entry) in provider.entries() {
             let Entry::Gather(c) = entry else { continue };
             let Held::Kept { spec, table, .. } = &c.table else { continue };
@@ -877,7 +894,11 @@ impl ConversionMemo {
                 continue;
             }
             let put = |s: &TableStore| s.put_with(spec, |out| write_c_order(table.view(), out)).map(|_| *spec);
-            put(&batch).map_err(|source| OffsetsError::Store { offset: name.clone(), source })?;
+            if let Err(source) = put(&batch) {
+                // That table alone fails: the tables put before it are committed and mapped.
+                failed = Some(OffsetsError::Store { offset: name.clone(), source });
+                break;
+            }
             kept.push((name, c, put));
         }
         let mut committed = batch.commit_deferred().into_iter().peekable();
@@ -890,12 +911,17 @@ impl ConversionMemo {
             }
             let table = mapped_after_put(store, *c.spec(), put).map_err(store_err)?;
             let now = Arc::new(c.with_table(Held::Mapped(table)));
-            for entry in self.entries().values_mut() {
-                if Arc::ptr_eq(&entry.compile_time, c) {
+            // The memo's views in this store only: a kept view stored into another directory
+            // stays this store's kept view.
+            for ((_, dir), entry) in self.entries().iter_mut() {
+                if dir == store.dir() && Arc::ptr_eq(&entry.compile_time, c) {
                     entry.compile_time = now.clone();
                 }
             }
             stored.insert(Arc::as_ptr(c), now);
+        }
+        if let Some(e) = failed {
+            return Err(e);
         }
         let mut out = CompileTimeOffsetProvider::new();
         for (name, entry) in provider.entries() {

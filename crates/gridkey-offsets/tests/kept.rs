@@ -146,3 +146,73 @@ fn a_file_under_the_name_that_fails_its_open_is_stored_again_not_kept() {
     c2e.verify().unwrap();
     assert_eq!(c2e.spec(), &spec);
 }
+
+/// Three canonical tables, C2E, E2V and V2E, each kept by a trusting store.
+fn three_kept() -> OffsetProvider {
+    let mut p = OffsetProvider::new();
+    for (i, name) in ["C2E", "E2V", "V2E"].iter().enumerate() {
+        let t = Array2::from_shape_fn((200 + 50 * i, 3), |(r, c)| ((r * 7 + c * 3 + i) % 180) as i32);
+        let c = Connectivity::from_host(
+            Dimension::horizontal("A"),
+            Dimension::local(format!("{name}Dim")),
+            Dimension::horizontal("B"),
+            None,
+            IndexTable::I32(t.into_shared()),
+        )
+        .unwrap();
+        p.push(*name, Entry::Gather(Arc::new(c))).unwrap();
+    }
+    p
+}
+
+/// A table of the batch that cannot be stored (a full disk in its shard directory) fails alone:
+/// the tables put before it are committed, mapped and become the memo's views.
+#[test]
+fn a_kept_table_that_cannot_be_stored_fails_alone_and_those_before_it_are_stored() {
+    let p = three_kept();
+    let dir = tempfile::tempdir().unwrap();
+    let store = TableStore::open(dir.path()).unwrap().checked_by_readers(true);
+    let memo = ConversionMemo::new();
+    let ct = memo.provider_unstored(&p, &store).unwrap();
+    assert_eq!(ct.kept_tables(), 3);
+    let shard = |name: &str| ct.gather(name).unwrap().digest().to_hex()[..2].to_owned();
+    assert_ne!(shard("C2E"), shard("E2V"), "the fault names E2V's shard alone");
+    let fault = gridkey_store::Fault::parse(&format!("enospc:0:tables-v1/{}", shard("E2V"))).unwrap();
+    let err = memo.store_kept(&ct, &store.clone().with_fault(Some(fault))).unwrap_err();
+    assert!(matches!(&err, gridkey_offsets::OffsetsError::Store { offset, .. } if offset == "E2V"), "{err}");
+    assert_eq!(npy_files(dir.path()), 1);
+    let again = memo.provider_unstored(&p, &store).unwrap();
+    assert!(again.gather("C2E").unwrap().is_stored());
+    assert!(again.gather("C2E").unwrap().table_path().exists());
+    assert_eq!(again.kept_tables(), 2);
+}
+
+/// A kept table is checked from memory: bytes changed through a raw pointer (what a kernel
+/// handed the runtime table could do) fail `verify` with the digest error, so no translation
+/// reads them under the old digest.
+#[test]
+fn a_kept_table_changed_through_a_pointer_fails_its_check() {
+    let t = Array2::from_shape_fn((100, 3), |(r, c)| ((r + c) % 90) as i32).into_shared();
+    let pointer = t.as_ptr() as *mut i32;
+    let mut p = OffsetProvider::new();
+    let c = Connectivity::from_host(
+        Dimension::horizontal("A"),
+        Dimension::local("ADim"),
+        Dimension::horizontal("B"),
+        None,
+        IndexTable::I32(t),
+    )
+    .unwrap();
+    p.push("C2E", Entry::Gather(Arc::new(c))).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let store = TableStore::open(dir.path()).unwrap().checked_by_readers(true);
+    let ct = ConversionMemo::new().provider_unstored(&p, &store).unwrap();
+    let kept = ct.gather("C2E").unwrap();
+    assert!(!kept.is_stored());
+    kept.verify().unwrap();
+    // SAFETY: the table is alive (the runtime provider holds it) and no reference into it is
+    // held across this write; this is the stray write under test.
+    unsafe { pointer.add(7).write(89) };
+    let err = kept.verify().unwrap_err();
+    assert!(matches!(err, gridkey_store::StoreError::Digest { .. }), "{err}");
+}

@@ -560,14 +560,14 @@ impl Remote {
             })
             .collect();
         let checks: Vec<&object::SignatureCheck<'_>> =
-            decoded.iter().filter_map(|d| d.as_ref()?.as_ref().ok()?.signature.as_ref()).collect();
+            decoded.iter().filter_map(|d| d.as_ref()?.as_ref().ok()?.signature()).collect();
         let mut verified = object::verify_signatures(&checks).into_iter();
         let decoded: Vec<Option<Result<Vec<u8>, Reject>>> = decoded
             .into_iter()
             .map(|d| {
                 d.map(|r| {
                     r.and_then(|u| {
-                        let ok = u.signature.as_ref().map(|_| verified.next().expect("one answer per signature"));
+                        let ok = u.signature().map(|_| verified.next().expect("one answer per signature"));
                         u.checked(ok).map(<[u8]>::to_vec)
                     })
                 })

@@ -174,7 +174,7 @@ pub fn decode<'a>(
     trust: &Trust,
 ) -> Result<&'a [u8], Reject> {
     let parts = decode_unverified(kind, key, bytes, max_bytes, trust)?;
-    let verified = parts.signature.as_ref().map(|s| verify_signatures(&[s])[0]);
+    let verified = parts.signature().map(|s| verify_signatures(&[s])[0]);
     parts.checked(verified)
 }
 
@@ -183,8 +183,7 @@ pub fn decode<'a>(
 #[derive(Debug)]
 pub struct Unverified<'a> {
     payload: &'a [u8],
-    /// The object's signature, not verified yet.
-    pub signature: Option<SignatureCheck<'a>>,
+    signature: Option<SignatureCheck<'a>>,
     accepted: bool,
 }
 
@@ -197,13 +196,18 @@ pub struct SignatureCheck<'a> {
 }
 
 impl<'a> Unverified<'a> {
-    /// The payload, given `verified`: whether the signature verified (`None` for an unsigned
-    /// object). The rest of [`decode`].
+    /// The object's signature, not verified yet (`None`: unsigned).
+    pub fn signature(&self) -> Option<&SignatureCheck<'a>> {
+        self.signature.as_ref()
+    }
+
+    /// The payload, given `verified`: whether the signature verified ([`verify_signatures`]).
+    /// The rest of [`decode`]. A signed object is taken only with `Some(true)`.
     ///
-    /// Errors: [`Reject::Signature`] when it did not; [`Reject::NotTrusted`] when `trust`
-    /// takes nothing.
+    /// Errors: [`Reject::Signature`] for a signed object unless `verified` is `Some(true)`;
+    /// [`Reject::NotTrusted`] when `trust` takes nothing.
     pub fn checked(self, verified: Option<bool>) -> Result<&'a [u8], Reject> {
-        if let (Some(check), Some(false)) = (&self.signature, verified) {
+        if let (Some(check), false) = (&self.signature, verified == Some(true)) {
             return Err(Reject::Signature { signer: hex(&check.signer) });
         }
         if !self.accepted {
@@ -217,9 +221,10 @@ impl<'a> Unverified<'a> {
 /// is weak (of small order, for which signatures can be forged) fails. The others are checked
 /// as one batch (`ed25519_dalek::verify_batch`, about 0.6 times the cost of checking each on
 /// its own: one multiscalar multiplication for the batch); when the batch fails, each is
-/// checked on its own (`verify_strict`) to find which. A batch accepts what `verify_strict`
-/// accepts, and also a signature whose R has a small-order component, which only the holder
-/// of the signing key can make (a malleated copy of a signature it made, never a forgery).
+/// checked on its own (`verify_strict`) to find which. A batch (cofactorless, with coefficients
+/// derived from the batch) accepts what `verify_strict` accepts, and may also accept a
+/// signature whose R is encoded non-canonically or has a small-order component: only the holder
+/// of the signing key can make one (a malleated copy of a signature it made, never a forgery).
 pub fn verify_signatures(checks: &[&SignatureCheck<'_>]) -> Vec<bool> {
     let keys: Vec<Option<VerifyingKey>> =
         checks.iter().map(|c| VerifyingKey::from_bytes(&c.signer).ok().filter(|k| !k.is_weak())).collect();

@@ -231,13 +231,12 @@ fn a_round_trip_s_signatures_are_verified_as_one_batch_and_a_forgery_fails_alone
             .collect();
         if unverified.len() == 9 {
             // The trusting reader refuses the weak signer before any signature is checked.
-            let verdicts =
-                verify_signatures(&unverified.iter().map(|u| u.signature.as_ref().unwrap()).collect::<Vec<_>>());
+            let verdicts = verify_signatures(&unverified.iter().map(|u| u.signature().unwrap()).collect::<Vec<_>>());
             assert_eq!(verdicts, [vec![true; 8], vec![false]].concat());
             continue;
         }
         assert_eq!(unverified.len(), 10);
-        let checks: Vec<_> = unverified.iter().map(|u| u.signature.as_ref().unwrap()).collect();
+        let checks: Vec<_> = unverified.iter().map(|u| u.signature().unwrap()).collect();
         assert_eq!(verify_signatures(&checks), [vec![true; 8], vec![false, false]].concat());
         // Every good one alone, and all good ones together, verify.
         assert_eq!(verify_signatures(&checks[..8]), vec![true; 8]);
@@ -246,6 +245,9 @@ fn a_round_trip_s_signatures_are_verified_as_one_batch_and_a_forgery_fails_alone
         let with_weak: Vec<_> = checks[..8].iter().chain(&checks[9..]).copied().collect();
         assert_eq!(verify_signatures(&with_weak), [vec![true; 8], vec![false]].concat());
         assert_eq!(verify_signatures(&checks[9..]), vec![false]);
+        // A signed object is taken only once its signature verified.
+        let first = decode_unverified(Kind::TranslationEntry, &keys[0], &objects[0], MAX, &reader).unwrap();
+        assert!(matches!(first.checked(None), Err(Reject::Signature { .. })));
         // `decode` says the same, object by object.
         for (i, (k, o)) in keys.iter().zip(&objects).enumerate() {
             let got = decode(Kind::TranslationEntry, k, o, MAX, &reader);

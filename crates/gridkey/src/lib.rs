@@ -565,7 +565,19 @@ fn run_with_progress(
         for (&i, route) in waits.iter().zip(s.wait(&opened.cache, &keyed.inputs, &waits)) {
             batches.routes[i] = route;
         }
-        let ct = store_when_needed(batches.ct.clone(), &batches.routes, &waits, runner, &opened, memo)?;
+        // A table that cannot be stored now costs the waiting programs alone: they go on with the
+        // tables kept in memory (a worker refuses them, naming the offset), and the first batch's
+        // reports stand.
+        let ct = match store_when_needed(batches.ct.clone(), &batches.routes, &waits, runner, &opened, memo) {
+            Ok(ct) => ct,
+            Err(e) => {
+                opened.warnings.push(cache::CacheWarning {
+                    path: opened.store.dir().to_path_buf(),
+                    message: format!("cannot store the tables the waiting programs need: {e}"),
+                });
+                batches.ct.clone()
+            }
+        };
         if !Arc::ptr_eq(&ct, &batches.ct) {
             tasks = tasks_for(programs, &ct, &config.options, &opened.settings);
             batches.ct = ct;

@@ -344,7 +344,8 @@ def _is_runtime_table(value: object) -> bool:
 
 
 # The mapped table of this process whose bytes are known to be its digest's, by (cache directory, digest). A table the
-# hook took unchecked (ADR 0052) enters it when `_check_tables` read it, before any translation reads it.
+# hook took unchecked (ADR 0052) enters it when `_check_tables` read it, or wrote it from the kept copy that holds its
+# name's bytes, before any translation reads it.
 _checked: dict[tuple[str, str], Any] = {}
 
 # Copies of the tables a trusting conversion found not stored, by (cache directory, digest): stored by `_check_tables`
