@@ -17,9 +17,9 @@ use gridkey_store::TableStore;
 use ndarray::Array2;
 use proptest::prelude::*;
 
-fn task(cache: &Path, rows: usize) -> CompilationTask {
+/// A runtime provider whose one gather, C2E, has table `t`.
+fn c2e_provider(t: Array2<i32>) -> OffsetProvider {
     let mut p = OffsetProvider::new();
-    let t = Array2::from_shape_fn((rows, 3), |(i, j)| ((i + j) % rows) as i32);
     let c = Connectivity::from_host(
         Dimension::horizontal("Cell"),
         Dimension::local("C2EDim"),
@@ -29,6 +29,11 @@ fn task(cache: &Path, rows: usize) -> CompilationTask {
     )
     .unwrap();
     p.push("C2E", Entry::Gather(Arc::new(c))).unwrap();
+    p
+}
+
+fn task(cache: &Path, rows: usize) -> CompilationTask {
+    let mut p = c2e_provider(Array2::from_shape_fn((rows, 3), |(i, j)| ((i + j) % rows) as i32));
     p.push("Koff", Entry::Dimension(Dimension::new("K", DimensionKind::Vertical))).unwrap();
     let ct = compile_time_offset_provider(&p, &TableStore::open(cache).unwrap()).unwrap();
     CompilationTask {
@@ -211,18 +216,8 @@ proptest! {
 fn a_table_kept_unstored_is_refused_in_the_parent_naming_its_offset() {
     let dir = tempfile::tempdir().unwrap();
     let stored = task(dir.path(), 100);
-    let mut p = OffsetProvider::new();
     // Another table than the task's: not stored in its cache yet.
-    let t = Array2::from_shape_fn((100, 3), |(i, j)| ((i + 2 * j) % 99) as i32);
-    let c = Connectivity::from_host(
-        Dimension::horizontal("Cell"),
-        Dimension::local("C2EDim"),
-        Dimension::horizontal("Edge"),
-        None,
-        IndexTable::I32(t.into_shared()),
-    )
-    .unwrap();
-    p.push("C2E", Entry::Gather(Arc::new(c))).unwrap();
+    let p = c2e_provider(Array2::from_shape_fn((100, 3), |(i, j)| ((i + 2 * j) % 99) as i32));
     let store = TableStore::open(dir.path()).unwrap().checked_by_readers(true);
     let memo = gridkey_offsets::ConversionMemo::new();
     let kept = memo.provider_unstored(&p, &store).unwrap();

@@ -836,13 +836,7 @@ impl ConversionMemo {
         provider: &OffsetProvider,
         store: &TableStore,
     ) -> Result<CompileTimeOffsetProvider, OffsetsError> {
-        let out = self.convert_all(provider, store, false)?;
-        // Views this memo kept unstored for an earlier `provider_unstored` are stored now.
-        if out.kept_tables() == 0 {
-            Ok(out)
-        } else {
-            self.store_kept(&out, store)
-        }
+        self.converted(provider, store, false)
     }
 
     /// [`Self::provider`], but a runtime table that is already canonical (a host int32 table in
@@ -861,9 +855,18 @@ impl ConversionMemo {
         provider: &OffsetProvider,
         store: &TableStore,
     ) -> Result<CompileTimeOffsetProvider, OffsetsError> {
-        let keep = store.trusts_names() && store.site_dir().is_none();
+        self.converted(provider, store, store.trusts_names() && store.site_dir().is_none())
+    }
+
+    /// [`Self::convert_all`], then, unless `keep`, the views this memo kept unstored for an
+    /// earlier conversion stored ([`Self::store_kept`]).
+    fn converted(
+        &self,
+        provider: &OffsetProvider,
+        store: &TableStore,
+        keep: bool,
+    ) -> Result<CompileTimeOffsetProvider, OffsetsError> {
         let out = self.convert_all(provider, store, keep)?;
-        // Views this memo kept for an earlier conversion through a store that may keep them.
         if keep || out.kept_tables() == 0 {
             Ok(out)
         } else {
