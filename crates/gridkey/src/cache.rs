@@ -669,22 +669,11 @@ pub fn gc(cache_dir: &Path, config: &GcConfig) -> Result<GcReport, AppError> {
     if let CacheAccess::ReadOnly(source) = probe_cache_dir(cache_dir)? {
         return Err(AppError::CacheReadOnly { path: cache_dir.to_path_buf(), source });
     }
+    let mut report = sweep(cache_dir, config.temp_min_age)?;
     let scan_err = |path: &Path| {
         let path = path.to_path_buf();
         move |source| scan_error(path, source)
     };
-    let mut report = GcReport::default();
-    for dir in STORES.iter().map(|(store, _)| cache_dir.join(store)).chain([cache_dir.join(RUNS_DIR)]) {
-        let sweep = remove_stale_temps(&dir, config.temp_min_age).map_err(scan_err(&dir))?;
-        report.temps_removed += sweep.removed.len() as u64;
-        report.temp_bytes += sweep.bytes;
-    }
-    let locks_dir = cache_dir.join(gridkey_fs::lock::LOCKS_DIR);
-    report.warnings = remove_dead_locks(&locks_dir).map_err(scan_err(&locks_dir))?;
-    let runs_dir = cache_dir.join(RUNS_DIR);
-    let runs = live_runs(cache_dir).map_err(scan_err(&runs_dir))?;
-    report.live_runs = runs.count;
-    report.warnings.extend(runs.skipped);
     let mut entries = Vec::new();
     for (store, ext) in STORES {
         for f in scan(&cache_dir.join(store))? {
@@ -724,6 +713,35 @@ pub fn gc(cache_dir: &Path, config: &GcConfig) -> Result<GcReport, AppError> {
         }
     }
     report.bytes_left = total;
+    Ok(report)
+}
+
+/// What `gridkey run` does before its first phase, in a cache directory it has just probed
+/// writable ([`probe_cache_dir`]): the first half of [`gc`] without its probe and without the
+/// scan of every entry, which only a size budget needs. Removes the unlocked temp files older
+/// than `temp_min_age` from every store and from `runs/`, and the per-key lock files no process
+/// holds; reports the live runs and a warning for each stray file of `locks/` and `runs/`
+/// (ADR 0033). The [`GcReport`]'s entry counts are zero.
+///
+/// Errors: [`AppError::StoreNotADirectory`] or [`AppError::CacheScan`] naming the directory that
+/// cannot be listed or the file that cannot be removed.
+pub fn sweep(cache_dir: &Path, temp_min_age: Duration) -> Result<GcReport, AppError> {
+    let scan_err = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| scan_error(path, source)
+    };
+    let mut report = GcReport::default();
+    for dir in STORES.iter().map(|(store, _)| cache_dir.join(store)).chain([cache_dir.join(RUNS_DIR)]) {
+        let swept = remove_stale_temps(&dir, temp_min_age).map_err(scan_err(&dir))?;
+        report.temps_removed += swept.removed.len() as u64;
+        report.temp_bytes += swept.bytes;
+    }
+    let locks_dir = cache_dir.join(gridkey_fs::lock::LOCKS_DIR);
+    report.warnings = remove_dead_locks(&locks_dir).map_err(scan_err(&locks_dir))?;
+    let runs_dir = cache_dir.join(RUNS_DIR);
+    let runs = live_runs(cache_dir).map_err(scan_err(&runs_dir))?;
+    report.live_runs = runs.count;
+    report.warnings.extend(runs.skipped);
     Ok(report)
 }
 

@@ -680,8 +680,9 @@ fn open(settings: &Settings) -> Result<Opened, AppError> {
     let temps_removed = if caches.is_private() {
         0
     } else {
-        let swept =
-            cache::gc(task.cache_dir(), &cache::GcConfig { max_size: None, temp_min_age: cache::STALE_TEMP_AGE })?;
+        // Probed writable by `RunCaches::open` just now: the sweep alone, no second probe and no
+        // scan of every entry.
+        let swept = cache::sweep(task.cache_dir(), cache::STALE_TEMP_AGE)?;
         warnings.extend(swept.warnings);
         swept.temps_removed
     };

@@ -149,6 +149,43 @@ fn an_abandoned_temp_file_is_removed_by_the_next_run() {
 }
 
 #[test]
+fn the_sweep_before_a_run_removes_what_gc_removes_without_its_size_pass() {
+    // A cache a run filled, then a stale temp file, a young one, a dead lock and a stray file in
+    // `locks/`: the sweep a run starts with does what `gc` without a budget does to them, and
+    // leaves the entries unscanned (their bytes are `gc`'s alone).
+    let cache = tempfile::tempdir().unwrap();
+    assert!(run(cache.path(), &[], &[]).status.success());
+    let dir = cache.path().join("build-v2");
+    let (old, young) = (dir.join(".tmp-crashed"), dir.join(".tmp-in-flight"));
+    for p in [&old, &young] {
+        fs::write(p, b"partial").unwrap();
+    }
+    fs::File::open(&old).unwrap().set_modified(SystemTime::now() - Duration::from_secs(3600)).unwrap();
+    let locks = cache.path().join("locks");
+    fs::create_dir_all(&locks).unwrap();
+    let dead = locks.join(format!("translation-{}.lock", "ab".repeat(16)));
+    fs::write(&dead, b"").unwrap();
+    fs::write(locks.join("stray.txt"), b"").unwrap();
+    let before = files(cache.path()).into_iter().filter(|p| !p.starts_with(&locks)).count();
+
+    let swept = gridkey::cache::sweep(cache.path(), gridkey::cache::STALE_TEMP_AGE).unwrap();
+    assert_eq!(swept.temps_removed, 1);
+    assert!(!old.exists() && young.exists() && !dead.exists());
+    assert_eq!(swept.warnings.len(), 1, "{:?}", swept.warnings);
+    assert!(swept.warnings[0].path.ends_with("stray.txt"), "{:?}", swept.warnings);
+    assert_eq!((swept.entries_removed, swept.bytes_left), (0, 0), "the sweep does not scan entries");
+    assert_eq!(files(cache.path()).into_iter().filter(|p| !p.starts_with(&locks)).count(), before - 1);
+
+    let gc = gridkey::cache::gc(
+        cache.path(),
+        &gridkey::cache::GcConfig { max_size: None, temp_min_age: gridkey::cache::STALE_TEMP_AGE },
+    )
+    .unwrap();
+    assert_eq!((gc.temps_removed, gc.entries_removed), (0, 0));
+    assert!(gc.bytes_left > 0, "gc counts the entries the sweep left alone");
+}
+
+#[test]
 fn a_full_disk_is_a_clear_error_and_leaves_nothing_behind() {
     for (part, code) in [("tables-v1", 2), ("translation-v2", 1), ("build-v2", 1)] {
         let cache = tempfile::tempdir().unwrap();
