@@ -13,22 +13,24 @@ use gridkey_offsets::{
 use gridkey_store::TableStore;
 use ndarray::Array2;
 
+/// The gather `name` from `domain` to `codomain` (local dimension `<name>Dim`) over `table`.
+fn gather(name: &str, domain: &str, codomain: &str, skip: Option<i64>, table: IndexTable) -> Entry<Arc<Connectivity>> {
+    Entry::Gather(Arc::new(
+        Connectivity::from_host(
+            Dimension::horizontal(domain),
+            Dimension::local(format!("{name}Dim")),
+            Dimension::horizontal(codomain),
+            skip,
+            table,
+        )
+        .unwrap(),
+    ))
+}
+
 /// C2E in C order, int32 (kept); E2C as int64 (needs a converting copy: stored at conversion).
 fn provider() -> OffsetProvider {
     let c2e = Array2::from_shape_fn((300, 3), |(i, j)| ((i * 3 + j) % 450) as i32);
     let e2c = Array2::from_shape_fn((450, 2), |(i, j)| if j == 1 && i % 7 == 0 { -1 } else { (i % 300) as i64 });
-    let gather = |name: &str, domain: &str, codomain: &str, skip, table| {
-        Entry::Gather(Arc::new(
-            Connectivity::from_host(
-                Dimension::horizontal(domain),
-                Dimension::local(format!("{name}Dim")),
-                Dimension::horizontal(codomain),
-                skip,
-                table,
-            )
-            .unwrap(),
-        ))
-    };
     let mut p = OffsetProvider::new();
     p.push("C2E", gather("C2E", "Cell", "Edge", None, IndexTable::I32(c2e.into_shared()))).unwrap();
     p.push("E2C", gather("E2C", "Edge", "Cell", Some(-1), IndexTable::I64(e2c.into_shared()))).unwrap();
@@ -152,15 +154,7 @@ fn three_kept() -> OffsetProvider {
     let mut p = OffsetProvider::new();
     for (i, name) in ["C2E", "E2V", "V2E"].iter().enumerate() {
         let t = Array2::from_shape_fn((200 + 50 * i, 3), |(r, c)| ((r * 7 + c * 3 + i) % 180) as i32);
-        let c = Connectivity::from_host(
-            Dimension::horizontal("A"),
-            Dimension::local(format!("{name}Dim")),
-            Dimension::horizontal("B"),
-            None,
-            IndexTable::I32(t.into_shared()),
-        )
-        .unwrap();
-        p.push(*name, Entry::Gather(Arc::new(c))).unwrap();
+        p.push(*name, gather(name, "A", "B", None, IndexTable::I32(t.into_shared()))).unwrap();
     }
     p
 }
@@ -195,15 +189,7 @@ fn a_kept_table_changed_through_a_pointer_fails_its_check() {
     let t = Array2::from_shape_fn((100, 3), |(r, c)| ((r + c) % 90) as i32).into_shared();
     let pointer = t.as_ptr() as *mut i32;
     let mut p = OffsetProvider::new();
-    let c = Connectivity::from_host(
-        Dimension::horizontal("A"),
-        Dimension::local("ADim"),
-        Dimension::horizontal("B"),
-        None,
-        IndexTable::I32(t),
-    )
-    .unwrap();
-    p.push("C2E", Entry::Gather(Arc::new(c))).unwrap();
+    p.push("C2E", gather("C2E", "A", "B", None, IndexTable::I32(t))).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let store = TableStore::open(dir.path()).unwrap().checked_by_readers(true);
     let ct = ConversionMemo::new().provider_unstored(&p, &store).unwrap();

@@ -670,10 +670,6 @@ pub fn gc(cache_dir: &Path, config: &GcConfig) -> Result<GcReport, AppError> {
         return Err(AppError::CacheReadOnly { path: cache_dir.to_path_buf(), source });
     }
     let mut report = sweep(cache_dir, config.temp_min_age)?;
-    let scan_err = |path: &Path| {
-        let path = path.to_path_buf();
-        move |source| scan_error(path, source)
-    };
     let mut entries = Vec::new();
     for (store, ext) in STORES {
         for f in scan(&cache_dir.join(store))? {
@@ -726,10 +722,6 @@ pub fn gc(cache_dir: &Path, config: &GcConfig) -> Result<GcReport, AppError> {
 /// Errors: [`AppError::StoreNotADirectory`] or [`AppError::CacheScan`] naming the directory that
 /// cannot be listed or the file that cannot be removed.
 pub fn sweep(cache_dir: &Path, temp_min_age: Duration) -> Result<GcReport, AppError> {
-    let scan_err = |path: &Path| {
-        let path = path.to_path_buf();
-        move |source| scan_error(path, source)
-    };
     let mut report = GcReport::default();
     for dir in STORES.iter().map(|(store, _)| cache_dir.join(store)).chain([cache_dir.join(RUNS_DIR)]) {
         let swept = remove_stale_temps(&dir, temp_min_age).map_err(scan_err(&dir))?;
@@ -820,6 +812,12 @@ fn existing_cache_dir(cache_dir: &Path) -> Result<(), AppError> {
         }
         Err(source) => Err(AppError::CacheScan { path: cache_dir.to_path_buf(), source }),
     }
+}
+
+/// [`scan_error`] of `path`, for `map_err`.
+fn scan_err(path: &Path) -> impl FnOnce(io::Error) -> AppError {
+    let path = path.to_path_buf();
+    move |source| scan_error(path, source)
 }
 
 /// The error of listing or cleaning `path`: [`AppError::StoreNotADirectory`] when it is a file
