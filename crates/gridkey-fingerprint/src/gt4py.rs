@@ -267,13 +267,19 @@ impl Gt4pyStore {
         }
     }
 
+    /// The path and the bytes of the entry of `kind` under `key` holding `payload` (the entry
+    /// format of [`encode_entry`]), for a caller that writes it in a batch with other files
+    /// ([`gridkey_fs::write_atomic_all`], ADR 0049) instead of with [`Self::put`].
+    pub fn entry(&self, kind: Gt4pyKind, key: &TranslationKey, payload: &[u8]) -> (PathBuf, Vec<u8>) {
+        (self.entry_path(kind, key), encode_entry(key, payload))
+    }
+
     /// Stores `payload` of `kind` under `key`, atomically ([`gridkey_fs::write_atomic`]);
     /// returns the entry's path. A concurrent writer of the same key writes the same bytes.
     ///
     /// Errors: [`FingerprintError::Write`] (nothing is left behind).
     pub fn put(&self, kind: Gt4pyKind, key: &TranslationKey, payload: &[u8]) -> Result<PathBuf, FingerprintError> {
-        let path = self.entry_path(kind, key);
-        let entry = encode_entry(key, payload);
+        let (path, entry) = self.entry(kind, key, payload);
         gridkey_fs::write_atomic(&path, None, |out| out.write_all(&entry))
             .map_err(|source| FingerprintError::Write { path: path.clone(), source })?;
         Ok(path)

@@ -115,6 +115,7 @@ converters! {
     data: Vec<u8> = "bytes";
     names: Vec<String> = "a sequence of str";
     folder: std::path::PathBuf = "a path (str or os.PathLike)";
+    target: std::path::PathBuf = "a path (str or os.PathLike)";
     cwd: std::path::PathBuf = "a path (str or os.PathLike)";
     build_folder: String = "a str";
     compiler_identity: String = "a str";
@@ -130,6 +131,7 @@ converters! {
 optional_converters! {
     cache_dir: std::path::PathBuf = "a path (str or os.PathLike)";
     skip_value: i64 = "an int (a 64-bit index)";
+    marker: String = "a str (a file name)";
 }
 
 /// The argument `cache_dir` where it is required (`Gt4pyStore`): a path.

@@ -308,33 +308,64 @@ impl Gt4pyStore {
     /// Writes the files of the stored extension `key` into the build folder `folder` as one
     /// batch of atomic writes (ADR 0049: every file synced, then each renamed in the order they
     /// were stored, the build record `gt4py.json` last, so that GT4Py never sees a record without
-    /// its module). Returns the names written, or None when the store has no valid entry (a bad
-    /// one is removed and counted).
+    /// its module), followed, when `marker` is given, by the file `marker` (a file name) holding
+    /// `key`, which says which extension key the folder was made for (ADR 0040). Returns the
+    /// names of the extension's files written (the marker left out), or None when the store has no valid entry (a bad one is removed and
+    /// counted).
     ///
-    /// Errors: `GridkeyOSError` naming a file that cannot be written; then none of the files is
-    /// left under its name.
+    /// Errors: `GridkeyOSError` naming a file that cannot be written, then none of the files is
+    /// left under its name; `TableValueError` for a `marker` that is not a plain file name.
+    #[pyo3(signature = (key, folder, *, marker = None))]
     fn materialize(
         &self,
         py: Python<'_>,
         #[pyo3(from_py_with = args::hex_key)] key: TranslationKey,
         #[pyo3(from_py_with = args::folder)] folder: PathBuf,
+        #[pyo3(from_py_with = args::marker)] marker: Option<String>,
     ) -> PyResult<Option<Vec<String>>> {
         guard(|| {
+            let marker = marker.map(|m| marker_file(m, &key)).transpose()?;
             let Some(bundle) = self.get(Gt4pyKind::Extension, &key) else { return Ok(None) };
-            let files = core::decode_bundle(&bundle).map_err(|why| error(Kind::Value, why))?;
-            py.detach(|| write_files(&folder, &files))?;
-            Ok(Some(files.into_iter().map(|(name, _)| name).collect()))
+            let mut files = core::decode_bundle(&bundle).map_err(|why| error(Kind::Value, why))?;
+            let names = files.iter().map(|(name, _)| name.clone()).collect();
+            files.extend(marker);
+            py.detach(|| write_files(&folder, &files, None))?;
+            Ok(Some(names))
         })
     }
 }
 
-fn write_files(folder: &Path, files: &[(String, Vec<u8>)]) -> PyResult<()> {
-    // One batch (ADR 0049): every file synced together, then renamed in the order given, so the
-    // build record, last, never names a module that is not there.
+/// The marker file `name` of a folder made for the extension `key`: its name and its bytes
+/// (the key's 32 hex digits).
+///
+/// Errors: `TableValueError` for a name that is not one plain path component.
+pub(crate) fn marker_file(name: String, key: &TranslationKey) -> PyResult<(String, Vec<u8>)> {
+    let mut parts = Path::new(&name).components();
+    match (parts.next(), parts.next()) {
+        (Some(std::path::Component::Normal(_)), None) => Ok((name, key.to_hex().into_bytes())),
+        _ => Err(error(Kind::Value, format!("argument marker is {name:?}, not a file name: pass a name without '/'"))),
+    }
+}
+
+/// Writes `files` (names relative to `folder`, with their bytes) into `folder` as one batch of
+/// atomic writes (ADR 0049), after `entry` (a store entry's path and bytes) when given: every
+/// file synced together, then each renamed in the order given, so that a file later in `files`
+/// (GT4Py's build record, the marker) never names one earlier that is not there. A store entry
+/// that cannot be written is left out (the store is a cache; the folder is what was asked for).
+///
+/// Errors: `GridkeyOSError` naming the first file of `files` that cannot be written; then none
+/// of `files` is left under its name.
+pub(crate) fn write_files(folder: &Path, files: &[(String, Vec<u8>)], entry: Option<(&Path, &[u8])>) -> PyResult<()> {
     let paths: Vec<PathBuf> = files.iter().map(|(name, _)| folder.join(name)).collect();
-    let batch: Vec<(&Path, &[u8])> =
-        paths.iter().zip(files).map(|(path, (_, bytes))| (path.as_path(), bytes.as_slice())).collect();
-    let written = gridkey_fs::write_atomic_all(&batch, None);
+    let batch: Vec<(&Path, &[u8])> = entry
+        .into_iter()
+        .chain(paths.iter().zip(files).map(|(path, (_, bytes))| (path.as_path(), bytes.as_slice())))
+        .collect();
+    let mut written = gridkey_fs::write_atomic_all(&batch, None);
+    if entry.is_some() {
+        // The store entry's own result: one that failed left nothing under its name.
+        let _entry = written.remove(0);
+    }
     let Some((path, e)) = paths.iter().zip(&written).find_map(|(path, w)| w.as_ref().err().map(|e| (path, e))) else {
         return Ok(());
     };

@@ -8,7 +8,7 @@
 //! there, what is uploaded is read from there.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use gridkey_fingerprint::gt4py::{self as core, Gt4pyKind};
@@ -19,7 +19,7 @@ use pyo3::prelude::*;
 
 use crate::args;
 use crate::errors::{error, guard, Kind as ErrorKind};
-use crate::gt4py_tiers::Gt4pyStore;
+use crate::gt4py_tiers::{marker_file, write_files, Gt4pyStore};
 use crate::settings::Settings;
 
 /// The protocol and the program index of each object downloaded, so that it can be rejected.
@@ -93,6 +93,41 @@ fn store_locally(store: &core::Gt4pyStore, kind: Gt4pyKind, key: &TranslationKey
         Ok(_) => Taken::Stored,
         Err(_) => Taken::Failed,
     }
+}
+
+/// Writes a payload of `kind` downloaded for `key` to `target` (see `Gt4pyShared.fetch_into`) in
+/// one batch with its entry in `store`: an extension's bundle decoded into the folder `target`,
+/// followed by `marker`; a translation entry to the file `target`. Returns false for a bundle
+/// that does not decode (paths inside the folder), which is not written anywhere.
+///
+/// Errors: `GridkeyOSError` naming the file under `target` that cannot be written.
+fn write_into(
+    store: &core::Gt4pyStore,
+    kind: Gt4pyKind,
+    key: &TranslationKey,
+    payload: &[u8],
+    target: &Path,
+    marker: Option<(String, Vec<u8>)>,
+) -> PyResult<bool> {
+    let (folder, files) = match kind {
+        Gt4pyKind::Extension => {
+            let Ok(mut files) = core::decode_bundle(payload) else { return Ok(false) };
+            files.extend(marker);
+            (target, files)
+        }
+        Gt4pyKind::Translation => {
+            let (Some(folder), Some(name)) = (target.parent(), target.file_name().and_then(|n| n.to_str())) else {
+                return Err(error(
+                    ErrorKind::Value,
+                    format!("argument target is {}, not a file path: pass GT4Py's entry file", target.display()),
+                ));
+            };
+            (folder, vec![(name.to_owned(), payload.to_vec())])
+        }
+    };
+    let (entry_path, entry) = store.entry(kind, key, payload);
+    write_files(folder, &files, Some((&entry_path, &entry)))?;
+    Ok(true)
 }
 
 impl Gt4pyShared {
@@ -230,6 +265,56 @@ impl Gt4pyShared {
             );
             stored
         })
+    }
+
+    /// `fetch`, written where GT4Py reads it in the same batch of atomic writes as its entry in
+    /// `store` (ADR 0049: every file synced together, then renamed in order, so a fresh node
+    /// waits for one round of syncs per object instead of two). A translation entry's pickle is
+    /// written to the file `target` (GT4Py's `FileCache` entry); an extension's files into the
+    /// build folder `target`, its build record `gt4py.json` after its module, and then, when
+    /// `marker` is given, the file `marker` (a file name) holding `key` (ADR 0040). Returns
+    /// whether the object arrived and was written to `target`.
+    ///
+    /// Errors: `GridkeyOSError` naming a file under `target` that cannot be written (then none of
+    /// them is left under its name, and the object is not counted as fetched);
+    /// `TableTypeError` for an argument of another type; `TableValueError` for another kind, a
+    /// key that is not 32 hex digits, or a `marker` that is not a plain file name.
+    #[pyo3(signature = (kind, key, store, target, *, marker = None))]
+    fn fetch_into(
+        &self,
+        py: Python<'_>,
+        #[pyo3(from_py_with = args::gt4py_kind)] kind: Gt4pyKind,
+        #[pyo3(from_py_with = args::hex_key)] key: TranslationKey,
+        #[pyo3(from_py_with = args::gt4py_store)] store: Bound<'_, Gt4pyStore>,
+        #[pyo3(from_py_with = args::target)] target: PathBuf,
+        #[pyo3(from_py_with = args::marker)] marker: Option<String>,
+    ) -> PyResult<bool> {
+        let store = store.get();
+        let marker = marker.map(|m| marker_file(m, &key)).transpose()?;
+        let (object_kind, local) = (kind.object_kind(), kind);
+        let object = *key.as_bytes();
+        let mut failed = None;
+        let written = py.detach(|| {
+            let mut state = self.state();
+            let id = state.id(object_kind, object);
+            let mut written = false;
+            state.session.fetch(
+                object_kind,
+                &[(id, object)],
+                &mut each(|_, payload| {
+                    match write_into(&store.inner, local, &key, payload, &target, marker.clone()) {
+                        Ok(w) => written = w,
+                        Err(e) => failed = Some(e),
+                    }
+                    written
+                }),
+            );
+            written
+        });
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(written),
+        }
     }
 
     /// Who makes the object of `kind` under `key` that `store` lacks: looks it up once more and

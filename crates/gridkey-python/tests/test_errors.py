@@ -149,6 +149,7 @@ def cases(root: Path) -> list[Case]:
         Case("Gt4pyStore.put_extension", "names", lambda b: gt4py.put_extension(KEY, root, b), is_str_sequence),
         Case("Gt4pyStore.materialize", "key", lambda b: gt4py.materialize(b, root), never),
         Case("Gt4pyStore.materialize", "folder", lambda b: gt4py.materialize(KEY, b), is_path),
+        Case("Gt4pyStore.materialize", "marker", lambda b: gt4py.materialize(KEY, root, marker=b), lambda x: x is None or is_str(x)),
         Case("Gt4pyStore.remove", "kind", lambda b: gt4py.remove(b, KEY), never),
         Case("Gt4pyStore.remove", "key", lambda b: gt4py.remove("translation", b), never),
         Case("Gt4pyShared.connect", "settings", lambda b: core.Gt4pyShared.connect(b, root), never),
@@ -157,6 +158,7 @@ def cases(root: Path) -> list[Case]:
             Case(f"Gt4pyShared.{name}", "kind", call, never)
             for name, call in [
                 ("fetch", lambda b: shared.fetch(b, KEY, gt4py)),
+                ("fetch_into", lambda b: shared.fetch_into(b, KEY, gt4py, root / "t")),
                 ("claim", lambda b: shared.claim(b, KEY, gt4py)),
                 ("wait", lambda b: shared.wait(b, KEY, gt4py)),
                 ("upload", lambda b: shared.upload(b, KEY, "here", gt4py)),
@@ -169,6 +171,7 @@ def cases(root: Path) -> list[Case]:
             Case(f"Gt4pyShared.{name}", "key", call, never)
             for name, call in [
                 ("fetch", lambda b: shared.fetch("translation", b, gt4py)),
+                ("fetch_into", lambda b: shared.fetch_into("translation", b, gt4py, root / "t")),
                 ("claim", lambda b: shared.claim("translation", b, gt4py)),
                 ("upload", lambda b: shared.upload("translation", b, "here", gt4py)),
                 ("fetched", lambda b: shared.fetched("translation", b)),
@@ -177,6 +180,9 @@ def cases(root: Path) -> list[Case]:
             ]
         ),
         Case("Gt4pyShared.fetch", "store", lambda b: shared.fetch("translation", KEY, b), never),
+        Case("Gt4pyShared.fetch_into", "store", lambda b: shared.fetch_into("translation", KEY, b, root / "t"), never),
+        Case("Gt4pyShared.fetch_into", "target", lambda b: shared.fetch_into("translation", KEY, gt4py, b), is_path),
+        Case("Gt4pyShared.fetch_into", "marker", lambda b: shared.fetch_into("extension", KEY, gt4py, root / "t", marker=b), lambda x: x is None or is_str(x)),
         Case("Gt4pyShared.wait", "store", lambda b: shared.wait("translation", KEY, b), never),
         Case("Gt4pyShared.upload", "route", lambda b: shared.upload("translation", KEY, b, gt4py), never),
         Case("Gt4pyShared.upload", "verified", lambda b: shared.upload("translation", KEY, "here", gt4py, verified=b), never),

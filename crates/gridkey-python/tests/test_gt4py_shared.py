@@ -83,6 +83,58 @@ def test_a_fresh_node_warm_from_redis_translates_and_builds_nothing(cluster: Any
     assert len(list((store / "extension").rglob("*.bin"))) == 1
 
 
+def _marked_folders(gt4py_cache: pathlib.Path) -> dict[str, pathlib.Path]:
+    """The build folders under a GT4Py cache that hold gridkey's marker, by the extension key it names."""
+    from gridkey import _gt4py_tiers
+
+    return {m.read_text().strip(): m.parent for m in gt4py_cache.rglob(_gt4py_tiers.MARKER)}
+
+
+def test_what_a_fresh_node_fetched_is_where_gt4py_reads_it_and_in_its_store(cluster: Any) -> None:
+    """The fresh node wrote each object twice in one batch (ADR 0049): into GT4Py's cache and into its own store. Both
+    copies are the bytes a writer built: the build folder's files are the writer's, its marker names the entry's key,
+    and GT4Py's translation entry is the stored payload."""
+    work = cluster["work"]
+    store = _gridkey.Gt4pyStore(work / "c" / "gridkey")
+    [key] = [p.stem for p in (store.dir / "extension").rglob("*.bin")]
+    fresh, [built] = _marked_folders(work / "c" / ".gt4py_cache"), [
+        f for b in "ab" for k, f in _marked_folders(work / b / ".gt4py_cache").items() if k == key
+    ][:1]
+    assert set(fresh) == {key}, fresh
+    for name in ("gt4py.json", *(str(p.relative_to(built)) for p in (built / "build" / "bin").glob("*.so"))):
+        assert (fresh[key] / name).read_bytes() == (built / name).read_bytes(), name
+    entries = [p for p in (work / "c" / ".gt4py_cache").rglob("*.pkl")]
+    assert entries, "no translation entry in GT4Py's cache"
+    stored = {p.stem: store.get_translation(p.stem) for p in (store.dir / "translation").rglob("*.bin")}
+    assert {e.read_bytes() for e in entries} <= set(stored.values())
+
+
+def test_an_object_fetched_into_a_folder_it_cannot_fill_leaves_none_of_its_files(cluster: Any, tmp_path: Any) -> None:
+    """`fetch_into` writes the build folder as one batch: when the build record cannot be written, neither the module
+    nor the marker is left under its name, nothing counts as fetched, and the error names the file. A marker that is
+    not a file name is refused before anything is fetched."""
+    source = cluster["work"] / "c" / "gridkey"
+    [key] = [p.stem for p in (source / gridkey.GT4PY_DIR / "extension").rglob("*.bin")]
+    node = tmp_path / "gridkey"
+    store = _gridkey.Gt4pyStore(node)
+    shared = _gridkey.Gt4pyShared.connect(gridkey.Settings.from_vars(cluster["env"]), node)
+    assert shared is not None and shared.is_on, shared and shared.warning
+    with pytest.raises(gridkey.TableValueError, match="not a file name"):
+        shared.fetch_into("extension", key, store, tmp_path / "f", marker="a/b")
+    target = tmp_path / "folder"
+    (target / "gt4py.json").mkdir(parents=True)
+    with pytest.raises(gridkey.GridkeyOSError, match=r"gt4py\.json.*free space or fix permissions"):
+        shared.fetch_into("extension", key, store, target, marker=".gridkey-extension")
+    assert not shared.fetched("extension", key)
+    assert sorted(str(p.relative_to(target)) for p in target.rglob("*") if p.is_file()) == []
+    (target / "gt4py.json").rmdir()
+    assert shared.fetch_into("extension", key, store, target, marker=".gridkey-extension")
+    assert shared.fetched("extension", key)
+    assert (target / ".gridkey-extension").read_text() == key
+    assert pathlib.Path(store.entry_path("extension", key)).is_file()
+    assert store.materialize(key, tmp_path / "again") is not None
+
+
 def _upload_as(settings_vars: dict[str, str], source: pathlib.Path, kind: Literal["translation", "extension"]) -> int:
     """Uploads every ``kind`` entry of the gridkey store ``source`` with a client of ``settings_vars``; returns how
     many."""

@@ -311,18 +311,22 @@ def _prepare_folder(folder: pathlib.Path, key: str) -> None:
         (folder / "gt4py.json").unlink(missing_ok=True)
         (folder / MARKER).unlink(missing_ok=True)
         _state.counters.foreign_rebuilt += 1
-    names = store.materialize(key, folder)
+    # The marker is written in the same batch, after the build record (ADR 0049): a folder is marked only once its
+    # files are all there, and it costs no second round of syncs.
+    names = store.materialize(key, folder, marker=MARKER)
     _sync_rejections(store)
     shared = _state.shared
-    if names is None and shared is not None and shared.fetch("extension", key, store):
+    if names is None and shared is not None and shared.fetch_into("extension", key, store, folder, marker=MARKER):
         _state.counters.extensions_from_remote += 1
-        names = store.materialize(key, folder)
+        names = ()
     _warn_if_off()
     if names is None:
         return
-    if _usable_data(folder) is not None:
-        _write_marker(folder, key)
-        _state.counters.extensions_materialized += 1
+    if _usable_data(folder) is None:
+        # Not what GT4Py loads: unmarked, so that GT4Py builds it and the build is marked.
+        (folder / MARKER).unlink(missing_ok=True)
+        return
+    _state.counters.extensions_materialized += 1
 
 
 def _store_folder(folder: pathlib.Path, key: str) -> None:
@@ -526,17 +530,22 @@ def _materialize_translation(cache: Any, key: Any) -> None:
     data = _state.store.get_translation(gk)
     _sync_rejections(_state.store)
     shared = _state.shared
-    if data is None and shared is not None and shared.fetch("translation", gk, _state.store):
-        _state.counters.translations_from_remote += 1
-        data = _state.store.get_translation(gk)
-    _warn_if_off()
-    if data is None:
+    if data is None and shared is None:
         return
     cache.path.mkdir(parents=True, exist_ok=True)
     with _locking.lock(path):
-        if not path.exists():
+        if path.exists():
+            return
+        if data is not None:
             _file_utils.atomic_write_bytes(path, data)
-            _state.counters.translations_materialized += 1
+        elif shared.fetch_into("translation", gk, _state.store, path):
+            # Written into GT4Py's cache in the same batch as into gridkey's store (ADR 0049).
+            _state.counters.translations_from_remote += 1
+        else:
+            _warn_if_off()
+            return
+        _state.counters.translations_materialized += 1
+    _warn_if_off()
 
 
 def _contains(self: Any, key: Any) -> bool:
