@@ -131,7 +131,6 @@ converters! {
 optional_converters! {
     cache_dir: std::path::PathBuf = "a path (str or os.PathLike)";
     skip_value: i64 = "an int (a 64-bit index)";
-    marker: String = "a str (a file name)";
 }
 
 /// The argument `cache_dir` where it is required (`Gt4pyStore`): a path.

@@ -308,49 +308,30 @@ impl Gt4pyStore {
     /// Writes the files of the stored extension `key` into the build folder `folder` as one
     /// batch of atomic writes (ADR 0049: every file synced, then each renamed in the order they
     /// were stored, the build record `gt4py.json` last, so that GT4Py never sees a record without
-    /// its module), followed, when `marker` is given, by the file `marker` (a file name) holding
-    /// `key`, which says which extension key the folder was made for (ADR 0040). Returns the
-    /// names of the extension's files written (the marker left out), or None when the store has no valid entry (a bad one is removed and
-    /// counted).
+    /// its module). Returns the names written, or None when the store has no valid entry (a bad
+    /// one is removed and counted).
     ///
-    /// Errors: `GridkeyOSError` naming a file that cannot be written, then none of the files is
-    /// left under its name; `TableValueError` for a `marker` that is not a plain file name.
-    #[pyo3(signature = (key, folder, *, marker = None))]
+    /// Errors: `GridkeyOSError` naming a file that cannot be written; then none of the files is
+    /// left under its name.
     fn materialize(
         &self,
         py: Python<'_>,
         #[pyo3(from_py_with = args::hex_key)] key: TranslationKey,
         #[pyo3(from_py_with = args::folder)] folder: PathBuf,
-        #[pyo3(from_py_with = args::marker)] marker: Option<String>,
     ) -> PyResult<Option<Vec<String>>> {
         guard(|| {
-            let marker = marker.map(|m| marker_file(m, &key)).transpose()?;
             let Some(bundle) = self.get(Gt4pyKind::Extension, &key) else { return Ok(None) };
-            let mut files = core::decode_bundle(&bundle).map_err(|why| error(Kind::Value, why))?;
-            let names = files.iter().map(|(name, _)| name.clone()).collect();
-            files.extend(marker);
+            let files = core::decode_bundle(&bundle).map_err(|why| error(Kind::Value, why))?;
             py.detach(|| write_files(&folder, &files, None))?;
-            Ok(Some(names))
+            Ok(Some(files.into_iter().map(|(name, _)| name).collect()))
         })
-    }
-}
-
-/// The marker file `name` of a folder made for the extension `key`: its name and its bytes
-/// (the key's 32 hex digits).
-///
-/// Errors: `TableValueError` for a name that is not one plain path component.
-pub(crate) fn marker_file(name: String, key: &TranslationKey) -> PyResult<(String, Vec<u8>)> {
-    let mut parts = Path::new(&name).components();
-    match (parts.next(), parts.next()) {
-        (Some(std::path::Component::Normal(_)), None) => Ok((name, key.to_hex().into_bytes())),
-        _ => Err(error(Kind::Value, format!("argument marker is {name:?}, not a file name: pass a name without '/'"))),
     }
 }
 
 /// Writes `files` (names relative to `folder`, with their bytes) into `folder` as one batch of
 /// atomic writes (ADR 0049), after `entry` (a store entry's path and bytes) when given: every
 /// file synced together, then each renamed in the order given, so that a file later in `files`
-/// (GT4Py's build record, the marker) never names one earlier that is not there. A store entry
+/// (GT4Py's build record) never names one earlier that is not there. A store entry
 /// that cannot be written is left out (the store is a cache; the folder is what was asked for).
 ///
 /// Errors: `GridkeyOSError` naming the first file of `files` that cannot be written; then none

@@ -19,7 +19,7 @@ use pyo3::prelude::*;
 
 use crate::args;
 use crate::errors::{error, guard, Kind as ErrorKind};
-use crate::gt4py_tiers::{marker_file, write_files, Gt4pyStore};
+use crate::gt4py_tiers::{write_files, Gt4pyStore};
 use crate::settings::Settings;
 
 /// The protocol and the program index of each object downloaded, so that it can be rejected.
@@ -96,8 +96,8 @@ fn store_locally(store: &core::Gt4pyStore, kind: Gt4pyKind, key: &TranslationKey
 }
 
 /// Writes a payload of `kind` downloaded for `key` to `target` (see `Gt4pyShared.fetch_into`) in
-/// one batch with its entry in `store`: an extension's bundle decoded into the folder `target`,
-/// followed by `marker`; a translation entry to the file `target`. Returns false for a bundle
+/// one batch with its entry in `store`: an extension's bundle decoded into the folder `target`;
+/// a translation entry to the file `target`. Returns false for a bundle
 /// that does not decode (paths inside the folder), which is not written anywhere.
 ///
 /// Errors: `GridkeyOSError` naming the file under `target` that cannot be written.
@@ -107,12 +107,10 @@ fn write_into(
     key: &TranslationKey,
     payload: &[u8],
     target: &Path,
-    marker: Option<(String, Vec<u8>)>,
 ) -> PyResult<bool> {
     let (folder, files) = match kind {
         Gt4pyKind::Extension => {
-            let Ok(mut files) = core::decode_bundle(payload) else { return Ok(false) };
-            files.extend(marker);
+            let Ok(files) = core::decode_bundle(payload) else { return Ok(false) };
             (target, files)
         }
         Gt4pyKind::Translation => {
@@ -271,15 +269,13 @@ impl Gt4pyShared {
     /// `store` (ADR 0049: every file synced together, then renamed in order, so a fresh node
     /// waits for one round of syncs per object instead of two). A translation entry's pickle is
     /// written to the file `target` (GT4Py's `FileCache` entry); an extension's files into the
-    /// build folder `target`, its build record `gt4py.json` after its module, and then, when
-    /// `marker` is given, the file `marker` (a file name) holding `key` (ADR 0040). Returns
-    /// whether the object arrived and was written to `target`.
+    /// build folder `target`, its build record `gt4py.json` after its module. Returns whether
+    /// the object arrived and was written to `target`.
     ///
     /// Errors: `GridkeyOSError` naming a file under `target` that cannot be written (then none of
     /// them is left under its name, and the object is not counted as fetched);
-    /// `TableTypeError` for an argument of another type; `TableValueError` for another kind, a
-    /// key that is not 32 hex digits, or a `marker` that is not a plain file name.
-    #[pyo3(signature = (kind, key, store, target, *, marker = None))]
+    /// `TableTypeError` for an argument of another type; `TableValueError` for another kind or a
+    /// key that is not 32 hex digits.
     fn fetch_into(
         &self,
         py: Python<'_>,
@@ -287,10 +283,8 @@ impl Gt4pyShared {
         #[pyo3(from_py_with = args::hex_key)] key: TranslationKey,
         #[pyo3(from_py_with = args::gt4py_store)] store: Bound<'_, Gt4pyStore>,
         #[pyo3(from_py_with = args::target)] target: PathBuf,
-        #[pyo3(from_py_with = args::marker)] marker: Option<String>,
     ) -> PyResult<bool> {
         let store = store.get();
-        let marker = marker.map(|m| marker_file(m, &key)).transpose()?;
         let (object_kind, local) = (kind.object_kind(), kind);
         let object = *key.as_bytes();
         let mut failed = None;
@@ -302,7 +296,7 @@ impl Gt4pyShared {
                 object_kind,
                 &[(id, object)],
                 &mut each(|_, payload| {
-                    match write_into(&store.inner, local, &key, payload, &target, marker.clone()) {
+                    match write_into(&store.inner, local, &key, payload, &target) {
                         Ok(w) => written = w,
                         Err(e) => failed = Some(e),
                     }

@@ -110,27 +110,26 @@ def test_what_a_fresh_node_fetched_is_where_gt4py_reads_it_and_in_its_store(clus
 
 
 def test_an_object_fetched_into_a_folder_it_cannot_fill_leaves_none_of_its_files(cluster: Any, tmp_path: Any) -> None:
-    """`fetch_into` writes the build folder as one batch: when the build record cannot be written, neither the module
-    nor the marker is left under its name, nothing counts as fetched, and the error names the file. A marker that is
-    not a file name is refused before anything is fetched."""
+    """`fetch_into` writes the build folder as one batch: when the build record cannot be written, the module is not
+    left under its name either, nothing counts as fetched, and the error names the file."""
     source = cluster["work"] / "c" / "gridkey"
     [key] = [p.stem for p in (source / gridkey.GT4PY_DIR / "extension").rglob("*.bin")]
     node = tmp_path / "gridkey"
     store = _gridkey.Gt4pyStore(node)
     shared = _gridkey.Gt4pyShared.connect(gridkey.Settings.from_vars(cluster["env"]), node)
     assert shared is not None and shared.is_on, shared and shared.warning
-    with pytest.raises(gridkey.TableValueError, match="not a file name"):
-        shared.fetch_into("extension", key, store, tmp_path / "f", marker="a/b")
     target = tmp_path / "folder"
     (target / "gt4py.json").mkdir(parents=True)
     with pytest.raises(gridkey.GridkeyOSError, match=r"gt4py\.json.*free space or fix permissions"):
-        shared.fetch_into("extension", key, store, target, marker=".gridkey-extension")
+        shared.fetch_into("extension", key, store, target)
     assert not shared.fetched("extension", key)
     assert sorted(str(p.relative_to(target)) for p in target.rglob("*") if p.is_file()) == []
     (target / "gt4py.json").rmdir()
-    assert shared.fetch_into("extension", key, store, target, marker=".gridkey-extension")
+    assert shared.fetch_into("extension", key, store, target)
     assert shared.fetched("extension", key)
-    assert (target / ".gridkey-extension").read_text() == key
+    built = _marked_folders(cluster["work"] / "c" / ".gt4py_cache")[key]
+    for name in ("gt4py.json", *(str(p.relative_to(built)) for p in (built / "build" / "bin").glob("*.so"))):
+        assert (target / name).read_bytes() == (built / name).read_bytes(), name
     assert pathlib.Path(store.entry_path("extension", key)).is_file()
     assert store.materialize(key, tmp_path / "again") is not None
 

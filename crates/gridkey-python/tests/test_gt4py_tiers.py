@@ -150,25 +150,6 @@ def test_a_damaged_extension_entry_is_rejected_removed_and_never_materialized(tm
     assert not (target / "gt4py.json").exists()
 
 
-def test_a_marker_is_written_after_the_build_record_and_never_alone(tmp_path: Path) -> None:
-    """`materialize(..., marker=...)` writes the marker in the same batch, last (ADR 0040, ADR 0049): it names the key,
-    and a batch whose build record fails leaves no marker; a marker that is not a file name is refused."""
-    store = _gridkey.Gt4pyStore(tmp_path / "gridkey")
-    key = _gridkey.gt4py_extension_key(*KEY_ARGS)
-    store.put_extension(key, _folder(tmp_path), ["build/bin/div.so", "gt4py.json"])
-    for bad in ("a/b", "..", "", "/m"):
-        with pytest.raises(gridkey.TableValueError, match="not a file name"):
-            store.materialize(key, tmp_path / "x", marker=bad)
-    target = tmp_path / "fresh"
-    (target / "gt4py.json").mkdir(parents=True)
-    with pytest.raises(gridkey.GridkeyOSError, match=r"gt4py\.json"):
-        store.materialize(key, target, marker=".gridkey-extension")
-    assert not (target / ".gridkey-extension").exists(), "a marker was left on a folder without its build record"
-    (target / "gt4py.json").rmdir()
-    assert store.materialize(key, target, marker=".gridkey-extension") == ["build/bin/div.so", "gt4py.json"]
-    assert (target / ".gridkey-extension").read_text() == key
-
-
 def test_a_materialized_folder_holds_exactly_the_stored_files(tmp_path: Path) -> None:
     store = _gridkey.Gt4pyStore(tmp_path / "gridkey")
     folder = _folder(tmp_path)

@@ -311,22 +311,19 @@ def _prepare_folder(folder: pathlib.Path, key: str) -> None:
         (folder / "gt4py.json").unlink(missing_ok=True)
         (folder / MARKER).unlink(missing_ok=True)
         _state.counters.foreign_rebuilt += 1
-    # The marker is written in the same batch, after the build record (ADR 0049): a folder is marked only once its
-    # files are all there, and it costs no second round of syncs.
-    names = store.materialize(key, folder, marker=MARKER)
+    names = store.materialize(key, folder)
     _sync_rejections(store)
     shared = _state.shared
-    if names is None and shared is not None and shared.fetch_into("extension", key, store, folder, marker=MARKER):
+    if names is None and shared is not None and shared.fetch_into("extension", key, store, folder):
+        # Written into the folder in the same batch as into gridkey's store (ADR 0049).
         _state.counters.extensions_from_remote += 1
         names = ()
     _warn_if_off()
     if names is None:
         return
-    if _usable_data(folder) is None:
-        # Not what GT4Py loads: unmarked, so that GT4Py builds it and the build is marked.
-        (folder / MARKER).unlink(missing_ok=True)
-        return
-    _state.counters.extensions_materialized += 1
+    if _usable_data(folder) is not None:
+        _write_marker(folder, key)
+        _state.counters.extensions_materialized += 1
 
 
 def _store_folder(folder: pathlib.Path, key: str) -> None:
