@@ -134,6 +134,33 @@ impl Gt4pyShared {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Looks the object of `kind` under `key` up without a lease (quarantined objects are not
+    /// fetched), hands a checked one to `take`, which says whether it kept it, and returns that
+    /// (`fetch`, `fetch_into`).
+    fn fetch_with(
+        &self,
+        py: Python<'_>,
+        kind: Gt4pyKind,
+        key: &TranslationKey,
+        mut take: impl FnMut(&[u8]) -> bool + Send,
+    ) -> bool {
+        let (kind, object) = (kind.object_kind(), *key.as_bytes());
+        py.detach(|| {
+            let mut state = self.state();
+            let id = state.id(kind, object);
+            let mut kept = false;
+            state.session.fetch(
+                kind,
+                &[(id, object)],
+                &mut each(|_, payload| {
+                    kept = take(payload);
+                    kept
+                }),
+            );
+            kept
+        })
+    }
+
     /// Plan or wait (one program) for the object of `kind` under `key`, storing what arrives.
     fn route(
         &self,
@@ -247,22 +274,7 @@ impl Gt4pyShared {
         #[pyo3(from_py_with = args::gt4py_store)] store: Bound<'_, Gt4pyStore>,
     ) -> bool {
         let store = store.get();
-        let (kind, local) = (kind.object_kind(), kind);
-        let object = *key.as_bytes();
-        py.detach(|| {
-            let mut state = self.state();
-            let id = state.id(kind, object);
-            let mut stored = false;
-            state.session.fetch(
-                kind,
-                &[(id, object)],
-                &mut each(|_, payload| {
-                    stored = store_locally(&store.inner, local, &key, payload) == Taken::Stored;
-                    stored
-                }),
-            );
-            stored
-        })
+        self.fetch_with(py, kind, &key, |payload| store_locally(&store.inner, kind, &key, payload) == Taken::Stored)
     }
 
     /// `fetch`, written where GT4Py reads it in the same batch of atomic writes as its entry in
@@ -274,8 +286,8 @@ impl Gt4pyShared {
     ///
     /// Errors: `GridkeyOSError` naming a file under `target` that cannot be written (then none of
     /// them is left under its name, and the object is not counted as fetched);
-    /// `TableTypeError` for an argument of another type; `TableValueError` for another kind or a
-    /// key that is not 32 hex digits.
+    /// `TableTypeError` for an argument of another type; `TableValueError` for another kind, a
+    /// key that is not 32 hex digits, or a translation `target` without a file name.
     fn fetch_into(
         &self,
         py: Python<'_>,
@@ -285,25 +297,12 @@ impl Gt4pyShared {
         #[pyo3(from_py_with = args::target)] target: PathBuf,
     ) -> PyResult<bool> {
         let store = store.get();
-        let (object_kind, local) = (kind.object_kind(), kind);
-        let object = *key.as_bytes();
         let mut failed = None;
-        let written = py.detach(|| {
-            let mut state = self.state();
-            let id = state.id(object_kind, object);
-            let mut written = false;
-            state.session.fetch(
-                object_kind,
-                &[(id, object)],
-                &mut each(|_, payload| {
-                    match write_into(&store.inner, local, &key, payload, &target) {
-                        Ok(w) => written = w,
-                        Err(e) => failed = Some(e),
-                    }
-                    written
-                }),
-            );
-            written
+        let written = self.fetch_with(py, kind, &key, |payload| {
+            write_into(&store.inner, kind, &key, payload, &target).unwrap_or_else(|e| {
+                failed = Some(e);
+                false
+            })
         });
         match failed {
             Some(e) => Err(e),
