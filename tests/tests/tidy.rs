@@ -164,7 +164,7 @@ const HISTORY: &[(&str, &[(u32, u32)])] = &[
     ("key", &[(1, 3), (2, 20)]),
     ("entry", &[(1, 3)]),
     ("object", &[(1, 19)]),
-    ("protocol", &[(1, 4), (2, 4), (3, 13), (4, 18), (5, 32)]),
+    ("protocol", &[(1, 4), (2, 4), (3, 13), (4, 18), (5, 32), (6, 54)]),
     // Build format v2 came with ADR 0022 and ADR 0023, written together.
     ("build", &[(1, 7), (2, 23)]),
 ];

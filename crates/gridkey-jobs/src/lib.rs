@@ -132,6 +132,15 @@ pub trait TaskHandler: Send + Sync {
     /// Errors: [`Self::Error`], whatever the frontend's compile step returns.
     fn handle(&self, task: &CompilationTask) -> Result<Self::Output, Self::Error>;
 
+    /// Whether `error` says that an input of the task, a compile-time table it read, was found
+    /// damaged (changed since it was stored, or no longer a valid table file) rather than that
+    /// the program cannot be compiled: the runner reports it as [`TaskFailure::DamagedInput`],
+    /// which a caller may repair and run again (ADR 0024). `false` unless the frontend says
+    /// more.
+    fn damaged_input(_error: &Self::Error) -> bool {
+        false
+    }
+
     /// The word a progress line gives a task that produced `output` ([`Ended::Done`]): the
     /// frontend's own account of what the task did, such as `hit` or `compiled` (README
     /// "Progress"); `done` unless the frontend says more. Called in the parent, on the output
@@ -147,10 +156,16 @@ pub enum TaskFailure {
     /// The handler returned an error.
     #[error("{0}")]
     Handler(String),
+    /// The handler returned an error that says a table the task read was found damaged
+    /// ([`TaskHandler::damaged_input`]): not the program's failure, but its input's, which the
+    /// parent repairs before it runs the task again (ADR 0024).
+    #[error("{0}")]
+    DamagedInput(String),
     /// The handler panicked.
     #[error("the compile step panicked: {0}")]
     Panic(String),
-    /// The worker could not rehydrate the task (an unreadable or invalid table file).
+    /// The worker could not rehydrate the task (an unreadable or invalid table file): a damaged
+    /// input too ([`TaskFailure::is_damaged_input`]).
     #[error("cannot rehydrate the task in the worker: {0}")]
     Rehydrate(String),
     /// The worker process died (or was killed) during the task.
@@ -200,6 +215,17 @@ pub enum TaskFailure {
     /// No worker could be started for the task.
     #[error("{0}")]
     Start(String),
+}
+
+impl TaskFailure {
+    /// Whether the task failed because a table it read was found damaged
+    /// ([`TaskFailure::DamagedInput`]) or could not be opened in its worker
+    /// ([`TaskFailure::Rehydrate`]), not because of the program or its worker: once the table is
+    /// whole again under its name (repaired by this run or another), the same task may succeed
+    /// (ADR 0024).
+    pub fn is_damaged_input(&self) -> bool {
+        matches!(self, TaskFailure::DamagedInput(_) | TaskFailure::Rehydrate(_))
+    }
 }
 
 /// A failed task: the program and the cause.
@@ -270,6 +296,7 @@ impl Progress for NoProgress {
 pub(crate) fn run_guarded<H: TaskHandler>(handler: &H, task: &CompilationTask) -> Result<H::Output, TaskFailure> {
     match catch_unwind(AssertUnwindSafe(|| handler.handle(task))) {
         Ok(Ok(out)) => Ok(out),
+        Ok(Err(e)) if H::damaged_input(&e) => Err(TaskFailure::DamagedInput(e.to_string())),
         Ok(Err(e)) => Err(TaskFailure::Handler(e.to_string())),
         Err(panic) => Err(TaskFailure::Panic(panic_text(&panic))),
     }

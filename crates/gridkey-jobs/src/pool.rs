@@ -222,6 +222,7 @@ impl<O: DeserializeOwned + Send> ProcessPool<O> {
             Ok(Err(WireFailure::Handler(e))) => Err(TaskFailure::Handler(e)),
             Ok(Err(WireFailure::Panic(p))) => Err(TaskFailure::Panic(p)),
             Ok(Err(WireFailure::Rehydrate(e))) => Err(TaskFailure::Rehydrate(e)),
+            Ok(Err(WireFailure::Damaged(e))) => Err(TaskFailure::DamagedInput(e)),
             Err(fault) => {
                 let worker = slot.take().expect("just used");
                 Err(worker.reap(fault))

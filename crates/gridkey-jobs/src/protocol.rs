@@ -48,8 +48,9 @@ pub fn progress_line(text: &str) -> String {
 /// little-endian u64; version 3: the task carries the typed settings (ADR 0013); version 4: the
 /// settings carry the shared tier's (`Settings::remote`, ADR 0018); version 5: the task carries
 /// only the task settings, [`TaskSettings`], and the compiler in them is always identified
-/// (ADR 0032).
-pub const PROTOCOL_VERSION: u32 = 5;
+/// (ADR 0032); version 6: a handler's error that says a table was found damaged travels as
+/// [`WireFailure::Damaged`] (ADR 0024).
+pub const PROTOCOL_VERSION: u32 = 6;
 
 /// Largest frame accepted, in bytes; anything longer is a protocol error, not an allocation.
 pub const MAX_FRAME_BYTES: u64 = 64 << 20;
@@ -205,6 +206,9 @@ pub enum WireFailure {
     Panic(String),
     /// Rehydration failed.
     Rehydrate(String),
+    /// The handler's error text, for an error that says a table the task read was found damaged
+    /// ([`crate::TaskFailure::DamagedInput`]; since version 6).
+    Damaged(String),
 }
 
 /// Parent to worker: one frame per task, one task at a time per worker.

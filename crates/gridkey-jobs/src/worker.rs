@@ -43,6 +43,7 @@ pub fn serve<H: TaskHandler>(handler: &H, parent: Option<i32>) -> io::Result<()>
                 Ok(output) => postcard::to_stdvec(&output)
                     .map_err(|e| WireFailure::Handler(format!("cannot encode the task's output: {e}"))),
                 Err(TaskFailure::Panic(p)) => Err(WireFailure::Panic(p)),
+                Err(TaskFailure::DamagedInput(e)) => Err(WireFailure::Damaged(e)),
                 Err(other) => Err(WireFailure::Handler(other.to_string())),
             },
         };

@@ -199,7 +199,12 @@ proptest! {
 
     #[test]
     fn results_round_trip(id in any::<u64>(), ok in proptest::collection::vec(any::<u8>(), 0..100), text in ".*") {
-        for result in [Ok(ok.clone()), Err(WireFailure::Handler(text.clone())), Err(WireFailure::Rehydrate(text.clone()))] {
+        for result in [
+            Ok(ok.clone()),
+            Err(WireFailure::Handler(text.clone())),
+            Err(WireFailure::Rehydrate(text.clone())),
+            Err(WireFailure::Damaged(text.clone())),
+        ] {
             let msg = FromWorker::Done { id, result };
             let mut buf = Vec::new();
             write_frame(&mut buf, &msg).unwrap();

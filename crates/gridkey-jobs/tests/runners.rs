@@ -9,13 +9,18 @@ use gridkey_jobs::{
 use gridkey_offsets::CompileTimeOffsetProvider;
 use gridkey_settings::{CompilerSettings, IdentifiedCompiler, ResolvedCompiler};
 
-/// Echoes the program name; fails on `bad`, panics on `boom`; sleeps a little to interleave.
+/// Echoes the program name; fails on `bad` and on `damaged` (a damaged input), panics on
+/// `boom`; sleeps a little to interleave.
 struct Echo;
 
-/// Echo's one failure.
+/// Echo's failures: the program's, or its input's.
 #[derive(Debug, thiserror::Error)]
-#[error("no such stencil")]
-struct NoSuchStencil;
+enum NoSuchStencil {
+    #[error("no such stencil")]
+    Program,
+    #[error("its table was found damaged")]
+    Input,
+}
 
 impl TaskHandler for Echo {
     type Output = String;
@@ -23,10 +28,15 @@ impl TaskHandler for Echo {
     fn handle(&self, task: &CompilationTask) -> Result<String, NoSuchStencil> {
         std::thread::sleep(std::time::Duration::from_millis((task.encoding[0] % 5) as u64));
         match task.program.as_str() {
-            "bad" => Err(NoSuchStencil),
+            "bad" => Err(NoSuchStencil::Program),
+            "damaged" => Err(NoSuchStencil::Input),
             "boom" => panic!("index out of bounds in the compile step"),
             name => Ok(format!("{name}@{}", task.settings.compiler().command_line())),
         }
+    }
+
+    fn damaged_input(error: &NoSuchStencil) -> bool {
+        matches!(error, NoSuchStencil::Input)
     }
 
     fn outcome_word(output: &String) -> &'static str {
@@ -59,7 +69,7 @@ fn tasks(names: &[&str]) -> Vec<CompilationTask> {
 
 #[test]
 fn failures_are_per_task_results_keep_submission_order() {
-    let names = ["a", "bad", "b", "boom", "c", "d", "e", "f"];
+    let names = ["a", "bad", "b", "boom", "c", "damaged", "d", "e", "f"];
     for jobs in [BuildJobs::new(BuildJobsMode::Serial, 1), BuildJobs::new(BuildJobsMode::Thread, 3)] {
         let runner = Runner::new(jobs, Arc::new(Echo), WorkerCommand::gridkey("/unused".into()));
         for _ in 0..2 {
@@ -67,7 +77,14 @@ fn failures_are_per_task_results_keep_submission_order() {
             assert_eq!(results.len(), names.len());
             for (name, r) in names.iter().zip(&results) {
                 match (*name, r) {
-                    ("bad", Err(e)) => assert_eq!(e.cause, TaskFailure::Handler("no such stencil".into())),
+                    ("bad", Err(e)) => {
+                        assert_eq!(e.cause, TaskFailure::Handler("no such stencil".into()));
+                        assert!(!e.cause.is_damaged_input());
+                    }
+                    ("damaged", Err(e)) => {
+                        assert_eq!(e.cause, TaskFailure::DamagedInput("its table was found damaged".into()));
+                        assert!(e.cause.is_damaged_input());
+                    }
                     ("boom", Err(e)) => {
                         assert_eq!(e.program, "boom");
                         assert!(matches!(&e.cause, TaskFailure::Panic(p) if p.contains("index out of bounds")), "{e}");

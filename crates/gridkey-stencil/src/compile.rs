@@ -201,7 +201,10 @@ pub fn compile(
     let translate_checked = || {
         let t = Instant::now();
         let source = translate(program, provider, options);
-        let checked = source.and_then(|source| check_tables_read(program, provider).map(|()| source));
+        // Checked whether or not the translation succeeded: a table changed in the window may be
+        // what made it fail (an index out of range), and that is the table's failure, not the
+        // program's (ADR 0054).
+        let checked = check_tables_read(program, provider).and(source);
         translating.set(translating.get() + t.elapsed().as_secs_f64());
         Ok::<_, StencilError>(checked?.into_bytes())
     };

@@ -254,6 +254,12 @@ impl TaskHandler for StencilHandler {
         gridkey_stencil::compile(&program, &task.provider, &task.options, &config)
     }
 
+    /// A table found changed since it was stored ([`gridkey_stencil::StencilError::TableChanged`])
+    /// is a damaged input: the run repairs it and compiles the program again (ADR 0024, ADR 0054).
+    fn damaged_input(error: &gridkey_stencil::StencilError) -> bool {
+        matches!(error, gridkey_stencil::StencilError::TableChanged { .. })
+    }
+
     /// The progress line's word (README "Progress"): `hit` when both the translation and the
     /// library came from the cache, `hit, built` when only the translation did, `compiled` when
     /// the program was translated (and built) in this run.
@@ -588,18 +594,36 @@ fn run_with_progress(
     // A stored table changed in place while this run held it fails the tasks that translated
     // from it, and nothing is cached from it (ADR 0024): rewrite it from the runtime table and
     // compile those programs once more; again while the retried tasks find another table
-    // changed, at most `REPAIR_ROUNDS` times.
+    // changed, at most `REPAIR_ROUNDS` times. A task that found a table damaged when every
+    // table is whole again (another run rewrote it meanwhile) runs once more as it is (ADR 0054).
+    let mut ran_again_unrepaired = vec![false; programs.len()];
     for _ in 0..REPAIR_ROUNDS {
         let failed: Vec<usize> = (0..programs.len()).filter(|&i| matches!(batches.outcomes[i], Some(Err(_)))).collect();
         if failed.is_empty() {
             break;
         }
         let (repaired, repairs) = repair_tables(grid, &batches.ct, &opened.store, memo);
-        if repairs.is_empty() {
-            break;
-        }
-        batches.ct = Arc::new(repaired);
-        opened.warnings.extend(repairs);
+        let failed = if repairs.is_empty() {
+            let damaged: Vec<usize> = failed
+                .into_iter()
+                .filter(|&i| !ran_again_unrepaired[i])
+                .filter(|&i| matches!(&batches.outcomes[i], Some(Err(e)) if e.cause.is_damaged_input()))
+                .collect();
+            if damaged.is_empty() {
+                break;
+            }
+            for &i in &damaged {
+                ran_again_unrepaired[i] = true;
+                if let Some(Err(e)) = &batches.outcomes[i] {
+                    opened.warnings.push(found_whole_again(opened.store.dir(), e));
+                }
+            }
+            damaged
+        } else {
+            batches.ct = Arc::new(repaired);
+            opened.warnings.extend(repairs);
+            failed
+        };
         let again: Vec<Program> = failed.iter().map(|&i| programs[i].clone()).collect();
         let retried =
             runner.run_all_with(&tasks_for(&again, &batches.ct, &config.options, &opened.settings), &NoProgress);
@@ -1058,6 +1082,19 @@ fn site_report(
 /// How many times a run repairs changed tables and compiles the programs that failed again.
 const REPAIR_ROUNDS: usize = 3;
 
+/// The warning for a task that failed because it found a table damaged (`failed`) although
+/// every table of the run was whole when the run checked them afterwards: another run had
+/// rewritten it in between, and the task runs once more (ADR 0054).
+fn found_whole_again(store: &Path, failed: &gridkey_jobs::TaskError) -> cache::CacheWarning {
+    cache::CacheWarning {
+        path: store.to_path_buf(),
+        message: format!(
+            "({}) a table was found damaged ({}), and every table was whole again when this run checked them (another run rewrote it); the program compiled again",
+            failed.program, failed.cause
+        ),
+    }
+}
+
 /// The compile-time view `ct` with every table whose mapped content, or the file under whose
 /// name, no longer matches its digest converted again from the grid's runtime table (the stored
 /// file rewritten, ADR 0024), and a warning for each (also for one that could not be rewritten).
@@ -1129,18 +1166,20 @@ pub fn task_settings(settings: &Settings) -> Result<Arc<TaskSettings>, AppError>
 }
 
 /// Compiles `program` alone through `runner` (in process mode: in a worker, which maps and reads
-/// the tables, ADR 0034); the error is the task's failure as text.
+/// the tables, ADR 0034).
 fn compile_one(
     runner: &Runner<StencilHandler>,
     program: &Program,
     ct: &Arc<CompileTimeOffsetProvider>,
     options: &TranslationOptions,
     settings: &Arc<TaskSettings>,
-) -> Result<CompileOutcome, String> {
-    match runner.run_all(&tasks_for(std::slice::from_ref(program), ct, options, settings)).pop() {
-        Some(result) => result.map_err(|e| e.cause.to_string()),
-        None => Err(format!("program {}: the build jobs returned no outcome; run it again", program.name())),
-    }
+) -> Result<CompileOutcome, gridkey_jobs::TaskError> {
+    runner.run_all(&tasks_for(std::slice::from_ref(program), ct, options, settings)).pop().unwrap_or_else(|| {
+        Err(gridkey_jobs::TaskError {
+            program: program.name().to_owned(),
+            cause: gridkey_jobs::TaskFailure::Start("the build jobs returned no outcome; run it again".to_owned()),
+        })
+    })
 }
 
 /// What the verification of one program needs, for every batch of a run.
@@ -1178,17 +1217,22 @@ impl Checker<'_> {
         // phase does: in process mode a worker maps and reads the tables, never the parent (ADR
         // 0034). It repairs a table changed since the compile phase as the compile phase does
         // (ADR 0024).
+        // A build that found a table damaged when every table is whole again (another run
+        // rewrote it) runs once more as it is (ADR 0054).
         let rebuild = || {
             let first = compile_one(self.runner, program, ct, self.options, self.settings);
-            if first.is_ok() {
-                return first;
-            }
+            let Err(failed) = &first else { return first.map_err(|e| e.cause.to_string()) };
             let (repaired, repairs) = repair_tables(self.grid, ct, self.store, self.memo);
-            if repairs.is_empty() {
-                return first;
-            }
-            self.late_repairs.borrow_mut().extend(repairs);
-            compile_one(self.runner, program, &Arc::new(repaired), self.options, self.settings)
+            let again = if !repairs.is_empty() {
+                self.late_repairs.borrow_mut().extend(repairs);
+                Arc::new(repaired)
+            } else if failed.cause.is_damaged_input() {
+                self.late_repairs.borrow_mut().push(found_whole_again(self.store.dir(), failed));
+                ct.clone()
+            } else {
+                return first.map_err(|e| e.cause.to_string());
+            };
+            compile_one(self.runner, program, &again, self.options, self.settings).map_err(|e| e.cause.to_string())
         };
         let (report, rebuilt) = verify(program, self.grid, outcome.clone(), self.cache, &rebuild);
         (ProgramReport { miss_hint: hint, tier, ..report }, rebuilt)

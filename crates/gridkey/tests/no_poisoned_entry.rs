@@ -221,3 +221,129 @@ fn an_entry_from_a_table_changed_and_changed_back_is_removed_when_its_kernel_ref
     let fresh = gridkey_stencil::translate(div, &ct, &options).unwrap();
     assert_eq!(entries.get(&inputs.key()).as_deref(), Ok(fresh.as_bytes()), "translated again from the intact table");
 }
+
+/// Where [`DamagedDuringTask`] changes the table file.
+#[derive(Clone, Copy, Debug)]
+enum Damage {
+    /// The first byte of the `.npy` header's dictionary: the file no longer opens as a table.
+    Header,
+    /// The first element, set beyond every index: the file opens, its digest differs.
+    Element,
+}
+
+/// A progress reporter that plays another run on the same cache: when task `program` starts it
+/// damages the stored table at `path` in place, and when that task has ended it writes the
+/// original bytes back, as another run's repair leaves the file. When the run checks its tables
+/// after the batch, every table is whole again.
+struct DamagedDuringTask {
+    program: usize,
+    path: PathBuf,
+    damage: Damage,
+    /// The original bytes and where they were, while the damage is in place.
+    original: std::sync::Mutex<Option<(u64, Vec<u8>)>>,
+    /// How the task ended the time it met the damage.
+    ended: std::sync::Mutex<Option<gridkey_jobs::Ended>>,
+}
+
+impl DamagedDuringTask {
+    fn write_at(&self, at: u64, bytes: &[u8]) {
+        std::fs::set_permissions(&self.path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let mut f = std::fs::OpenOptions::new().write(true).open(&self.path).unwrap();
+        f.seek(SeekFrom::Start(at)).unwrap();
+        f.write_all(bytes).unwrap();
+        f.sync_all().unwrap();
+        std::fs::set_permissions(&self.path, std::fs::Permissions::from_mode(0o444)).unwrap();
+    }
+}
+
+impl gridkey_jobs::Progress for DamagedDuringTask {
+    fn started(&self, index: usize, _: &str) {
+        let mut original = self.original.lock().unwrap();
+        if index != self.program || original.is_some() || self.ended.lock().unwrap().is_some() {
+            return;
+        }
+        let bytes = std::fs::read(&self.path).unwrap();
+        assert_eq!(&bytes[..8], b"\x93NUMPY\x01\x00", "a stored table is an .npy file of format 1.0");
+        let (at, bad) = match self.damage {
+            // The dictionary starts after the magic, the version and the header's length.
+            Damage::Header => (10, vec![b'#']),
+            // The elements start after the header (its length is a little-endian u16 at 8).
+            Damage::Element => {
+                (10 + u64::from(u16::from_le_bytes([bytes[8], bytes[9]])), i32::MAX.to_le_bytes().to_vec())
+            }
+        };
+        *original = Some((at, bytes[at as usize..at as usize + bad.len()].to_vec()));
+        self.write_at(at, &bad);
+    }
+
+    fn finished(&self, index: usize, _: &str, ended: gridkey_jobs::Ended) {
+        if index != self.program {
+            return;
+        }
+        if let Some((at, bytes)) = self.original.lock().unwrap().take() {
+            self.write_at(at, &bytes);
+            *self.ended.lock().unwrap() = Some(ended);
+        }
+    }
+}
+
+/// A table damaged in place while a task reads it, and whole again before the run checks its
+/// tables (another run on the cache rewrote it): the run finds nothing to repair, yet the task
+/// failed for its input, not its program. It compiles that program once more, warns, and
+/// every program verifies; every entry is a fresh translation's (ADR 0054). Before, the run
+/// reported the program failed ("cannot rehydrate the task in the worker: ... error parsing
+/// header" in process mode), which `cargo xtask chaos` counted as a lost run.
+fn check_damaged_during_task(mode: BuildJobsMode, damage: Damage) {
+    let Setup { cache, grid_path, grid, programs, options } = setup();
+    // The table's file, named by a conversion into another store.
+    let other = tempfile::tempdir().unwrap();
+    let good = compile_time_offset_provider(grid.provider(), &TableStore::open(other.path()).unwrap()).unwrap();
+    let c2e = good.gather("C2E").unwrap();
+    let path = TableStore::open(cache.path()).unwrap().path_of(&c2e.spec().digest);
+    // A program after the first (a process-mode worker is already running) that reads C2E.
+    let program = (1..programs.len()).find(|&i| programs[i].offsets().iter().any(|o| o == "C2E")).unwrap();
+    let progress = DamagedDuringTask {
+        program,
+        path: path.clone(),
+        damage,
+        original: Default::default(),
+        ended: Default::default(),
+    };
+    let worker = WorkerCommand::gridkey(PathBuf::from(env!("CARGO_BIN_EXE_gridkey")));
+    // One task at a time, so that the damage meets that task alone.
+    let runner = Runner::new(BuildJobs::new(mode, 1), Arc::new(StencilHandler), worker.clone());
+    let config =
+        RunConfig { grid: grid_path, settings: common::run_settings(cache.path()), worker, options: options.clone() };
+    let lent = gridkey::RunOptions::new().grid(&grid).programs(&programs).runner(&runner).progress(&progress);
+    let report = gridkey::run(&config, lent).unwrap();
+    let name = programs[program].name();
+    assert_eq!(
+        *progress.ended.lock().unwrap(),
+        Some(gridkey_jobs::Ended::Failed),
+        "{mode}, {damage:?}: {name} met the damage"
+    );
+    for p in &report.programs {
+        assert!(p.verified, "{mode}, {damage:?}: {}: {:?}", p.program, p.error);
+    }
+    assert!(
+        report.warnings.iter().any(|w| w.message.starts_with(&format!("({name}) a table was found damaged"))
+            && w.message.contains("whole again")),
+        "{mode}, {damage:?}: the second compile is said: {:?}",
+        report.warnings
+    );
+    let entries = TranslationCache::open(cache.path()).unwrap();
+    for program in &programs {
+        let key = gridkey_stencil::key_inputs(program, &options, &good).unwrap().key();
+        let fresh = gridkey_stencil::translate(program, &good, &options).unwrap();
+        assert_eq!(entries.get(&key).as_deref(), Ok(fresh.as_bytes()), "{mode}, {damage:?}: {}", program.name());
+    }
+}
+
+#[test]
+fn a_table_damaged_during_a_task_and_whole_again_before_the_check_compiles_that_program_again() {
+    for mode in BuildJobsMode::ALL {
+        for damage in [Damage::Header, Damage::Element] {
+            check_damaged_during_task(mode, damage);
+        }
+    }
+}
