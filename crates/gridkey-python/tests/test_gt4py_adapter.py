@@ -236,6 +236,79 @@ def test_a_worker_that_cannot_open_a_table_fails_only_that_task(tables: Any, cac
         runner.shutdown()
 
 
+def test_a_table_damaged_after_the_check_is_stored_again_and_the_task_compiled_once_more(
+    tables: Any, installed: Any, cache_dir: Any
+) -> None:
+    """ADR 0054: another process damages a table file in place after the parent's check and before GT4Py's worker
+    opens it. The worker fails the task with the store's error; the adapter checks the file again, stores it again
+    from the runtime table and compiles the task once more in this process. Before, the worker's ``TableFileError``
+    was the program's result."""
+    runtime = {"C2E": conn(tables["C2E"], "C2E", skip=None)}
+    ct = adapter.compile_time_offset_provider(runtime)
+    values = list(ct.values())
+    adapter._check_tables(values)  # the parent's check before it hands a task to the runner (ADR 0052)
+    digest = ct["C2E"].digest
+    path = pathlib.Path(gridkey.TableStore(cache_dir).path_of(digest))
+    assert _file_holds_its_table(cache_dir, digest, np.int32, tables["C2E"].shape)
+    task = runners.CompilationTask(
+        name="fingerprint", construct_compilable=lambda with_refs: ct, executor=fingerprinting.strict_fingerprinter
+    )
+    pool = runners.ProcessRunner(max_workers=1, shared_session_cache_dir=str(cache_dir.parent))
+    handed: list[Any] = []
+
+    class DamagingRunner:
+        """GT4Py's pool, behind a first submit that damages the table's header in place (another process)."""
+
+        def submit(self, task: Any) -> Any:
+            if not handed:
+                path.chmod(0o644)
+                with open(path, "r+b") as f:
+                    f.seek(10)  # the first byte of the header's dictionary
+                    f.write(b"#")
+            handed.append(task)
+            return pool.submit(task)
+
+    again = adapter.stats()["compiled_again"]
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # the warning naming the file stored again
+            future = adapter._ParentHitsRunner(DamagingRunner)._handed(task, values)
+            # What GT4Py's `wait_for_compilation` does first: the pool shut down while the task fails in it.
+            pool.shutdown(wait=True)
+            result = future.result(timeout=300)
+    finally:
+        pool.shutdown()
+    assert result == fingerprint(ct)
+    assert len(handed) == 1 and adapter.stats()["compiled_again"] == again + 1
+    assert _file_holds_its_table(cache_dir, digest, np.int32, tables["C2E"].shape)
+
+
+def test_a_table_the_parent_cannot_store_again_leaves_the_workers_error(tables: Any, installed: Any, cache_dir: Any) -> None:
+    """ADR 0054: a file damaged for good (its runtime table gone from this process) is not compiled again: the
+    worker's error, naming the file, is the task's."""
+    ct = adapter.compile_time_offset_provider({"E2C": conn(tables["E2C"], "E2C", skip=None)})
+    values = list(ct.values())
+    adapter._check_tables(values)
+    gc.collect()  # the runtime table is gone: nothing to store the file again from
+    path = pathlib.Path(gridkey.TableStore(cache_dir).path_of(ct["E2C"].digest))
+    path.chmod(0o644)
+    with open(path, "r+b") as f:
+        f.seek(10)
+        f.write(b"#")
+    task = runners.CompilationTask(
+        name="fingerprint", construct_compilable=lambda with_refs: ct, executor=fingerprinting.strict_fingerprinter
+    )
+    pool = runners.ProcessRunner(max_workers=1, shared_session_cache_dir=str(cache_dir.parent))
+    again = adapter.stats()["compiled_again"]
+    try:
+        with pytest.raises(gridkey.errors.TableFileError) as info:
+            adapter._ParentHitsRunner(lambda: pool)._handed(task, values).result(timeout=300)
+    finally:
+        pool.shutdown()
+    assert str(path) in str(info.value)
+    assert adapter.stats()["compiled_again"] == again
+
+
 # the compilable every runner gets
 
 

@@ -71,7 +71,7 @@ from gt4py.next.otf import compilation_tasks as _compilation_tasks
 
 import gridkey
 from gridkey import _gt4py_tiers
-from gridkey.errors import GridkeyError
+from gridkey.errors import GridkeyError, TableFileError, TableNotFoundError
 
 __all__ = [
     "CompileTimeConnectivity",
@@ -409,6 +409,31 @@ def _store_deferred(ref: TableRef) -> Any:
     return table
 
 
+def _check_files_again(values: Any) -> None:
+    """After a worker could not use a table of ``values`` (an offset provider's values): the file under each table's
+    name is opened verified, and one that does not hold its table is stored again from the runtime table
+    (`_store_again`, one warning); then `_check_tables` gives every connectivity the checked mapping (ADR 0054).
+
+    Raises the store's error naming the file when a damaged file cannot be stored again."""
+    for ct in values:
+        ref = ct.table_ref if isinstance(ct, CompileTimeConnectivity) else None
+        if ref is None:
+            continue
+        key = (ref.cache_dir, ref.digest)
+        with _lock:
+            if key in _unstored:
+                continue  # written by `_check_tables` from the copy that holds its name's bytes
+            _checked.pop(key, None)
+        try:
+            table = _store(ref.cache_dir, True).open(ref.digest, np.dtype(ref.dtype), tuple(ref.shape))
+        except (TableFileError, TableNotFoundError) as damaged:
+            table = _store_again(ref, damaged)
+        with _lock:
+            _opened[key] = table
+            _checked[key] = table
+    _check_tables(values)
+
+
 def _store_again(ref: TableRef, damaged: GridkeyError) -> Any:
     """The table ``ref`` stored again from the runtime table converted into it and mapped anew (see `_check_tables`).
 
@@ -490,11 +515,12 @@ class _Counters:
     """What the adapter did in this process (`stats`). A plain class, as the module's other state: every dataclass
     costs an import about a millisecond, and this module is imported at every start of a model."""
 
-    __slots__ = ("parent_hits", "handed_to_runner", "locked_translations", "lock_gave_up")
+    __slots__ = ("parent_hits", "handed_to_runner", "compiled_again", "locked_translations", "lock_gave_up")
 
     def __init__(self) -> None:
         self.parent_hits = 0
         self.handed_to_runner = 0
+        self.compiled_again = 0
         self.locked_translations = 0
         self.lock_gave_up = 0
 
@@ -505,7 +531,8 @@ _counters = _Counters()
 def stats() -> dict[str, int]:
     """What the adapter did in this process since it was imported: ``parent_hits`` (tasks resolved here from GT4Py's
     translation and build caches, ADR 0038), ``handed_to_runner`` (tasks GT4Py's runner got: misses, and tasks the
-    adapter cannot look up), ``locked_translations`` (translations run here under gridkey's per-key lock, ADR 0039)
+    adapter cannot look up), ``compiled_again`` (tasks compiled once more in this process after GT4Py's worker found a
+    table file damaged or missing, ADR 0054), ``locked_translations`` (translations run here under gridkey's per-key lock, ADR 0039)
     and ``lock_gave_up`` (translations run without it after the bounded wait). Workers count in their own process.
     """
     return {name: int(getattr(_counters, name)) for name in _Counters.__slots__}
@@ -706,14 +733,57 @@ class _ParentHitsRunner:
             artifact = _MISS
         if artifact is _MISS:
             # Checked here, where a damaged table file can be stored again from the runtime table (ADR 0052).
-            _check_tables(_offset_provider_of(task.construct_compilable(False)).values())
+            values = list(_offset_provider_of(task.construct_compilable(False)).values())
+            _check_tables(values)
             _counters.handed_to_runner += 1
-            handed: concurrent.futures.Future[Any] = self._default_runner().submit(task)
-            return handed
+            return self._handed(task, values)
         _counters.parent_hits += 1
         future: concurrent.futures.Future[Any] = concurrent.futures.Future()
         future.set_result(artifact)
         return future
+
+    def _handed(self, task: Any, values: list[Any]) -> concurrent.futures.Future[Any]:
+        """GT4Py's runner's future of ``task``, whose compile-time tables are ``values``. When its worker could not
+        open a table file, or found one not holding its table (another process changed it after the check here), the
+        files are checked again here, a damaged one stored again from the runtime table, and the task is compiled
+        once more in this process, on a thread of its own, as GT4Py's runners compile a task they cannot hand to a
+        worker (ADR 0054). Never through the runner again: GT4Py's ``wait_for_compilation`` shuts it down, holding
+        the lock that ``get_default_runner`` takes, while it waits for the failed future. The second outcome, and
+        every other outcome, is GT4Py's own."""
+        first: concurrent.futures.Future[Any] = self._default_runner().submit(task)
+        result: concurrent.futures.Future[Any] = concurrent.futures.Future()
+
+        def settle(outcome: Callable[[], Any]) -> None:
+            try:
+                value = outcome()
+            except BaseException as error:  # noqa: BLE001 - the task's own error, raised by the future
+                if not result.done():
+                    result.set_exception(error)
+                return
+            if not result.done():  # else cancelled by its holder meanwhile
+                result.set_result(value)
+
+        def compile_again() -> None:
+            try:
+                _check_files_again(values)
+            except Exception:  # noqa: BLE001 - the worker's error stands: it names the file
+                settle(first.result)
+                return
+            _counters.compiled_again += 1
+            settle(task.compile)
+
+        def first_done(future: concurrent.futures.Future[Any]) -> None:
+            if future.cancelled():
+                result.cancel()
+                result.set_running_or_notify_cancel()
+            elif isinstance(future.exception(), (TableFileError, TableNotFoundError)):
+                # Not in the pool's own thread, which calls this: the table may be stored again and compiled here.
+                threading.Thread(target=compile_again, name="gridkey-compile-again", daemon=True).start()
+            else:
+                settle(future.result)
+
+        first.add_done_callback(first_done)
+        return result
 
     def shutdown(self, wait: bool = True) -> None:
         # The pool is GT4Py's default runner's: `runners.reset_default_runner` shuts it down.
