@@ -1217,8 +1217,7 @@ impl Checker<'_> {
         // The rebuild of a library that does not load goes through the runner, as the compile
         // phase does: in process mode a worker maps and reads the tables, never the parent (ADR
         // 0034). It repairs a table changed since the compile phase as the compile phase does
-        // (ADR 0024).
-        // A build that found a table damaged when every table is whole again (another run
+        // (ADR 0024); one that found a table damaged when every table is whole again (another run
         // rewrote it) runs once more as it is (ADR 0054).
         let rebuild = || {
             let first = compile_one(self.runner, program, ct, self.options, self.settings);
