@@ -532,8 +532,9 @@ def stats() -> dict[str, int]:
     """What the adapter did in this process since it was imported: ``parent_hits`` (tasks resolved here from GT4Py's
     translation and build caches, ADR 0038), ``handed_to_runner`` (tasks GT4Py's runner got: misses, and tasks the
     adapter cannot look up), ``compiled_again`` (tasks compiled once more in this process after GT4Py's worker found a
-    table file damaged or missing, ADR 0054), ``locked_translations`` (translations run here under gridkey's per-key lock, ADR 0039)
-    and ``lock_gave_up`` (translations run without it after the bounded wait). Workers count in their own process.
+    table file damaged or missing, ADR 0054), ``locked_translations`` (translations run here under gridkey's per-key
+    lock, ADR 0039) and ``lock_gave_up`` (translations run without it after the bounded wait). Workers count in their
+    own process.
     """
     return {name: int(getattr(_counters, name)) for name in _Counters.__slots__}
 
