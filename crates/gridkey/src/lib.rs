@@ -974,8 +974,7 @@ fn report(
                 load_seconds: 0.0,
                 max_rel_error: None,
                 verified: false,
-                // The report names the program; the frontend's own messages name it too.
-                error: Some(e.cause.to_string()),
+                error: Some(e.to_string()),
                 miss_hint: None,
                 tier: route.tier().map(str::to_owned),
             },
