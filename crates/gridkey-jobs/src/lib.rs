@@ -135,8 +135,8 @@ pub trait TaskHandler: Send + Sync {
     /// Whether `error` says that an input of the task, a compile-time table it read, was found
     /// damaged (changed since it was stored, or no longer a valid table file) rather than that
     /// the program cannot be compiled: the runner reports it as [`TaskFailure::DamagedInput`],
-    /// which a caller may repair and run again (ADR 0024). `false` unless the frontend says
-    /// more.
+    /// which a caller may repair and run again (ADR 0024, ADR 0054). `false` unless the
+    /// frontend says more.
     fn damaged_input(_error: &Self::Error) -> bool {
         false
     }
@@ -158,7 +158,7 @@ pub enum TaskFailure {
     Handler(String),
     /// The handler returned an error that says a table the task read was found damaged
     /// ([`TaskHandler::damaged_input`]): not the program's failure, but its input's, which the
-    /// parent repairs before it runs the task again (ADR 0024).
+    /// parent repairs before it runs the task again (ADR 0054).
     #[error("{0}")]
     DamagedInput(String),
     /// The handler panicked.
@@ -222,7 +222,7 @@ impl TaskFailure {
     /// ([`TaskFailure::DamagedInput`]) or could not be opened in its worker
     /// ([`TaskFailure::Rehydrate`]), not because of the program or its worker: once the table is
     /// whole again under its name (repaired by this run or another), the same task may succeed
-    /// (ADR 0024).
+    /// (ADR 0054).
     pub fn is_damaged_input(&self) -> bool {
         matches!(self, TaskFailure::DamagedInput(_) | TaskFailure::Rehydrate(_))
     }

@@ -49,7 +49,7 @@ pub fn progress_line(text: &str) -> String {
 /// settings carry the shared tier's (`Settings::remote`, ADR 0018); version 5: the task carries
 /// only the task settings, [`TaskSettings`], and the compiler in them is always identified
 /// (ADR 0032); version 6: a handler's error that says a table was found damaged travels as
-/// [`WireFailure::Damaged`] (ADR 0024).
+/// [`WireFailure::Damaged`] (ADR 0054).
 pub const PROTOCOL_VERSION: u32 = 6;
 
 /// Largest frame accepted, in bytes; anything longer is a protocol error, not an allocation.
