@@ -261,10 +261,7 @@ def test_a_table_damaged_after_the_check_is_stored_again_and_the_task_compiled_o
 
         def submit(self, task: Any) -> Any:
             if not handed:
-                path.chmod(0o644)
-                with open(path, "r+b") as f:
-                    f.seek(10)  # the first byte of the header's dictionary
-                    f.write(b"#")
+                _damage_header(path)
             handed.append(task)
             return pool.submit(task)
 
@@ -291,10 +288,7 @@ def test_a_table_the_parent_cannot_store_again_leaves_the_workers_error(tables: 
     adapter._check_tables(values)
     gc.collect()  # the runtime table is gone: nothing to store the file again from
     path = pathlib.Path(gridkey.TableStore(cache_dir).path_of(ct["E2C"].digest))
-    path.chmod(0o644)
-    with open(path, "r+b") as f:
-        f.seek(10)
-        f.write(b"#")
+    _damage_header(path)
     task = runners.CompilationTask(
         name="fingerprint", construct_compilable=lambda with_refs: ct, executor=fingerprinting.strict_fingerprinter
     )
@@ -371,6 +365,15 @@ def _damage(path: Any) -> None:
     data = bytearray(path.read_bytes())
     data[-1] ^= 0x01
     path.write_bytes(bytes(data))
+
+
+def _damage_header(path: pathlib.Path) -> None:
+    """Writes ``#`` over the first byte of the ``.npy`` header's dictionary of the table file ``path``, in place: the
+    file no longer opens as a table."""
+    path.chmod(0o644)
+    with open(path, "r+b") as f:
+        f.seek(10)  # after the magic, the version and the header's length
+        f.write(b"#")
 
 
 def _file_holds_its_table(cache_dir: Any, digest: str, dtype: Any, shape: Any) -> bool:

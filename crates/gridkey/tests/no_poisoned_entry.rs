@@ -18,11 +18,16 @@ use gridkey_store::{TableStore, TableView};
 /// Writes `value` over the first element of the stored int32 table at `path` holding `elements`
 /// elements, in place: the same inode, so every mapping of it sees the change.
 fn overwrite_first_element(path: &Path, elements: usize, value: i32) {
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o644)).unwrap();
     let start = std::fs::metadata(path).unwrap().len() - (elements * 4) as u64;
+    write_in_place(path, start, &value.to_le_bytes());
+}
+
+/// Writes `bytes` at byte `at` of the file at `path`, in place (made writable first), and syncs.
+fn write_in_place(path: &Path, at: u64, bytes: &[u8]) {
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o644)).unwrap();
     let mut f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
-    f.seek(SeekFrom::Start(start)).unwrap();
-    f.write_all(&value.to_le_bytes()).unwrap();
+    f.seek(SeekFrom::Start(at)).unwrap();
+    f.write_all(bytes).unwrap();
     f.sync_all().unwrap();
 }
 
@@ -245,17 +250,6 @@ struct DamagedDuringTask {
     ended: std::sync::Mutex<Option<gridkey_jobs::Ended>>,
 }
 
-impl DamagedDuringTask {
-    fn write_at(&self, at: u64, bytes: &[u8]) {
-        std::fs::set_permissions(&self.path, std::fs::Permissions::from_mode(0o644)).unwrap();
-        let mut f = std::fs::OpenOptions::new().write(true).open(&self.path).unwrap();
-        f.seek(SeekFrom::Start(at)).unwrap();
-        f.write_all(bytes).unwrap();
-        f.sync_all().unwrap();
-        std::fs::set_permissions(&self.path, std::fs::Permissions::from_mode(0o444)).unwrap();
-    }
-}
-
 impl gridkey_jobs::Progress for DamagedDuringTask {
     fn started(&self, index: usize, _: &str) {
         let mut original = self.original.lock().unwrap();
@@ -273,7 +267,7 @@ impl gridkey_jobs::Progress for DamagedDuringTask {
             }
         };
         *original = Some((at, bytes[at as usize..at as usize + bad.len()].to_vec()));
-        self.write_at(at, &bad);
+        write_in_place(&self.path, at, &bad);
     }
 
     fn finished(&self, index: usize, _: &str, ended: gridkey_jobs::Ended) {
@@ -281,7 +275,7 @@ impl gridkey_jobs::Progress for DamagedDuringTask {
             return;
         }
         if let Some((at, bytes)) = self.original.lock().unwrap().take() {
-            self.write_at(at, &bytes);
+            write_in_place(&self.path, at, &bytes);
             *self.ended.lock().unwrap() = Some(ended);
         }
     }
