@@ -229,13 +229,33 @@ impl TaskFailure {
 }
 
 /// A failed task: the program and the cause.
+///
+/// Shown as `program <name>: <cause>`, or as the cause alone when the cause already begins with
+/// `program <name>` (a handler's error that names its program, as `gridkey-stencil`'s do), so that
+/// the program is named once.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
-#[error("program {program}: {cause}")]
+#[error("{}", self.message())]
 pub struct TaskError {
     /// The program's name.
     pub program: String,
     /// What went wrong.
     pub cause: TaskFailure,
+}
+
+impl TaskError {
+    /// The text of [`TaskError`]'s `Display`: the program named once.
+    fn message(&self) -> String {
+        let cause = self.cause.to_string();
+        let named = cause
+            .strip_prefix("program ")
+            .and_then(|rest| rest.strip_prefix(self.program.as_str()))
+            .is_some_and(|rest| rest.starts_with([':', ' ']));
+        if named {
+            cause
+        } else {
+            format!("program {}: {cause}", self.program)
+        }
+    }
 }
 
 static WORKER_PROGRESS: std::sync::OnceLock<fn(&str)> = std::sync::OnceLock::new();

@@ -20,6 +20,9 @@ enum NoSuchStencil {
     Program,
     #[error("its table was found damaged")]
     Input,
+    /// An error that names a program itself, as `gridkey-stencil`'s do.
+    #[error("program {0}: its offset has no neighbour table")]
+    Named(String),
 }
 
 impl TaskHandler for Echo {
@@ -30,6 +33,9 @@ impl TaskHandler for Echo {
         match task.program.as_str() {
             "bad" => Err(NoSuchStencil::Program),
             "damaged" => Err(NoSuchStencil::Input),
+            "named" => Err(NoSuchStencil::Named("named".into())),
+            // Names another program, whose name begins with this one's.
+            "nam" => Err(NoSuchStencil::Named("named".into())),
             "boom" => panic!("index out of bounds in the compile step"),
             name => Ok(format!("{name}@{}", task.settings.compiler().command_line())),
         }
@@ -94,6 +100,20 @@ fn failures_are_per_task_results_keep_submission_order() {
                 }
             }
         }
+    }
+}
+
+#[test]
+fn a_failed_task_names_its_program_once() {
+    let names = ["bad", "named", "nam", "boom"];
+    for jobs in [BuildJobs::new(BuildJobsMode::Serial, 1), BuildJobs::new(BuildJobsMode::Thread, 2)] {
+        let runner = Runner::new(jobs, Arc::new(Echo), WorkerCommand::gridkey("/unused".into()));
+        let shown: Vec<String> =
+            runner.run_all(&tasks(&names)).into_iter().map(|r| r.expect_err("every task fails").to_string()).collect();
+        assert_eq!(shown[0], "program bad: no such stencil");
+        assert_eq!(shown[1], "program named: its offset has no neighbour table");
+        assert_eq!(shown[2], "program nam: program named: its offset has no neighbour table");
+        assert!(shown[3].starts_with("program boom: the compile step panicked: "), "{}", shown[3]);
     }
 }
 

@@ -74,8 +74,10 @@ fn check(result: &Result<FaultReport, TaskError>, program: &str, expect: &str) {
         (_, Ok(report)) => panic!("{program}: expected {expect}, got {report:?}"),
         (_, Err(e)) => {
             assert_eq!(e.program, program, "the error names the program");
+            // Named at the start, and not twice there when the cause names it too.
             let text = e.to_string();
-            assert!(text.starts_with(&format!("program {program}: ")), "{text}");
+            let named = format!("program {program}");
+            assert!(text.starts_with(&named) && !text.starts_with(&format!("{named}: {named}")), "{text}");
             match (expect, &e.cause) {
                 ("error", TaskFailure::Handler(why)) => {
                     assert!(why.contains("failed on request"), "{why}")
