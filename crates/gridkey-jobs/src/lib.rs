@@ -228,7 +228,8 @@ impl TaskFailure {
     }
 }
 
-/// A failed task: the program and the cause.
+/// A failed task: the program and the cause; a task's failure is data, not a crash of the pool
+/// (ADR 0005).
 ///
 /// Shown as `program <name>: <cause>`, or as the cause alone when the cause already begins with
 /// `program <name>` (a handler's error that names its program, as `gridkey-stencil`'s do), so that

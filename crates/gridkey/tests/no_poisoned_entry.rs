@@ -22,13 +22,16 @@ fn overwrite_first_element(path: &Path, elements: usize, value: i32) {
     write_in_place(path, start, &value.to_le_bytes());
 }
 
-/// Writes `bytes` at byte `at` of the file at `path`, in place (made writable first), and syncs.
+/// Writes `bytes` at byte `at` of the file at `path`, in place, and syncs; the file is made
+/// writable for the write and given its mode back afterwards (a stored table is read-only).
 fn write_in_place(path: &Path, at: u64, bytes: &[u8]) {
+    let mode = std::fs::metadata(path).unwrap().permissions();
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o644)).unwrap();
     let mut f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
     f.seek(SeekFrom::Start(at)).unwrap();
     f.write_all(bytes).unwrap();
     f.sync_all().unwrap();
+    std::fs::set_permissions(path, mode).unwrap();
 }
 
 /// What every test here starts from: an empty cache, the MPAS grid (its path and one read of
