@@ -32,6 +32,16 @@ const RENEW: &str = "local n = 0 for _, k in ipairs(KEYS) do \
 const RELEASE: &str = "local n = 0 for _, k in ipairs(KEYS) do \
     if redis.call('GET', k) == ARGV[1] then redis.call('DEL', k) n = n + 1 end end return n";
 
+/// The size of each object of KEYS and, while ARGV[2] bytes suffice, the object itself when it is
+/// within the size limit ARGV[1]: one reply per key, the object's bytes or its size (0 for no
+/// object), or the error of a name that holds another type. Sizes are known on the server before
+/// any byte is sent, so an object over the limit never travels (ADR 0029).
+const LOOK_UP: &str = "local max, budget, out = tonumber(ARGV[1]), tonumber(ARGV[2]), {} \
+    for i, k in ipairs(KEYS) do local n = redis.pcall('STRLEN', k) \
+    if type(n) == 'table' then out[i] = n \
+    elseif n > 0 and n <= max and n <= budget then budget = budget - n out[i] = redis.call('GET', k) \
+    else out[i] = n end end return out";
+
 /// Longest pause between two looks at a lease that is waited on.
 const MAX_POLL: Duration = Duration::from_millis(100);
 
@@ -39,6 +49,11 @@ const MAX_POLL: Duration = Duration::from_millis(100);
 /// requests), unless one object alone is larger (it is within the size limit): what a lookup
 /// holds of replies at once (ADR 0029).
 const BATCH_BYTES: u64 = 64 << 20;
+
+/// Most object bytes the first request of a lookup brings with the sizes ([`LOOK_UP`]): the
+/// translation entries and built artifacts of many programs, while a server that lies about
+/// what it holds can make the client read no more than this before it is off (ADR 0029).
+const FIRST_BATCH_BYTES: u64 = 8 << 20;
 
 /// A 16-byte key an object answers: a translation key, or a built artifact's remote key.
 pub use gridkey_fingerprint::shared::ObjectKey;
@@ -175,6 +190,9 @@ struct Shared {
     counters: Counters,
     /// Redis names of the leases this client holds.
     leases: Mutex<BTreeSet<String>>,
+    /// Whether a lookup asks for sizes and objects in one round trip ([`LOOK_UP`]); off once
+    /// the server refused the script (an ACL user without `EVAL`, scripting disabled).
+    script_lookup: AtomicBool,
 }
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -322,6 +340,7 @@ impl Remote {
             warning: Mutex::new(None),
             counters: Counters::default(),
             leases: Mutex::new(BTreeSet::new()),
+            script_lookup: AtomicBool::new(true),
         });
         let remote = Remote { shared, trust, con: Mutex::new(None), heartbeat: Mutex::new(None) };
         let shared = &remote.shared;
@@ -465,10 +484,80 @@ impl Remote {
         self.get_many(kind, std::slice::from_ref(key)).pop().expect("one result per key")
     }
 
+    /// The size of each object of `names` (or why it has none that can be read) and the objects
+    /// within `max` bytes that fit in `budget` bytes together, in one round trip ([`LOOK_UP`]);
+    /// where the server refuses the script, the sizes alone (`STRLEN`), and no object. `None`
+    /// when the tier went off: the request failed, or the server answered what it was not
+    /// asked (another number of replies, an object larger than its limit).
+    #[allow(clippy::type_complexity)]
+    fn sizes(
+        &self,
+        what: &str,
+        names: &[String],
+        max: u64,
+        budget: u64,
+        deadline: Instant,
+    ) -> Option<(Vec<Result<u64, Reject>>, Vec<Option<Value>>)> {
+        let mut bodies: Vec<Option<Value>> = vec![None; names.len()];
+        let lying = |reason: &'static str| {
+            self.fail(what, &Failure::Reply(RedisError::from((redis::ErrorKind::UnexpectedReturnType, reason))));
+            None
+        };
+        let replies = if self.shared.script_lookup.load(Ordering::Relaxed) {
+            let mut pipe = redis::pipe();
+            pipe.cmd("EVAL").arg(LOOK_UP).arg(names.len()).arg(names).arg(max).arg(budget);
+            match self.request(what, &pipe, budget, deadline)?.pop() {
+                Some(Value::Array(replies)) if replies.len() == names.len() => Some(replies),
+                Some(Value::Array(_)) => return lying("the lookup script answered another number of replies"),
+                // Refused (no `EVAL` for this user, scripting disabled): sizes first, as below.
+                Some(Value::ServerError(_)) => {
+                    self.shared.script_lookup.store(false, Ordering::Relaxed);
+                    None
+                }
+                _ => return lying("the lookup script answered something else than one reply per key"),
+            }
+        } else {
+            None
+        };
+        let replies = match replies {
+            Some(replies) => replies,
+            None => {
+                let mut pipe = redis::pipe();
+                for name in names {
+                    pipe.cmd("STRLEN").arg(name);
+                }
+                self.request(what, &pipe, 0, deadline)?
+            }
+        };
+        let mut sized: Vec<Result<u64, Reject>> = Vec::with_capacity(names.len());
+        for (reply, body) in replies.into_iter().zip(&mut bodies) {
+            sized.push(match reply {
+                Value::Int(n) => match u64::try_from(n) {
+                    Ok(n) => Ok(n),
+                    Err(_) => return lying("STRLEN answered a negative size"),
+                },
+                Value::BulkString(bytes) => {
+                    let len = bytes.len() as u64;
+                    if len > max {
+                        self.fail(what, &Failure::Oversize { allowed: max });
+                        return None;
+                    }
+                    *body = Some(Value::BulkString(bytes));
+                    Ok(len)
+                }
+                Value::ServerError(e) => Err(Reject::Unreadable { reason: RedisError::from(e).to_string() }),
+                other => Err(Reject::Unreadable { reason: format!("unexpected reply {other:?}") }),
+            });
+        }
+        Some((sized, bodies))
+    }
+
     /// Looks up the objects of `kind` answering `keys` and checks each ([`object::decode`])
-    /// before it is returned: one round trip asks for their sizes (`STRLEN`), then the objects
-    /// within the size limit are fetched (`GETRANGE` up to the size each had), at most
-    /// 64 MiB of them per round trip; an object over the limit is never downloaded (ADR 0029).
+    /// before it is returned: one round trip asks for their sizes and brings the objects within
+    /// the size limit, at most 64 MiB of them ([`LOOK_UP`]); further round trips fetch the rest
+    /// (`GETRANGE` up to the size each had), at most 64 MiB per round trip; an object over the
+    /// limit is never downloaded (ADR 0029). A server that refuses the script (a Redis ACL
+    /// user without `EVAL`) is asked for the sizes alone first (`STRLEN`).
     /// All of it within one timeout. A reply larger than the size asked for turns the tier off.
     /// Counts hits, misses, rejects and bytes.
     pub fn get_many(&self, kind: Kind, keys: &[ObjectKey]) -> Vec<Fetched> {
@@ -485,36 +574,14 @@ impl Remote {
         let max = self.shared.settings.max_object_bytes;
         let deadline = self.shared.deadline();
         let names: Vec<String> = keys.iter().map(|key| self.object_name(kind, key)).collect();
-        let mut pipe = redis::pipe();
-        for name in &names {
-            pipe.cmd("STRLEN").arg(name);
-        }
-        let Some(sizes) = self.request(what, &pipe, 0, deadline) else { return off() };
-        // What each key's size reply says: Ok(size) or the reply that is not a size.
-        let mut sized: Vec<Result<u64, Reject>> = Vec::with_capacity(keys.len());
-        for reply in sizes {
-            sized.push(match reply {
-                Value::Int(n) => match u64::try_from(n) {
-                    Ok(n) => Ok(n),
-                    Err(_) => {
-                        self.fail(
-                            what,
-                            &Failure::Reply(RedisError::from((
-                                redis::ErrorKind::UnexpectedReturnType,
-                                "STRLEN answered a negative size",
-                                n.to_string(),
-                            ))),
-                        );
-                        return off();
-                    }
-                },
-                Value::ServerError(e) => Err(Reject::Unreadable { reason: RedisError::from(e).to_string() }),
-                other => Err(Reject::Unreadable { reason: format!("unexpected reply {other:?}") }),
-            });
-        }
-        let wanted: Vec<usize> = (0..keys.len()).filter(|&i| matches!(sized[i], Ok(n) if n > 0 && n <= max)).collect();
-        let mut bodies: Vec<Option<Value>> = vec![None; keys.len()];
         let batch_bytes = BATCH_BYTES.max(max);
+        let Some((sized, mut bodies)) = self.sizes(what, &names, max, FIRST_BATCH_BYTES, deadline) else {
+            return off();
+        };
+        // The objects within the limit that the first round trip did not bring.
+        let wanted: Vec<usize> = (0..keys.len())
+            .filter(|&i| bodies[i].is_none() && matches!(sized[i], Ok(n) if n > 0 && n <= max))
+            .collect();
         let mut rest = &wanted[..];
         while !rest.is_empty() {
             let (mut n, mut asked) = (0, 0u64);

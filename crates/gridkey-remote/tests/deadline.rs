@@ -124,6 +124,34 @@ fn check(port: u16, says: &str) {
     assert!(t.elapsed() < Duration::from_millis(100), "dropping took {:?}", t.elapsed());
 }
 
+/// A server that answers a lookup with what it was not asked, fewer replies than keys or an
+/// object over the size limit: the tier goes off at once, with one warning that says which,
+/// and nothing it sent is taken.
+#[test]
+fn a_server_that_answers_a_lookup_with_what_it_was_not_asked_turns_the_tier_off() {
+    let object = [b"$100\r\n".to_vec(), vec![b'x'; 100], b"\r\n".to_vec()].concat();
+    for (reply, says) in [
+        (b"*1\r\n:5\r\n".to_vec(), "another number of replies"),
+        ([b"*8\r\n".to_vec(), object, b":0\r\n".repeat(7)].concat(), "larger than the 64 bytes this request allows"),
+    ] {
+        let port = fake(move |mut stream, words| {
+            assert!(words[0].eq_ignore_ascii_case(b"EVAL"), "a lookup starts with its script");
+            let _ = stream.write_all(&reply);
+        });
+        let mut s = settings(port, Role::Writer);
+        s.max_object_bytes = 64;
+        let (got, remote) = within(Duration::from_secs(20), move || {
+            let remote = Remote::connect(&s).expect("a fake server is not a misconfiguration");
+            (remote.get_many(TE, &keys()), remote)
+        });
+        assert!(got.iter().all(|f| *f == Fetched::Off), "{got:?}");
+        assert!(!remote.is_on());
+        assert_eq!(remote.stats().errors, 1);
+        let warning = remote.warning().expect("one warning");
+        assert!(warning.contains(says) && warning.contains("off for the rest of this run"), "{warning}");
+    }
+}
+
 #[test]
 fn a_server_that_stalls_after_the_handshake_costs_one_timeout_per_run() {
     let port = fake(|stream, _| {
@@ -139,8 +167,9 @@ fn a_server_that_stalls_after_the_handshake_costs_one_timeout_per_run() {
 fn a_server_that_trickles_a_byte_every_300_ms_costs_one_timeout_per_run() {
     let port = fake(|mut stream, _| {
         // A reply that never ends, one byte at a time: each read gets a byte well within the
-        // reply timeout, so only a deadline for the whole request ends it.
-        let reply = b":1\r\n".repeat(1000);
+        // reply timeout, so only a deadline for the whole request ends it. One array of 1000
+        // numbers, so that a request of one command waits for it as one of 8 commands does.
+        let reply = [b"*1000\r\n".to_vec(), b":1\r\n".repeat(1000)].concat();
         for b in reply {
             if stream.write_all(&[b]).is_err() {
                 return;
@@ -167,7 +196,8 @@ fn a_server_that_announces_a_1_tib_reply_is_not_buffered() {
         }
         std::thread::sleep(Duration::from_secs(30));
     });
-    check(port, "larger than the 1048576 bytes this request allows");
+    // The lookup's first request allows 8 MiB of objects and 1 MiB for the rest of its replies.
+    check(port, "larger than the 9437184 bytes this request allows");
     // What the server could send before the client closed its socket: the client's reply
     // bound plus what the kernel's socket buffers hold, far from the 256 MiB a client that
     // believes the header reads.

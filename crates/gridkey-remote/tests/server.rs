@@ -48,8 +48,8 @@ fn an_uploaded_object_is_a_hit_for_another_client_and_counted() {
     let got = reader.get_many(TE, &[key(1), key(2), key(1)]);
     assert_eq!(got[1], Fetched::Absent);
     assert!(matches!(got[2], Fetched::Hit(_)));
-    // Several keys: one round trip for their sizes, one for the objects within the limit.
-    assert_eq!(reader.stats().round_trips, before + 2);
+    // Several keys, each within the limit: their sizes and objects in one round trip.
+    assert_eq!(reader.stats().round_trips, before + 1);
 }
 
 #[test]
@@ -522,4 +522,49 @@ fn an_acl_user_logs_in_and_no_message_shows_its_password() {
             other => panic!("{userinfo}: {other:?}"),
         }
     }
+}
+
+/// A reader whose ACL user may not run scripts (the README's reader: `+@read +ping +exists`)
+/// looks objects up as one that may, with the sizes asked first; the server's refusal of the
+/// one-round-trip script is neither an error nor a warning, and is not asked again.
+#[test]
+fn a_reader_that_may_not_run_scripts_looks_up_with_sizes_first() {
+    let test = "a_reader_that_may_not_run_scripts_looks_up_with_sizes_first";
+    let Some(_) = common::shared_url(test) else { return };
+    let acl = [
+        "--user", "gkwriter", "on", ">w-pw", "~*", "&*", "+@all", "--user", "gkreader", "on", ">r-pw", "~*", "+@read",
+        "+ping", "+exists", "--user", "default", "off",
+    ];
+    let acl: Vec<String> = acl.iter().map(|a| (*a).to_owned()).collect();
+    let Some(server) = PrivateRedis::start_with(test, |port| {
+        let mut args = vec!["--port".to_owned(), port.to_string()];
+        args.extend(acl.iter().cloned());
+        args
+    }) else {
+        return;
+    };
+    let w = settings(&format!("redis://gkwriter:w-pw@127.0.0.1:{}/", server.port), "acl-read", Role::Writer);
+    let r = gridkey_remote::RemoteSettings {
+        url: format!("redis://gkreader:r-pw@127.0.0.1:{}/", server.port),
+        role: Role::ReadOnly,
+        ..w.clone()
+    };
+    let (writer, reader) = (connect(&w), connect(&r));
+    for n in [60, 61] {
+        assert!(matches!(writer.put(TE, &key(n), &[n; 100]), Stored::Uploaded(_)));
+    }
+    let wanted = [key(60), key(62), key(61)];
+    let expected = vec![Fetched::Hit(vec![60; 100]), Fetched::Absent, Fetched::Hit(vec![61; 100])];
+    // The writer may run scripts: sizes and objects in one round trip.
+    let before = writer.stats().round_trips;
+    assert_eq!(writer.get_many(TE, &wanted), expected);
+    assert_eq!(writer.stats().round_trips, before + 1);
+    // The reader: the refused script, the sizes, the objects; then sizes and objects only.
+    let before = reader.stats().round_trips;
+    assert_eq!(reader.get_many(TE, &wanted), expected);
+    assert_eq!(reader.stats().round_trips, before + 3);
+    assert_eq!(reader.get_many(TE, &wanted), expected);
+    assert_eq!(reader.stats().round_trips, before + 5);
+    assert!(reader.is_on());
+    assert_eq!((reader.stats().errors, reader.warning()), (0, None));
 }
