@@ -494,15 +494,8 @@ fn an_acl_user_logs_in_and_no_message_shows_its_password() {
     let test = "an_acl_user_logs_in_and_no_message_shows_its_password";
     let Some(_) = common::shared_url(test) else { return };
     let password = "pw-Xq7-secret";
-    let acl = ["--user", "gkwriter", "on", &format!(">{password}"), "~*", "&*", "+@all", "--user", "default", "off"];
-    let acl: Vec<String> = acl.iter().map(|a| (*a).to_owned()).collect();
-    let Some(server) = PrivateRedis::start_with(test, |port| {
-        let mut args = vec!["--port".to_owned(), port.to_string()];
-        args.extend(acl.iter().cloned());
-        args
-    }) else {
-        return;
-    };
+    let user = format!(">{password}");
+    let Some(server) = acl_server(test, &["--user", "gkwriter", "on", &user, "~*", "&*", "+@all"]) else { return };
     let at =
         |userinfo: &str| settings(&format!("redis://{userinfo}127.0.0.1:{}/", server.port), "acl-user", Role::Writer);
     let writer = connect(&at(&format!("gkwriter:{password}@")));
@@ -524,25 +517,30 @@ fn an_acl_user_logs_in_and_no_message_shows_its_password() {
     }
 }
 
-/// A reader whose ACL user may not run scripts (the README's reader: `+@read +ping +exists`)
-/// looks objects up as one that may, with the sizes asked first; the server's refusal of the
-/// one-round-trip script is neither an error nor a warning, and is not asked again.
+/// A private server whose users are `users` (`--user` arguments) and no default user; `None`
+/// (the test skips) without a test Redis.
+fn acl_server(test: &str, users: &[&str]) -> Option<PrivateRedis> {
+    let users: Vec<String> = users.iter().map(|a| (*a).to_owned()).collect();
+    PrivateRedis::start_with(test, |port| {
+        let mut args = vec!["--port".to_owned(), port.to_string()];
+        args.extend(users.iter().cloned());
+        args.extend(["--user", "default", "off"].map(str::to_owned));
+        args
+    })
+}
+
+/// A reader whose ACL user may not run scripts (`+@read +ping +exists`, without the `+eval` the
+/// README gives its reader) looks objects up as one that may, with the sizes asked first; the
+/// server's refusal of the one-round-trip script is neither an error nor a warning, and is not
+/// asked again.
 #[test]
 fn a_reader_that_may_not_run_scripts_looks_up_with_sizes_first() {
     let test = "a_reader_that_may_not_run_scripts_looks_up_with_sizes_first";
-    let Some(_) = common::shared_url(test) else { return };
-    let acl = [
+    let users = [
         "--user", "gkwriter", "on", ">w-pw", "~*", "&*", "+@all", "--user", "gkreader", "on", ">r-pw", "~*", "+@read",
-        "+ping", "+exists", "--user", "default", "off",
+        "+ping", "+exists",
     ];
-    let acl: Vec<String> = acl.iter().map(|a| (*a).to_owned()).collect();
-    let Some(server) = PrivateRedis::start_with(test, |port| {
-        let mut args = vec!["--port".to_owned(), port.to_string()];
-        args.extend(acl.iter().cloned());
-        args
-    }) else {
-        return;
-    };
+    let Some(server) = acl_server(test, &users) else { return };
     let w = settings(&format!("redis://gkwriter:w-pw@127.0.0.1:{}/", server.port), "acl-read", Role::Writer);
     let r = gridkey_remote::RemoteSettings {
         url: format!("redis://gkreader:r-pw@127.0.0.1:{}/", server.port),
