@@ -34,13 +34,26 @@ const RELEASE: &str = "local n = 0 for _, k in ipairs(KEYS) do \
 
 /// The size of each object of KEYS and, while ARGV[2] bytes suffice, the object itself when it is
 /// within the size limit ARGV[1]: one reply per key, the object's bytes or its size (0 for no
-/// object), or the error of a name that holds another type. Sizes are known on the server before
-/// any byte is sent, so an object over the limit never travels (ADR 0029).
+/// object), or the error of a name that holds another type. Run with `EVAL_RO` (Redis 7), so it
+/// can write nothing. Sizes are known on the server before any byte is sent, so an object over
+/// the limit never travels (ADR 0029, ADR 0055).
 const LOOK_UP: &str = "local max, budget, out = tonumber(ARGV[1]), tonumber(ARGV[2]), {} \
     for i, k in ipairs(KEYS) do local n = redis.pcall('STRLEN', k) \
     if type(n) == 'table' then out[i] = n \
     elseif n > 0 and n <= max and n <= budget then budget = budget - n out[i] = redis.call('GET', k) \
     else out[i] = n end end return out";
+
+/// Whether an error answered to [`LOOK_UP`] says that this client will never run it here: its
+/// ACL user may not (`NOPERM`), the server has no `EVAL_RO` (`ERR unknown command`, Redis
+/// before 7), or its keys are not in one slot (`CROSSSLOT`, Redis Cluster). Anything else (a
+/// server busy with another script, loading, out of memory) holds for this request only.
+fn refuses_scripts(e: &redis::ServerError) -> bool {
+    match e.code() {
+        "NOPERM" | "CROSSSLOT" => true,
+        "ERR" => e.details().is_some_and(|d| d.trim_start().to_ascii_lowercase().starts_with("unknown command")),
+        _ => false,
+    }
+}
 
 /// Longest pause between two looks at a lease that is waited on.
 const MAX_POLL: Duration = Duration::from_millis(100);
@@ -52,7 +65,8 @@ const BATCH_BYTES: u64 = 64 << 20;
 
 /// Most object bytes the first request of a lookup brings with the sizes ([`LOOK_UP`]): the
 /// translation entries and built artifacts of many programs, while a server that lies about
-/// what it holds can make the client read no more than this before it is off (ADR 0029).
+/// what it holds can make the client read no more than this, and ADR 0029's 1 MiB for the
+/// rest of the reply, before it is off (ADR 0055).
 const FIRST_BATCH_BYTES: u64 = 8 << 20;
 
 /// A 16-byte key an object answers: a translation key, or a built artifact's remote key.
@@ -191,7 +205,7 @@ struct Shared {
     /// Redis names of the leases this client holds.
     leases: Mutex<BTreeSet<String>>,
     /// Whether a lookup asks for sizes and objects in one round trip ([`LOOK_UP`]); off once
-    /// the server refused the script (an ACL user without `EVAL`, scripting disabled).
+    /// the server refused the script ([`refuses_scripts`]), for the rest of this client.
     script_lookup: AtomicBool,
 }
 
@@ -293,8 +307,9 @@ fn open_target(
 /// not Redis) turns the tier off for the rest of the run, ends the requests in flight on the
 /// other connection, and records one warning ([`Remote::warning`]); every later call answers
 /// `Off` at once, so a dead, stalled, trickling or lying server costs at most one timeout per
-/// run. Leases are renewed by a heartbeat thread on a second connection, within the same rule,
-/// and released when the client is dropped.
+/// run. One error reply does not: the lookup script's, which sends that lookup's sizes first
+/// instead (ADR 0055). Leases are renewed by a heartbeat thread on a second connection, within
+/// the same rule, and released when the client is dropped.
 pub struct Remote {
     shared: Arc<Shared>,
     trust: Trust,
@@ -485,10 +500,13 @@ impl Remote {
     }
 
     /// The size of each object of `names` (or why it has none that can be read) and the objects
-    /// within `max` bytes that fit in `budget` bytes together, in one round trip ([`LOOK_UP`]);
-    /// where the server refuses the script, the sizes alone (`STRLEN`), and no object. `None`
-    /// when the tier went off: the request failed, or the server answered what it was not
-    /// asked (another number of replies, an object larger than its limit).
+    /// within `max` bytes that fit in `budget` bytes together, in one round trip ([`LOOK_UP`],
+    /// run read-only with `EVAL_RO`). Where the server answers the script with an error, the
+    /// sizes alone (`STRLEN`) in a second round trip, and no object; after a refusal
+    /// ([`refuses_scripts`]: this user may not run it, the server has no `EVAL_RO`) this client
+    /// asks the sizes alone from then on. `None` when the tier went off: the request failed, or
+    /// the server answered what it was not asked (another number of replies, an object over
+    /// the size limit, more object bytes than `budget`, an object where a size was asked for).
     #[allow(clippy::type_complexity)]
     fn sizes(
         &self,
@@ -505,13 +523,15 @@ impl Remote {
         };
         let replies = if self.shared.script_lookup.load(Ordering::Relaxed) {
             let mut pipe = redis::pipe();
-            pipe.cmd("EVAL").arg(LOOK_UP).arg(names.len()).arg(names).arg(max).arg(budget);
+            pipe.cmd("EVAL_RO").arg(LOOK_UP).arg(names.len()).arg(names).arg(max).arg(budget);
             match self.request(what, &pipe, budget, deadline)?.pop() {
                 Some(Value::Array(replies)) if replies.len() == names.len() => Some(replies),
                 Some(Value::Array(_)) => return lying("the lookup script answered another number of replies"),
-                // Refused (no `EVAL` for this user, scripting disabled): sizes first, as below.
-                Some(Value::ServerError(_)) => {
-                    self.shared.script_lookup.store(false, Ordering::Relaxed);
+                // Not run (refused, or a server busy or loading): sizes first, as below.
+                Some(Value::ServerError(e)) => {
+                    if refuses_scripts(&e) {
+                        self.shared.script_lookup.store(false, Ordering::Relaxed);
+                    }
                     None
                 }
                 _ => return lying("the lookup script answered something else than one reply per key"),
@@ -519,6 +539,7 @@ impl Remote {
         } else {
             None
         };
+        let scripted = replies.is_some();
         let replies = match replies {
             Some(replies) => replies,
             None => {
@@ -530,17 +551,22 @@ impl Remote {
             }
         };
         let mut sized: Vec<Result<u64, Reject>> = Vec::with_capacity(names.len());
+        let mut brought = 0u64;
         for (reply, body) in replies.into_iter().zip(&mut bodies) {
             sized.push(match reply {
                 Value::Int(n) => match u64::try_from(n) {
                     Ok(n) => Ok(n),
                     Err(_) => return lying("STRLEN answered a negative size"),
                 },
+                Value::BulkString(_) if !scripted => return lying("STRLEN answered an object, not a size"),
                 Value::BulkString(bytes) => {
                     let len = bytes.len() as u64;
                     if len > max {
-                        self.fail(what, &Failure::Oversize { allowed: max });
-                        return None;
+                        return lying("the lookup script answered an object over the size limit");
+                    }
+                    brought = brought.saturating_add(len);
+                    if brought > budget {
+                        return lying("the lookup script answered more object bytes than it was allowed");
                     }
                     *body = Some(Value::BulkString(bytes));
                     Ok(len)
@@ -554,10 +580,11 @@ impl Remote {
 
     /// Looks up the objects of `kind` answering `keys` and checks each ([`object::decode`])
     /// before it is returned: one round trip asks for their sizes and brings the objects within
-    /// the size limit, at most 64 MiB of them ([`LOOK_UP`]); further round trips fetch the rest
+    /// the size limit, at most 8 MiB of them ([`LOOK_UP`]); further round trips fetch the rest
     /// (`GETRANGE` up to the size each had), at most 64 MiB per round trip; an object over the
-    /// limit is never downloaded (ADR 0029). A server that refuses the script (a Redis ACL
-    /// user without `EVAL`) is asked for the sizes alone first (`STRLEN`).
+    /// limit is never downloaded (ADR 0029, ADR 0055). A server that refuses the script (a
+    /// Redis ACL user without `EVAL_RO`, a Redis before 7) is asked for the sizes alone first
+    /// (`STRLEN`).
     /// All of it within one timeout. A reply larger than the size asked for turns the tier off.
     /// Counts hits, misses, rejects and bytes.
     pub fn get_many(&self, kind: Kind, keys: &[ObjectKey]) -> Vec<Fetched> {
@@ -587,10 +614,10 @@ impl Remote {
             let (mut n, mut asked) = (0, 0u64);
             for &i in rest {
                 let len = *sized[i].as_ref().unwrap_or(&0);
-                if n > 0 && asked + len > batch_bytes {
+                if n > 0 && asked.saturating_add(len) > batch_bytes {
                     break;
                 }
-                asked += len;
+                asked = asked.saturating_add(len);
                 n += 1;
             }
             let (batch, later) = rest.split_at(n);

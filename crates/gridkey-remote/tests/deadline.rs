@@ -132,10 +132,10 @@ fn a_server_that_answers_a_lookup_with_what_it_was_not_asked_turns_the_tier_off(
     let object = [b"$100\r\n".to_vec(), vec![b'x'; 100], b"\r\n".to_vec()].concat();
     for (reply, says) in [
         (b"*1\r\n:5\r\n".to_vec(), "another number of replies"),
-        ([b"*8\r\n".to_vec(), object, b":0\r\n".repeat(7)].concat(), "larger than the 64 bytes this request allows"),
+        ([b"*8\r\n".to_vec(), object, b":0\r\n".repeat(7)].concat(), "an object over the size limit"),
     ] {
         let port = fake(move |mut stream, words| {
-            assert!(words[0].eq_ignore_ascii_case(b"EVAL"), "a lookup starts with its script");
+            assert!(words[0].eq_ignore_ascii_case(b"EVAL_RO"), "a lookup starts with its script");
             let _ = stream.write_all(&reply);
         });
         let mut s = settings(port, Role::Writer);
@@ -150,6 +150,55 @@ fn a_server_that_answers_a_lookup_with_what_it_was_not_asked_turns_the_tier_off(
         let warning = remote.warning().expect("one warning");
         assert!(warning.contains(says) && warning.contains("off for the rest of this run"), "{warning}");
     }
+}
+
+/// The next `n` commands of a client (one pipelined request), read off `r`.
+fn commands(r: &mut BufReader<TcpStream>, n: usize) -> Vec<Vec<Vec<u8>>> {
+    (0..n).map_while(|_| command(r)).collect()
+}
+
+/// A server busy with another script answers the lookup script with `BUSY`: that lookup asks
+/// the sizes, no error, no warning, and the next lookup tries the script again. A server that
+/// refuses it (`NOPERM`) is asked the sizes from then on, and one that answers a size with an
+/// object is a lie: the tier goes off.
+#[test]
+fn a_lookup_script_not_run_asks_the_sizes_and_only_a_refusal_stops_it() {
+    const N: usize = 8;
+    let zeros = |n: usize| b":0\r\n".repeat(n);
+    let port = fake(move |stream, first| {
+        let mut r = BufReader::new(stream.try_clone().unwrap());
+        let mut w = stream;
+        // Lookup 1: BUSY, then 8 STRLEN; lookup 2: the script again, answered.
+        assert_eq!(first[0], b"EVAL_RO");
+        let _ = w.write_all(b"-BUSY Redis is busy running a script\r\n");
+        let sizes = commands(&mut r, N);
+        assert!(sizes.iter().all(|c| c[0] == b"STRLEN"), "the sizes alone after BUSY");
+        let _ = w.write_all(&zeros(N));
+        assert_eq!(command(&mut r).unwrap()[0], b"EVAL_RO", "the script again after BUSY");
+        let _ = w.write_all(&[format!("*{N}\r\n").into_bytes(), zeros(N)].concat());
+        // Lookup 3: NOPERM, then STRLEN; lookup 4: STRLEN at once, answered with an object.
+        assert_eq!(command(&mut r).unwrap()[0], b"EVAL_RO");
+        let _ = w.write_all(b"-NOPERM this user has no permissions to run the 'eval_ro' command\r\n");
+        let _ = commands(&mut r, N);
+        let _ = w.write_all(&zeros(N));
+        let sizes = commands(&mut r, N);
+        assert!(sizes.iter().all(|c| c[0] == b"STRLEN"), "no script after NOPERM");
+        let _ = w.write_all(&[b"$1\r\nx\r\n".to_vec(), zeros(N - 1)].concat());
+        let mut sink = [0u8; 4096];
+        while matches!(r.read(&mut sink), Ok(n) if n > 0) {}
+    });
+    let s = settings(port, Role::Writer);
+    let remote = within(Duration::from_secs(20), move || Remote::connect(&s).expect("not a misconfiguration"));
+    for (lookup, round_trips) in [(1, 2), (2, 1), (3, 2)] {
+        let before = remote.stats().round_trips;
+        assert_eq!(remote.get_many(TE, &keys()), vec![Fetched::Absent; N], "lookup {lookup}");
+        assert_eq!(remote.stats().round_trips - before, round_trips, "lookup {lookup}");
+        assert!(remote.is_on() && remote.warning().is_none(), "lookup {lookup}");
+    }
+    assert_eq!(remote.stats().errors, 0);
+    assert_eq!(remote.get_many(TE, &keys()), vec![Fetched::Off; N]);
+    let warning = remote.warning().expect("one warning");
+    assert!(warning.contains("STRLEN answered an object, not a size"), "{warning}");
 }
 
 #[test]

@@ -427,6 +427,26 @@ fn oversize_objects_are_sized_and_never_sent() {
     assert!(small.is_on());
 }
 
+/// The lookup script brings objects until its 8 MiB budget is spent and sizes the rest, which
+/// follow in one more round trip: three objects of 3 MiB are two round trips, all three hits.
+#[test]
+fn objects_past_the_first_budget_follow_in_one_more_round_trip() {
+    let Some(url) = common::shared_url("objects_past_the_first_budget_follow_in_one_more_round_trip") else { return };
+    let mut s = settings(&url, "budget", Role::Writer);
+    s.max_object_bytes = 4 << 20;
+    let remote = connect(&s);
+    let keys: Vec<[u8; 16]> = (70..73).map(key).collect();
+    for (n, k) in keys.iter().enumerate() {
+        assert!(matches!(remote.put(KL, k, &vec![n as u8; 3 << 20]), Stored::Uploaded(_)));
+    }
+    let before = remote.stats().round_trips;
+    let got = remote.get_many(KL, &keys);
+    assert_eq!(remote.stats().round_trips, before + 2);
+    for (n, g) in got.iter().enumerate() {
+        assert_eq!(*g, Fetched::Hit(vec![n as u8; 3 << 20]), "object {n}");
+    }
+}
+
 #[test]
 fn a_server_stopped_mid_run_costs_one_timeout_with_the_heartbeat_in_flight() {
     let test = "a_server_stopped_mid_run_costs_one_timeout_with_the_heartbeat_in_flight";
@@ -529,8 +549,8 @@ fn acl_server(test: &str, users: &[&str]) -> Option<PrivateRedis> {
     })
 }
 
-/// A reader whose ACL user may not run scripts (`+@read +ping +exists`, without the `+eval` the
-/// README gives its reader) looks objects up as one that may, with the sizes asked first; the
+/// A reader whose ACL user may not run scripts (`+@read +ping +exists`, without the `+eval_ro`
+/// the README gives its reader) looks objects up as one that may, with the sizes asked first; the
 /// server's refusal of the one-round-trip script is neither an error nor a warning, and is not
 /// asked again.
 #[test]
