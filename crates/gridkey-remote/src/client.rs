@@ -580,7 +580,7 @@ impl Remote {
 
     /// Looks up the objects of `kind` answering `keys` and checks each ([`object::decode`])
     /// before it is returned: one round trip asks for their sizes and brings the objects within
-    /// the size limit, at most 8 MiB of them ([`LOOK_UP`]); further round trips fetch the rest
+    /// the size limit, at most 8 MiB of them (a read-only script); further round trips fetch the rest
     /// (`GETRANGE` up to the size each had), at most 64 MiB per round trip; an object over the
     /// limit is never downloaded (ADR 0029, ADR 0055). A server that refuses the script (a
     /// Redis ACL user without `EVAL_RO`, a Redis before 7) is asked for the sizes alone first
