@@ -1,7 +1,9 @@
 //! One deadline per request and per run (ADR 0029) against fake servers on loopback: one that
 //! stalls after the handshake, one that trickles a byte at a time, one that announces a 1 TiB
 //! reply, and an HTTP server. Each costs at most one reply timeout for a whole run of requests,
-//! then the tier is off with one warning that says what happened. These need no Redis server.
+//! then the tier is off with one warning that says what happened. Also the lookup script's
+//! fakes (ADR 0055): one that answers it with what it was not asked (the tier off), and one that
+//! does not run it (`BUSY`, `NOPERM`: the sizes asked first). These need no Redis server.
 
 use crate::common;
 
