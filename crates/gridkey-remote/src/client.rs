@@ -32,6 +32,11 @@ const RENEW: &str = "local n = 0 for _, k in ipairs(KEYS) do \
 const RELEASE: &str = "local n = 0 for _, k in ipairs(KEYS) do \
     if redis.call('GET', k) == ARGV[1] then redis.call('DEL', k) n = n + 1 end end return n";
 
+/// What [`Remote::sizes`] learnt of the objects of one lookup, in the order of their names: the
+/// size in bytes of each (or why it has none that can be read), and the object itself where the
+/// lookup script sent it in the same reply (within the size limit and the reply's budget).
+type LookedUp = (Vec<Result<u64, Reject>>, Vec<Option<Value>>);
+
 /// The size of each object of KEYS and, while ARGV[2] bytes suffice, the object itself when it is
 /// within the size limit ARGV[1]: one reply per key, the object's bytes or its size (0 for no
 /// object), or the error of a name that holds another type. Run with `EVAL_RO` (Redis 7), so it
@@ -507,15 +512,7 @@ impl Remote {
     /// asks the sizes alone from then on. `None` when the tier went off: the request failed, or
     /// the server answered what it was not asked (another number of replies, an object over
     /// the size limit, more object bytes than `budget`, an object where a size was asked for).
-    #[allow(clippy::type_complexity)]
-    fn sizes(
-        &self,
-        what: &str,
-        names: &[String],
-        max: u64,
-        budget: u64,
-        deadline: Instant,
-    ) -> Option<(Vec<Result<u64, Reject>>, Vec<Option<Value>>)> {
+    fn sizes(&self, what: &str, names: &[String], max: u64, budget: u64, deadline: Instant) -> Option<LookedUp> {
         let mut bodies: Vec<Option<Value>> = vec![None; names.len()];
         let lying = |reason: &'static str| {
             self.fail(what, &Failure::Reply(RedisError::from((redis::ErrorKind::UnexpectedReturnType, reason))));
