@@ -261,7 +261,12 @@ impl Shared {
 /// the URL, which may hold a password.
 fn url_problem(url: &str, e: &redis::RedisError) -> String {
     match url.split_once("://") {
-        None => "it has no scheme".to_owned(),
+        None => match url.split_once(':') {
+            Some((scheme, _)) if scheme == "redis" || scheme == "rediss" => {
+                format!("its scheme `{scheme}:` is not followed by `//`")
+            }
+            _ => "it has no scheme".to_owned(),
+        },
         Some((scheme, _)) if scheme != "redis" && scheme != "rediss" => {
             format!("its scheme is `{scheme}`, not `redis` or `rediss`")
         }

@@ -254,17 +254,40 @@ fn seconds(var: &'static str, value: &str) -> Result<Duration, SettingsError> {
         .ok_or_else(|| bad(var, value, "a positive number of seconds, e.g. 0.5"))
 }
 
-/// `url` with the password of its user-info part replaced by `***`.
+/// `url` with the password of its user-info part replaced by `***`, and the value of any query
+/// parameter whose name holds `pass` (`redis+unix:///run/redis.sock?pass=...`), for messages.
+///
+/// Made for any string, a malformed URL included, since that is when a message quotes it: the
+/// user-info part is everything between the scheme (with the slashes written after it, as many as
+/// there are: `redis://`, `redis:/`, none) and the *last* `@`, since a password written unencoded
+/// may hold `/`, `?`, `#`, `:` or `@`, and a host never holds `@`. A user name is kept where it is
+/// plain (no `/`, `?` or `#` in it); anything else before the `@` becomes `***`.
 pub fn redact(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else { return url.to_owned() };
-    let authority_end = rest.find('/').unwrap_or(rest.len());
-    match rest[..authority_end].rfind('@') {
+    let scheme_end = url
+        .find(':')
+        .filter(|&i| i > 0 && url[..i].bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'.' | b'-')))
+        .map_or(0, |i| i + 1);
+    let slashes = url[scheme_end..].bytes().take_while(|&b| b == b'/').count();
+    let (head, rest) = url.split_at(scheme_end + slashes);
+    let (userinfo, after) = match rest.rfind('@') {
         Some(at) => {
-            let userinfo = &rest[..at];
-            let user = userinfo.split_once(':').map_or("", |(u, _)| u);
-            let shown = if userinfo.contains(':') { format!("{user}:***") } else { "***".to_owned() };
-            format!("{scheme}://{shown}{}", &rest[at..])
+            let user = rest[..at].split_once(':').map(|(user, _)| user).filter(|user| !user.contains(['/', '?', '#']));
+            (user.map_or_else(|| "***".to_owned(), |user| format!("{user}:***")) + "@", &rest[at + 1..])
         }
-        None => url.to_owned(),
-    }
+        None => (String::new(), rest),
+    };
+    let after = match after.split_once('?') {
+        Some((path, query)) => {
+            let params: Vec<String> = query
+                .split('&')
+                .map(|param| match param.split_once('=') {
+                    Some((name, _)) if name.to_ascii_lowercase().contains("pass") => format!("{name}=***"),
+                    _ => param.to_owned(),
+                })
+                .collect();
+            format!("{path}?{}", params.join("&"))
+        }
+        None => after.to_owned(),
+    };
+    format!("{head}{userinfo}{after}")
 }

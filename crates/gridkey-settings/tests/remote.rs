@@ -103,6 +103,32 @@ fn passwords_are_hidden_in_every_url_form() {
     assert_eq!(shown("redis://user:secret@host/"), "redis://user:***@host/");
     assert_eq!(shown("redis://secret@host/"), "redis://***@host/");
     assert_eq!(shown("redis+unix:///run/redis.sock"), "redis+unix:///run/redis.sock");
+    // Unencoded passwords holding what ends an authority, and URLs that do not parse: what a
+    // message quotes when the URL cannot be used.
+    assert_eq!(shown("redis://reader:Zq8/x+Tk3w==@127.0.0.1:7400/"), "redis://reader:***@127.0.0.1:7400/");
+    assert_eq!(shown("redis://reader:a?b#c@d@host:1/"), "redis://reader:***@host:1/");
+    assert_eq!(shown("redis:/reader:R-s3cret@host/"), "redis:/reader:***@host/");
+    assert_eq!(shown("redis//writer:W-s3cret@host/"), "***@host/");
+    assert_eq!(shown("reader:R-s3cret@host"), "reader:***@host");
+    assert_eq!(shown("redis+unix:///run/redis.sock?db=1&pass=s3cret"), "redis+unix:///run/redis.sock?db=1&pass=***");
+}
+
+proptest::proptest! {
+    /// Whatever a user writes as a password (every printable character, `/`, `?`, `#`, `:` and
+    /// `@` included) and whatever is wrong with the URL around it, the password is not shown.
+    #[test]
+    fn no_password_is_ever_shown(
+        password in "[!-~]{6,24}",
+        prefix in proptest::sample::select(vec!["redis://", "rediss://", "redis:/", "redis//", "redis:", "", "http://"]),
+        user in proptest::sample::select(vec!["", "reader", "gk-writer"]),
+        tail in proptest::sample::select(vec!["127.0.0.1:6379/", "host", "[::1]:1/2", "host:1/0?protocol=resp3"]),
+    ) {
+        // A password is at least as long as this, so it cannot hide inside the rest of the URL.
+        proptest::prop_assume!(!format!("{prefix}{user}{tail}").contains(&password));
+        let url = format!("{prefix}{user}:{password}@{tail}");
+        let shown = RemoteSettings::new(&url).shown_url();
+        proptest::prop_assert!(!shown.contains(&password), "{url} shown as {shown}");
+    }
 }
 
 #[test]

@@ -266,6 +266,11 @@ fn a_remote_url_it_cannot_use_is_the_one_thing_said() {
         ("http://localhost:6379", "its scheme is `http`, not `redis` or `rediss`"),
         ("localhost:6379", "it has no scheme"),
         ("redis://:s3cret@localhost:notaport/", "it does not parse as a Redis URL"),
+        // Unencoded passwords and a scheme without its slashes: the message quotes the URL with
+        // the password hidden, whatever the password holds.
+        ("redis://reader:Zq8/s3cret==@localhost:notaport/", "it does not parse as a Redis URL"),
+        ("redis:/reader:s3cret@localhost:6379/", "its scheme `redis:` is not followed by `//`"),
+        ("redis//writer:s3cret@localhost:6379/", "it has no scheme"),
     ] {
         let out = gridkey(&["run", "--cache-dir", c, "--remote", url], &[]);
         let (_, stderr) = text(&out);
