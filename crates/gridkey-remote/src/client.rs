@@ -42,22 +42,40 @@ type LookedUp = (Vec<Result<u64, Reject>>, Vec<Option<Value>>);
 /// object), or the error of a name that holds another type. Run with `EVAL_RO` (Redis 7), so it
 /// can write nothing. Sizes are known on the server before any byte is sent, so an object over
 /// the limit never travels (ADR 0029, ADR 0055).
+///
+/// It runs the commands a lookup without it runs (`STRLEN`, then `GETRANGE` of the whole
+/// object), so that an ACL user allowed those and `EVAL_RO` may run it.
 const LOOK_UP: &str = "local max, budget, out = tonumber(ARGV[1]), tonumber(ARGV[2]), {} \
     for i, k in ipairs(KEYS) do local n = redis.pcall('STRLEN', k) \
     if type(n) == 'table' then out[i] = n \
-    elseif n > 0 and n <= max and n <= budget then budget = budget - n out[i] = redis.call('GET', k) \
+    elseif n > 0 and n <= max and n <= budget then budget = budget - n out[i] = redis.call('GETRANGE', k, 0, n - 1) \
     else out[i] = n end end return out";
 
 /// Whether an error answered to [`LOOK_UP`] says that this client will never run it here: its
-/// ACL user may not (`NOPERM`), the server has no `EVAL_RO` (`ERR unknown command`, Redis
-/// before 7), or its keys are not in one slot (`CROSSSLOT`, Redis Cluster). Anything else (a
-/// server busy with another script, loading, out of memory) holds for this request only.
+/// ACL user may not (`NOPERM`; `ERR The user executing the script can't run this command`,
+/// Redis 7.0's answer when the script's own commands are not allowed), the server has no
+/// `EVAL_RO` (`ERR unknown command`, Redis before 7), or its keys are not in one slot
+/// (`CROSSSLOT`, Redis Cluster). Anything else (a server busy with another script, loading, out
+/// of memory) holds for this request only.
 fn refuses_scripts(e: &redis::ServerError) -> bool {
     match e.code() {
         "NOPERM" | "CROSSSLOT" => true,
-        "ERR" => e.details().is_some_and(|d| d.trim_start().to_ascii_lowercase().starts_with("unknown command")),
+        "ERR" => e.details().is_some_and(|d| {
+            let d = d.trim_start().to_ascii_lowercase();
+            d.starts_with("unknown command") || d.contains("can't run this command")
+        }),
         _ => false,
     }
+}
+
+/// Whether an error answered for one object of a lookup concerns that object alone: its name
+/// holds another type than a string (`WRONGTYPE`), so it is rejected as an object that cannot be
+/// read. Every other error (the user may not read the name, the cluster does not serve its slot,
+/// the server is busy, loading or has lost its master) says that the server cannot answer
+/// lookups now: the tier goes off with it as the warning, instead of counting good objects as
+/// rejected.
+fn concerns_the_object(e: &redis::ServerError) -> bool {
+    e.code() == "WRONGTYPE"
 }
 
 /// Longest pause between two looks at a lease that is waited on.
@@ -520,7 +538,7 @@ impl Remote {
     fn sizes(&self, what: &str, names: &[String], max: u64, budget: u64, deadline: Instant) -> Option<LookedUp> {
         let mut bodies: Vec<Option<Value>> = vec![None; names.len()];
         let lying = |reason: &'static str| {
-            self.fail(what, &Failure::Reply(RedisError::from((redis::ErrorKind::UnexpectedReturnType, reason))));
+            self.fail(what, &Failure::Lie(reason));
             None
         };
         let replies = if self.shared.script_lookup.load(Ordering::Relaxed) {
@@ -528,7 +546,7 @@ impl Remote {
             pipe.cmd("EVAL_RO").arg(LOOK_UP).arg(names.len()).arg(names).arg(max).arg(budget);
             match self.request(what, &pipe, budget, deadline)?.pop() {
                 Some(Value::Array(replies)) if replies.len() == names.len() => Some(replies),
-                Some(Value::Array(_)) => return lying("the lookup script answered another number of replies"),
+                Some(Value::Array(_)) => return lying("the lookup script with another number of replies than keys"),
                 // Not run (refused, or a server busy or loading): sizes first, as below.
                 Some(Value::ServerError(e)) => {
                     if refuses_scripts(&e) {
@@ -536,7 +554,7 @@ impl Remote {
                     }
                     None
                 }
-                _ => return lying("the lookup script answered something else than one reply per key"),
+                _ => return lying("the lookup script with something else than one reply per key"),
             }
         } else {
             None
@@ -558,23 +576,31 @@ impl Remote {
             sized.push(match reply {
                 Value::Int(n) => match u64::try_from(n) {
                     Ok(n) => Ok(n),
-                    Err(_) => return lying("STRLEN answered a negative size"),
+                    Err(_) if scripted => return lying("the lookup script with a negative size"),
+                    Err(_) => return lying("STRLEN with a negative size"),
                 },
-                Value::BulkString(_) if !scripted => return lying("STRLEN answered an object, not a size"),
+                Value::BulkString(_) if !scripted => return lying("STRLEN with an object, not a size"),
                 Value::BulkString(bytes) => {
                     let len = bytes.len() as u64;
                     if len > max {
-                        return lying("the lookup script answered an object over the size limit");
+                        return lying("the lookup script with an object over the size limit");
                     }
                     brought = brought.saturating_add(len);
                     if brought > budget {
-                        return lying("the lookup script answered more object bytes than it was allowed");
+                        return lying("the lookup script with more object bytes than it was allowed");
                     }
                     *body = Some(Value::BulkString(bytes));
                     Ok(len)
                 }
-                Value::ServerError(e) => Err(Reject::Unreadable { reason: RedisError::from(e).to_string() }),
-                other => Err(Reject::Unreadable { reason: format!("unexpected reply {other:?}") }),
+                Value::ServerError(e) if concerns_the_object(&e) => {
+                    Err(Reject::Unreadable { reason: RedisError::from(e).to_string() })
+                }
+                Value::ServerError(e) => {
+                    self.fail(what, &Failure::Reply(RedisError::from(e)));
+                    return None;
+                }
+                _ if scripted => return lying("the lookup script with something else than a size or an object"),
+                _ => return lying("STRLEN with something else than a size"),
             });
         }
         Some((sized, bodies))
@@ -632,9 +658,19 @@ impl Remote {
             let Some(replies) = self.request(what, &pipe, asked, deadline) else { return off() };
             for (&i, reply) in batch.iter().zip(replies) {
                 let len = *sized[i].as_ref().unwrap_or(&0);
-                if let Value::BulkString(bytes) = &reply {
-                    if bytes.len() as u64 > len {
+                match &reply {
+                    Value::BulkString(bytes) if bytes.len() as u64 > len => {
                         self.fail(what, &Failure::Oversize { allowed: len });
+                        return off();
+                    }
+                    Value::BulkString(_) => {}
+                    Value::ServerError(e) if concerns_the_object(e) => {}
+                    Value::ServerError(e) => {
+                        self.fail(what, &Failure::Reply(RedisError::from(e.clone())));
+                        return off();
+                    }
+                    _ => {
+                        self.fail(what, &Failure::Lie("GETRANGE with something else than an object"));
                         return off();
                     }
                 }

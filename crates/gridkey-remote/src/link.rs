@@ -39,6 +39,13 @@ const REPLY_SLACK_BYTES: u64 = 1 << 20;
 /// First bytes of a request's replies, kept to name a peer that is not Redis.
 const FIRST_BYTES: usize = 64;
 
+/// Values a request's replies may hold beyond four per argument of its commands (a lookup
+/// script's reply holds one per key it was given): room for a `SCAN` page of 1000 names and the
+/// counters' hash. The `redis` crate's parser makes a [`Value`] of tens of bytes of every value,
+/// however few bytes it took on the wire (`_\r\n` is three), so a bound on bytes alone lets a
+/// lying server make the client hold twenty times what it sent (ADR 0056).
+const REPLY_SLACK_VALUES: u64 = 1 << 16;
+
 /// Why a request got no usable reply.
 #[derive(Debug)]
 pub(crate) enum Failure {
@@ -50,6 +57,12 @@ pub(crate) enum Failure {
     /// The replies were larger than what was asked for (a lying or broken server).
     Oversize {
         /// Bytes the request allowed.
+        allowed: u64,
+    },
+    /// The replies held more values than the request can be answered with (a lying or broken
+    /// server, ADR 0056).
+    TooManyValues {
+        /// Values the request allowed.
         allowed: u64,
     },
     /// What answered does not speak the Redis protocol.
@@ -75,6 +88,8 @@ pub(crate) enum Failure {
     Io(io::Error),
     /// The server answered with an error or with a reply of another type than the command's.
     Reply(RedisError),
+    /// The server answered what it was not asked, in words for the warning (ADR 0055).
+    Lie(&'static str),
 }
 
 impl std::fmt::Display for Failure {
@@ -89,6 +104,10 @@ impl std::fmt::Display for Failure {
                     "the replies were larger than the {allowed} bytes this request allows (a lying or broken server)"
                 )
             }
+            Failure::TooManyValues { allowed } => write!(
+                f,
+                "the replies held more than the {allowed} values this request can be answered with (a lying or broken server)"
+            ),
             Failure::NotRedis { answered } => write!(f, "the server answered `{answered}`, not Redis"),
             Failure::Handshake { after } => write!(
                 f,
@@ -98,6 +117,7 @@ impl std::fmt::Display for Failure {
             Failure::Tls { reason, .. } => write!(f, "TLS handshake failed: {reason}"),
             Failure::Io(e) => write!(f, "{e}"),
             Failure::Reply(e) => write!(f, "{e}"),
+            Failure::Lie(what) => write!(f, "the server answered {what} (a lying or broken server)"),
         }
     }
 }
@@ -408,6 +428,66 @@ impl Sockets {
 enum Stop {
     Deadline,
     Oversize,
+    TooManyValues,
+}
+
+/// Where [`Values`] is in the replies' bytes.
+#[derive(Clone, Copy)]
+enum Scan {
+    /// At the type byte of the next value.
+    Type,
+    /// In a value's first line; for a blob (`$`, `=`, `!`), its length so far (`None` once it
+    /// is no length: `-1`, a null blob, or bytes that are not the protocol, which the parser
+    /// rejects).
+    Line { blob: bool, len: Option<u64> },
+    /// In a blob's payload and its closing `\r\n`: the bytes left.
+    Payload { left: u64 },
+}
+
+/// Counts the values of RESP replies as their bytes pass, without building them: every type
+/// byte starts one (an aggregate and each of its elements alike), a blob's payload is skipped by
+/// its length (ADR 0056). Bytes that are not the protocol are the parser's to reject; they can
+/// only make the count larger.
+struct Values {
+    scan: Scan,
+    seen: u64,
+}
+
+impl Values {
+    fn new() -> Values {
+        Values { scan: Scan::Type, seen: 0 }
+    }
+
+    /// Counts the values that begin in `bytes` (the next bytes of the replies).
+    fn feed(&mut self, mut bytes: &[u8]) {
+        while let Some((&b, rest)) = bytes.split_first() {
+            match self.scan {
+                Scan::Type => {
+                    self.seen += 1;
+                    self.scan = Scan::Line { blob: matches!(b, b'$' | b'=' | b'!'), len: Some(0) };
+                    bytes = rest;
+                }
+                Scan::Line { blob, len } => {
+                    self.scan = match (b, len) {
+                        (b'\n', Some(n)) if blob => Scan::Payload { left: n.saturating_add(2) },
+                        (b'\n', _) => Scan::Type,
+                        (b'\r', _) => Scan::Line { blob, len },
+                        (b'0'..=b'9', Some(n)) => {
+                            Scan::Line { blob, len: n.checked_mul(10).and_then(|n| n.checked_add(u64::from(b - b'0'))) }
+                        }
+                        _ => Scan::Line { blob, len: None },
+                    };
+                    bytes = rest;
+                }
+                Scan::Payload { left } => {
+                    let take = usize::try_from(left).unwrap_or(usize::MAX).min(bytes.len());
+                    let left = left - take as u64;
+                    self.scan = if left == 0 { Scan::Type } else { Scan::Payload { left } };
+                    bytes = &bytes[take..];
+                }
+            }
+        }
+    }
 }
 
 /// The socket as the parser reads it during one request.
@@ -415,6 +495,8 @@ struct Bounded<'a> {
     stream: &'a mut Stream,
     deadline: Instant,
     left: u64,
+    values: Values,
+    values_allowed: u64,
     first: &'a mut Vec<u8>,
     stop: Option<Stop>,
 }
@@ -438,6 +520,11 @@ impl Read for Bounded<'_> {
             self.first.extend_from_slice(&buf[..take]);
         }
         self.left -= n as u64;
+        self.values.feed(&buf[..n]);
+        if self.values.seen > self.values_allowed {
+            self.stop = Some(Stop::TooManyValues);
+            return Err(io::Error::other("replies of more values than asked for"));
+        }
         Ok(n)
     }
 }
@@ -551,8 +638,17 @@ impl Link {
             }
         }
         let allowed = asked.saturating_add(REPLY_SLACK_BYTES);
-        let mut reader =
-            Bounded { stream: &mut self.stream, deadline, left: allowed, first: &mut self.first, stop: None };
+        let arguments: usize = pipe.cmd_iter().map(|cmd| cmd.args_iter().count()).sum();
+        let values_allowed = (arguments as u64).saturating_mul(4).saturating_add(REPLY_SLACK_VALUES);
+        let mut reader = Bounded {
+            stream: &mut self.stream,
+            deadline,
+            left: allowed,
+            values: Values::new(),
+            values_allowed,
+            first: &mut self.first,
+            stop: None,
+        };
         let mut replies = Vec::with_capacity(pipe.len());
         for _ in 0..pipe.len() {
             match self.parser.parse_value(&mut reader) {
@@ -561,6 +657,7 @@ impl Link {
                     return Err(match reader.stop {
                         Some(Stop::Deadline) => deadline_passed(),
                         Some(Stop::Oversize) => Failure::Oversize { allowed },
+                        Some(Stop::TooManyValues) => Failure::TooManyValues { allowed: values_allowed },
                         None if e.is_io_error() => Failure::Io(io::Error::other(e.to_string())),
                         None => Failure::NotRedis { answered: first_line(reader.first) },
                     })
@@ -596,4 +693,107 @@ fn first_line(bytes: &[u8]) -> String {
         return "nothing it could read".to_owned();
     }
     line.escape_ascii().to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Values;
+    use proptest::prelude::*;
+
+    /// A reply as a tree, with what it encodes to and how many values it holds.
+    #[derive(Clone, Debug)]
+    enum Reply {
+        Int(i64),
+        Bulk(Vec<u8>),
+        Nil,
+        Status(String),
+        Error(String),
+        Array(Vec<Reply>),
+    }
+
+    impl Reply {
+        fn encode(&self, out: &mut Vec<u8>) {
+            match self {
+                Reply::Int(n) => out.extend_from_slice(format!(":{n}\r\n").as_bytes()),
+                Reply::Bulk(b) => {
+                    out.extend_from_slice(format!("${}\r\n", b.len()).as_bytes());
+                    out.extend_from_slice(b);
+                    out.extend_from_slice(b"\r\n");
+                }
+                Reply::Nil => out.extend_from_slice(b"$-1\r\n"),
+                Reply::Status(s) => out.extend_from_slice(format!("+{s}\r\n").as_bytes()),
+                Reply::Error(s) => out.extend_from_slice(format!("-ERR {s}\r\n").as_bytes()),
+                Reply::Array(items) => {
+                    out.extend_from_slice(format!("*{}\r\n", items.len()).as_bytes());
+                    for item in items {
+                        item.encode(out);
+                    }
+                }
+            }
+        }
+
+        fn values(&self) -> u64 {
+            match self {
+                Reply::Array(items) => 1 + items.iter().map(Reply::values).sum::<u64>(),
+                _ => 1,
+            }
+        }
+    }
+
+    fn reply() -> impl Strategy<Value = Reply> {
+        // Payloads that hold the protocol's own bytes, so that a scan that looked into them would
+        // count wrong.
+        let bytes = proptest::collection::vec(
+            prop_oneof![Just(b'*'), Just(b'$'), Just(b'\r'), Just(b'\n'), any::<u8>()],
+            0..40,
+        );
+        let leaf = prop_oneof![
+            any::<i64>().prop_map(Reply::Int),
+            bytes.prop_map(Reply::Bulk),
+            Just(Reply::Nil),
+            "[a-zA-Z ]{0,12}".prop_map(Reply::Status),
+            "[a-z ]{1,12}".prop_map(Reply::Error),
+        ];
+        leaf.prop_recursive(4, 64, 8, |inner| proptest::collection::vec(inner, 0..8).prop_map(Reply::Array))
+    }
+
+    proptest! {
+        /// However the bytes of a pipeline's replies arrive, the scan counts the values the
+        /// replies were made of, and the `redis` crate's parser (the witness that the bytes are
+        /// the protocol) reads back as many replies.
+        #[test]
+        fn the_scan_counts_every_value_whatever_the_reads(
+            replies in proptest::collection::vec(reply(), 1..6),
+            cuts in proptest::collection::vec(1usize..50, 1..40),
+        ) {
+            let mut wire = Vec::new();
+            for r in &replies {
+                r.encode(&mut wire);
+            }
+            let mut parser = redis::Parser::new();
+            let mut reader = wire.as_slice();
+            for _ in &replies {
+                let parsed = parser.parse_value(&mut reader);
+                prop_assert!(parsed.is_ok(), "{parsed:?}");
+            }
+            let mut values = Values::new();
+            let mut rest = wire.as_slice();
+            for cut in cuts.iter().cycle() {
+                if rest.is_empty() {
+                    break;
+                }
+                let (now, later) = rest.split_at((*cut).min(rest.len()));
+                values.feed(now);
+                rest = later;
+            }
+            prop_assert_eq!(values.seen, replies.iter().map(Reply::values).sum::<u64>());
+        }
+    }
+
+    #[test]
+    fn a_flood_of_nulls_is_counted_value_by_value() {
+        let mut values = Values::new();
+        values.feed(b"*4\r\n_\r\n_\r\n$-1\r\n*-1\r\n");
+        assert_eq!(values.seen, 5);
+    }
 }

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
-use gridkey_remote::{Claim, Fetched, Kind, Remote, RemoteSettings, Role, Stored, Waited};
+use gridkey_remote::{Claim, Fetched, Kind, Reject, Remote, RemoteSettings, Role, Stored, Waited};
 
 const TE: Kind = Kind::TranslationEntry;
 
@@ -154,6 +154,93 @@ fn a_server_that_answers_a_lookup_with_what_it_was_not_asked_turns_the_tier_off(
     }
 }
 
+/// What a server answers for one object of a lookup: a `WRONGTYPE` error is that object's
+/// (rejected, the tier stays on); any other error (`NOPERM`, `MASTERDOWN`: the server cannot
+/// answer lookups now) and any reply a Redis never gives there (a nil, a negative size) turn the
+/// tier off with one warning that says it, and count nothing rejected; for the script's replies
+/// and for the `GETRANGE` that fetches an object past the script's budget alike.
+#[test]
+fn a_lookup_answered_with_errors_or_other_replies_turns_the_tier_off_and_wrongtype_is_a_reject() {
+    let each = |one: &str| [b"*8\r\n".to_vec(), one.as_bytes().repeat(8)].concat();
+    let wrongtype = "-WRONGTYPE Operation against a key holding the wrong kind of value\r\n";
+    // (reply to the script, reply to GETRANGE, what the warning says; None: the tier stays on)
+    let cases: Vec<(Vec<u8>, &'static [u8], Option<&str>)> = vec![
+        (each("-NOPERM this user has no permissions to access one of the keys\r\n"), b"", Some("no permissions")),
+        (each("$-1\r\n"), b"", Some("the lookup script with something else than a size or an object")),
+        (each(":-5\r\n"), b"", Some("the lookup script with a negative size")),
+        (each(wrongtype), b"", None),
+        // Key 0 holds 10 bytes the script did not send: GETRANGE fetches them.
+        ([b"*8\r\n:10\r\n".to_vec(), b":0\r\n".repeat(7)].concat(), b"$-1\r\n", Some("GETRANGE with something else")),
+        (
+            [b"*8\r\n:10\r\n".to_vec(), b":0\r\n".repeat(7)].concat(),
+            b"-MASTERDOWN Link with MASTER is down\r\n",
+            Some("Link with MASTER is down"),
+        ),
+    ];
+    for (script, getrange, says) in cases {
+        let port = fake(move |stream, first| {
+            let mut r = BufReader::new(stream.try_clone().unwrap());
+            let mut w = stream;
+            assert!(first[0].eq_ignore_ascii_case(b"EVAL_RO"), "a lookup starts with its script");
+            let _ = w.write_all(&script);
+            if command(&mut r).is_some_and(|c| c[0].eq_ignore_ascii_case(b"GETRANGE")) {
+                let _ = w.write_all(getrange);
+            }
+            let mut sink = [0u8; 4096];
+            while matches!(r.read(&mut sink), Ok(n) if n > 0) {}
+        });
+        let s = settings(port, Role::Writer);
+        let (got, remote) = within(Duration::from_secs(20), move || {
+            let remote = Remote::connect(&s).expect("a fake server is not a misconfiguration");
+            (remote.get_many(TE, &keys()), remote)
+        });
+        match says {
+            Some(says) => {
+                assert!(got.iter().all(|f| *f == Fetched::Off), "{says}: {got:?}");
+                assert_eq!((remote.is_on(), remote.stats().errors, remote.stats().rejected), (false, 1, 0), "{says}");
+                let warning = remote.warning().expect("one warning");
+                assert!(warning.contains(says) && warning.contains("off for the rest of this run"), "{warning}");
+            }
+            None => {
+                assert!(got.iter().all(|f| matches!(f, Fetched::Rejected(Reject::Unreadable { .. }))), "{got:?}");
+                assert_eq!((remote.is_on(), remote.stats().rejected, remote.warning()), (true, 8, None));
+            }
+        }
+    }
+}
+
+/// Redis 7.0 answers the script of a user who may run `EVAL_RO` but not a command the script
+/// runs with `ERR The user executing the script can't run this command`: a refusal, so the
+/// sizes are asked first from then on, and the script is not sent again.
+#[test]
+fn a_script_whose_commands_the_user_may_not_run_is_a_refusal() {
+    const N: usize = 8;
+    let port = fake(move |stream, first| {
+        let mut r = BufReader::new(stream.try_clone().unwrap());
+        let mut w = stream;
+        assert!(first[0].eq_ignore_ascii_case(b"EVAL_RO"), "a lookup starts with its script");
+        let _ = w.write_all(
+            b"-ERR The user executing the script can't run this command or subcommand script: 1a2b, on @user_script:1.\r\n",
+        );
+        // The sizes of lookup 1, then those of lookup 2: never the script again.
+        for _ in 0..2 {
+            let sizes = commands(&mut r, N);
+            assert!(sizes.len() == N && sizes.iter().all(|c| c[0] == b"STRLEN"), "the sizes alone after a refusal");
+            let _ = w.write_all(&b":0\r\n".repeat(N));
+        }
+        let mut sink = [0u8; 4096];
+        while matches!(r.read(&mut sink), Ok(n) if n > 0) {}
+    });
+    let s = settings(port, Role::Writer);
+    let remote = within(Duration::from_secs(20), move || Remote::connect(&s).expect("not a misconfiguration"));
+    for (lookup, round_trips) in [(1, 2), (2, 1)] {
+        let before = remote.stats().round_trips;
+        assert_eq!(remote.get_many(TE, &keys()), vec![Fetched::Absent; N], "lookup {lookup}");
+        assert_eq!(remote.stats().round_trips - before, round_trips, "lookup {lookup}");
+    }
+    assert_eq!((remote.is_on(), remote.stats().errors, remote.warning()), (true, 0, None));
+}
+
 /// The next `n` commands of a client (one pipelined request), read off `r`.
 fn commands(r: &mut BufReader<TcpStream>, n: usize) -> Vec<Vec<Vec<u8>>> {
     (0..n).map_while(|_| command(r)).collect()
@@ -200,7 +287,7 @@ fn a_lookup_script_not_run_asks_the_sizes_and_only_a_refusal_stops_it() {
     assert_eq!(remote.stats().errors, 0);
     assert_eq!(remote.get_many(TE, &keys()), vec![Fetched::Off; N]);
     let warning = remote.warning().expect("one warning");
-    assert!(warning.contains("STRLEN answered an object, not a size"), "{warning}");
+    assert!(warning.contains("STRLEN with an object, not a size"), "{warning}");
 }
 
 #[test]
@@ -252,6 +339,48 @@ fn a_server_that_announces_a_1_tib_reply_is_not_buffered() {
     // What the server could send before the client closed its socket: the client's reply
     // bound plus what the kernel's socket buffers hold, far from the 256 MiB a client that
     // believes the header reads.
+    let sent = sent.load(Ordering::SeqCst);
+    assert!(sent < 48 << 20, "the server sent {sent} bytes before the client hung up");
+}
+
+/// A server that answers an object's `GETRANGE` with an array of 20 million nulls (60 MB,
+/// within the 64 MiB the request allows for bytes): the client stops reading once the replies
+/// hold more values than the request can be answered with, instead of building a value of tens
+/// of bytes for each 3-byte null (over a gigabyte), and the tier goes off saying so.
+#[test]
+fn a_server_that_answers_with_a_flood_of_tiny_values_is_not_parsed_whole() {
+    const NULLS: usize = 20_000_000;
+    let sent = Arc::new(AtomicU64::new(0));
+    let counted = sent.clone();
+    let port = fake(move |stream, first| {
+        let mut r = BufReader::new(stream.try_clone().unwrap());
+        let mut w = stream;
+        assert!(first[0].eq_ignore_ascii_case(b"EVAL_RO"), "a lookup starts with its script");
+        // Key 0 holds 60 MB, past the script's budget: the client fetches it with GETRANGE.
+        let _ = w.write_all(&[format!("*8\r\n:{}\r\n", NULLS * 3).into_bytes(), b":0\r\n".repeat(7)].concat());
+        if command(&mut r).is_some_and(|c| c[0].eq_ignore_ascii_case(b"GETRANGE")) {
+            let _ = w.write_all(format!("*{NULLS}\r\n").as_bytes());
+            let chunk = b"_\r\n".repeat(1 << 14);
+            for _ in 0..NULLS / (1 << 14) {
+                if w.write_all(&chunk).is_err() {
+                    return;
+                }
+                counted.fetch_add(chunk.len() as u64, Ordering::SeqCst);
+            }
+        }
+        let mut sink = [0u8; 4096];
+        while matches!(r.read(&mut sink), Ok(n) if n > 0) {}
+    });
+    let mut s = settings(port, Role::Writer);
+    s.max_object_bytes = 64 << 20;
+    s.timeout = Duration::from_secs(30);
+    let (got, remote) = within(Duration::from_secs(60), move || {
+        let remote = Remote::connect(&s).expect("a fake server is not a misconfiguration");
+        (remote.get_many(TE, &keys()), remote)
+    });
+    assert!(got.iter().all(|f| *f == Fetched::Off), "{got:?}");
+    let warning = remote.warning().expect("one warning");
+    assert!(warning.contains("values this request can be answered with"), "{warning}");
     let sent = sent.load(Ordering::SeqCst);
     assert!(sent < 48 << 20, "the server sent {sent} bytes before the client hung up");
 }

@@ -586,3 +586,68 @@ fn a_reader_that_may_not_run_scripts_looks_up_with_sizes_first() {
     assert!(reader.is_on());
     assert_eq!((reader.stats().errors, reader.warning()), (0, None));
 }
+
+/// A reader looks up with what its ACL user allows. One allowed `EVAL_RO` and the commands of a
+/// lookup without it (`STRLEN`, `GETRANGE`), but not `GET`, runs the script: one round trip per
+/// lookup. One whose key pattern does not cover the namespace is told `NOPERM` for every object:
+/// that is the server refusing lookups, not objects that failed their checks, so the tier goes
+/// off with one warning quoting it, and nothing is counted rejected.
+#[test]
+fn a_reader_runs_the_script_with_what_its_acl_allows_and_a_refused_lookup_turns_the_tier_off() {
+    let test = "a_reader_runs_the_script_with_what_its_acl_allows_and_a_refused_lookup_turns_the_tier_off";
+    let users = [
+        "--user",
+        "gkwriter",
+        "on",
+        ">w-pw",
+        "~*",
+        "&*",
+        "+@all",
+        "--user",
+        "gkexact",
+        "on",
+        ">e-pw",
+        "~*",
+        "+eval_ro",
+        "+strlen",
+        "+getrange",
+        "+ping",
+        "+exists",
+        "--user",
+        "gkblind",
+        "on",
+        ">b-pw",
+        "~other:*",
+        "+@read",
+        "+eval_ro",
+        "+ping",
+    ];
+    let Some(server) = acl_server(test, &users) else { return };
+    let w = settings(&format!("redis://gkwriter:w-pw@127.0.0.1:{}/", server.port), "acl-exact", Role::Writer);
+    let reader = |user: &str| {
+        connect(&gridkey_remote::RemoteSettings {
+            url: format!("redis://{user}@127.0.0.1:{}/", server.port),
+            role: Role::ReadOnly,
+            ..w.clone()
+        })
+    };
+    let writer = connect(&w);
+    for n in [70, 71] {
+        assert!(matches!(writer.put(TE, &key(n), &[n; 100]), Stored::Uploaded(_)));
+    }
+    let wanted = [key(70), key(72), key(71)];
+    let expected = vec![Fetched::Hit(vec![70; 100]), Fetched::Absent, Fetched::Hit(vec![71; 100])];
+    let exact = reader("gkexact:e-pw");
+    for lookup in 0..2 {
+        let before = exact.stats().round_trips;
+        assert_eq!(exact.get_many(TE, &wanted), expected, "lookup {lookup}");
+        assert_eq!(exact.stats().round_trips, before + 1, "lookup {lookup}: the script, run");
+    }
+    assert_eq!((exact.stats().errors, exact.warning()), (0, None));
+    let blind = reader("gkblind:b-pw");
+    assert_eq!(blind.get_many(TE, &wanted), vec![Fetched::Off; 3]);
+    assert!(!blind.is_on());
+    assert_eq!((blind.stats().errors, blind.stats().rejected), (1, 0));
+    let warning = blind.warning().expect("one warning");
+    assert!(warning.contains("no permissions") && warning.contains("off for the rest of this run"), "{warning}");
+}
