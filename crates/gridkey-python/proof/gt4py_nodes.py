@@ -111,6 +111,7 @@ def node(args) -> dict:
         "extensions_uploaded": c.extensions_uploaded,
         "remote_rejected": c.remote_rejected,
         "remote_warnings": c.remote_warnings,
+        "extensions_not_stored": c.extensions_not_stored,
         "compile_seconds": compile_seconds,
         "max_rel_error": errors,
         "verified": all(e <= 1e-12 for e in errors.values()),

@@ -246,3 +246,50 @@ def test_a_lease_holder_killed_while_it_builds_costs_no_run(nodes: Any, tmp_path
     fresh = nodes.run_node(tmp_path / "c" / ".gt4py_cache", tmp_path / "c" / "gridkey", ["div"], extra_env=env)
     assert (fresh["translations"], fresh["builds"], fresh["extensions_from_remote"]) == (0, 0, 1), fresh
     assert fresh["verified"]
+
+
+def test_a_server_lost_while_a_writer_builds_costs_one_warning(nodes: Any, tmp_path: Any) -> None:
+    """A writer's server stops answering while it builds (it holds the extension's lease, renewed by its heartbeat):
+    the build finishes here and verifies, nothing is uploaded, and the process says once that the tier is off,
+    although no lookup came after the loss."""
+    _redis_url()
+    server_binary = shutil.which("redis-server")
+    if server_binary is None:
+        pytest.skip("redis-server is not installed (Debian's redis-server)")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen(
+        [server_binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        url = f"redis://127.0.0.1:{port}/"
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "the private redis-server did not start in 30 s"
+                time.sleep(0.05)
+        keys = nodes.cluster_keys(tmp_path / "keys")
+        namespace = "gktest-gt4py-lost"
+        env = {**nodes.shared_env(url, namespace, keys), "GRIDKEY_REMOTE_TIMEOUT": "1", "GRIDKEY_REMOTE_LEASE_TTL": "2"}
+        writer = nodes.start_node(tmp_path / "a" / ".gt4py_cache", tmp_path / "a" / "gridkey", ["div"], extra_env=env)
+        deadline = time.monotonic() + 300
+        while not _lease_names(url, f"{namespace}:lease-v1:gx:*"):
+            assert writer.poll() is None, "the writer ended before it claimed the extension's lease"
+            assert time.monotonic() < deadline, "the writer claimed no extension lease in 300 s"
+            time.sleep(0.05)
+        # Stopped, not killed: the heartbeat's renewal and the upload meet a server that never answers.
+        server.send_signal(signal.SIGSTOP)
+        row = nodes.finish_node(writer)
+    finally:
+        server.send_signal(signal.SIGCONT)
+        server.kill()
+        server.wait()
+    assert (row["builds"], row["verified"], row["extensions_uploaded"]) == (1, True, 0), row
+    assert row["remote_warnings"] == 1, row
+    assert row["stderr"].count("GT4Py translates and builds locally") == 1, row["stderr"][-3000:]

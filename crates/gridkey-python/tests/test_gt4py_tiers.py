@@ -116,6 +116,55 @@ def _folder(tmp_path: Path) -> pathlib.Path:
     return folder
 
 
+def test_a_folder_built_by_another_compiler_than_the_keys_is_used_but_never_stored(tmp_path: Path) -> None:
+    pytest.importorskip("gt4py", reason="GT4Py needs CPython 3.12 or later; cargo xtask gt4py installs it")
+    import json
+    import warnings
+
+    from gridkey import _gt4py_tiers as tiers
+
+    cxx = shutil.which("c++") or shutil.which("g++")
+    assert cxx is not None
+    other = tmp_path / "other-c++"
+    other.write_text(f'#!/bin/sh\nexec {cxx} "$@"\n')
+    other.chmod(0o755)
+
+    def built_with(folder: pathlib.Path, compiler: str) -> pathlib.Path:
+        entry = {"directory": str(folder), "command": f"{compiler} -O3 -c div_bindings.cpp", "file": "div_bindings.cpp"}
+        (folder / "compile_commands.json").write_text(json.dumps([entry]))
+        return folder
+
+    tiers.install(cache_dir=tmp_path / "gridkey")
+    try:
+        key = tiers.extension_key("div_pyext_x")
+        assert tiers.extension_key_inputs()["compiler"] != str(other), "the key's compiler is c++ on PATH"
+        # GT4Py's cached CMake configuration ran another compiler (a CXX set when it was made): the folder is used
+        # as GT4Py would, but neither marked nor stored under a key that names c++; one warning says it.
+        folder = built_with(_folder(tmp_path), str(other))
+        assert tiers._built_with(folder) == str(other)
+        with warnings.catch_warnings(record=True) as said:
+            warnings.simplefilter("always")
+            tiers._store_folder(folder, key)
+            tiers._store_folder(folder, key)
+        assert [str(w.message) for w in said if "compile_commands_cache_" in str(w.message)] != []
+        assert len([w for w in said if issubclass(w.category, RuntimeWarning)]) == 1
+        assert tiers._read_marker(folder) is None and tiers._usable_data(folder) is not None
+        assert not pathlib.Path(tiers._state.store.entry_path("extension", key)).exists()
+        assert tiers.counters().extensions_not_stored == 2
+        # A folder that does not say which compiler built it is not stored either.
+        (folder / "compile_commands.json").unlink()
+        assert tiers._built_with(folder) is None
+        tiers._store_folder(folder, key)
+        assert not pathlib.Path(tiers._state.store.entry_path("extension", key)).exists()
+        # Built by the key's compiler, named by its path as CMake records it: stored and marked.
+        built_with(folder, cxx)
+        tiers._store_folder(folder, key)
+        assert tiers._read_marker(folder) == key
+        assert pathlib.Path(tiers._state.store.entry_path("extension", key)).is_file()
+    finally:
+        tiers.uninstall()
+
+
 def test_a_materialization_that_cannot_write_its_build_record_leaves_no_module(tmp_path: Path) -> None:
     store = _gridkey.Gt4pyStore(tmp_path / "gridkey")
     key = _gridkey.gt4py_extension_key(*KEY_ARGS)
@@ -209,9 +258,17 @@ def test_nodes_share_builds_and_refuse_damaged_and_foreign_extensions(nodes: Any
     wrapper = tmp_path / "other-cxx"
     wrapper.write_text(f'#!/bin/sh\nexec {cxx} "$@"\n')
     wrapper.chmod(0o755)
+    # GT4Py builds it with the compiler of node a's cached CMake configuration, c++, not with the wrapper: that build
+    # is used there but not stored under the wrapper's key, and a warning says so.
     foreign = nodes.run_node(tmp_path / "a" / ".gt4py_cache", store, ["div"], extra_env={"CXX": str(wrapper)})
     assert (foreign["foreign_rebuilt"], foreign["builds"], foreign["extensions_materialized"]) == (1, 1, 0)
-    assert foreign["verified"]
+    assert (foreign["extensions_not_stored"], foreign["extensions_stored"], foreign["verified"]) == (1, 0, True)
+    assert "compile_commands_cache_" in foreign["stderr"]
+    assert len(list((store / gridkey.GT4PY_DIR / "extension").rglob("*.bin"))) == 1
+    # A node whose GT4Py cache is configured with the wrapper builds with it, and stores it under its own key.
+    other = nodes.run_node(tmp_path / "w" / ".gt4py_cache", store, ["div"], extra_env={"CXX": str(wrapper)})
+    assert (other["builds"], other["extensions_stored"], other["extensions_not_stored"]) == (1, 1, 0)
+    assert other["verified"]
     assert len(list((store / gridkey.GT4PY_DIR / "extension").rglob("*.bin"))) == 2
 
 

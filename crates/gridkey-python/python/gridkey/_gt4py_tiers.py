@@ -16,6 +16,9 @@ gridkey's store ``<cache_dir>/gt4py-v1/`` behind both:
   extension of this key is written into it, ``gt4py.json`` last;
 - every folder gridkey stored or materialized holds ``.gridkey-extension`` with its key: a folder whose key is not
   the key here (another compiler, another interpreter ABI) is rebuilt, never loaded;
+- a folder GT4Py built (or found unmarked) is stored and marked only when the compiler its ``compile_commands.json``
+  names has the key's compiler identity (ADR 0057): GT4Py compiles with the compiler of its cached CMake
+  configuration, which need not be ``CXX`` now; such a folder is used here, never stored or shared, with one warning;
 - entries are checked on every read (magic, key, length, checksum, paths inside the folder); a truncated or corrupted
   one is removed and counted, and GT4Py builds again.
 
@@ -98,6 +101,9 @@ class Counters(NamedTuple):
     remote_rejected: int = 0
     #: Warnings that the shared tier is off in this process (at most one).
     remote_warnings: int = 0
+    #: Extensions GT4Py built or found with another compiler than the key's (its cached CMake configuration's), used
+    #: here and neither stored nor shared.
+    extensions_not_stored: int = 0
 
 
 class _Tally:
@@ -116,6 +122,7 @@ class _Tally:
     extensions_uploaded: int
     remote_rejected: int
     remote_warnings: int
+    extensions_not_stored: int
 
     def __init__(self) -> None:
         for name in self.__slots__:
@@ -139,6 +146,7 @@ class _State:
         "pending_identity",
         "shared",
         "warned",
+        "warned_compiler",
         "counters",
     )
 
@@ -159,6 +167,8 @@ class _State:
         self.key_inputs_context: Optional[tuple[dict[str, str], str]] = None
         self.shared: Any = None
         self.warned = False
+        #: Whether this process said that GT4Py built with another compiler than the key's (`_built_by_key_compiler`).
+        self.warned_compiler = False
         self.counters = _Tally()
 
 
@@ -326,10 +336,73 @@ def _prepare_folder(folder: pathlib.Path, key: str) -> None:
         _state.counters.extensions_materialized += 1
 
 
+def _built_with(folder: pathlib.Path) -> Optional[str]:
+    """The C++ compiler GT4Py's build of ``folder`` ran: the words before the first flag of the first entry of the
+    folder's ``compile_commands.json`` (``build/compile_commands.json`` for GT4Py's CMake build system), or None when
+    the folder does not say."""
+    import json
+    import shlex
+
+    for path in (folder / "compile_commands.json", folder / "build" / "compile_commands.json"):
+        try:
+            first = json.loads(path.read_text())[0]
+            words = first["arguments"] if "arguments" in first else shlex.split(first["command"])
+        except (OSError, ValueError, LookupError, TypeError, AttributeError):
+            continue
+        compiler: list[str] = []
+        for word in words:
+            if not isinstance(word, str) or word.startswith("-"):
+                break
+            compiler.append(word)
+        return " ".join(compiler) or None
+    return None
+
+
+#: The identity of each compiler command found in a build folder (`_built_with`), computed once per process.
+_identities_of_record: dict[str, str] = {}
+
+
+def _built_by_key_compiler(folder: pathlib.Path) -> bool:
+    """Whether GT4Py built ``folder`` with a compiler of this process's extension key's compiler identity (ADR 0022).
+    GT4Py's build system compiles with the compiler its cached CMake configuration recorded
+    (``compile_commands_cache_*``, named without ``CXX``), which need not be ``CXX`` now: such a build is used here,
+    as GT4Py would, but is never stored or shared under a key that names another compiler. One warning per process
+    says so and how to build with ``CXX``."""
+    recorded = _built_with(folder)
+    inputs = extension_key_inputs()
+    identity = _identities_of_record.get(recorded) if recorded is not None else None
+    if recorded is not None and identity is None:
+        context = (dict(os.environ), os.getcwd())
+        try:
+            _, identity = _gridkey.cxx_compiler_identity({**context[0], "CXX": recorded}, pathlib.Path(context[1]))
+        except Exception:  # noqa: BLE001 - a compiler that cannot be identified is not the key's
+            identity = ""
+        _identities_of_record[recorded] = identity
+    if identity == inputs["compiler_identity"]:
+        return True
+    _state.counters.extensions_not_stored += 1
+    if not _state.warned_compiler:
+        _state.warned_compiler = True
+        built = f"with `{recorded}`" if recorded is not None else "with a compiler its folder does not name"
+        warnings.warn(
+            f"gridkey: GT4Py built {folder.name} {built}, not with `{inputs['compiler']}` (CXX, else c++ on PATH): "
+            "GT4Py compiles with the compiler of its cached CMake configuration; the extension is used here but not "
+            f"stored in gridkey's cache or shared. Remove the compile_commands_cache_* folders of {folder.parent} to "
+            f"build with `{inputs['compiler']}`",
+            RuntimeWarning,
+            stacklevel=4,
+        )
+    return False
+
+
 def _store_folder(folder: pathlib.Path, key: str) -> None:
+    """Stores the usable ``folder`` GT4Py built or found (not materialized: those are marked) in gridkey's store under
+    ``key`` and marks it, when its build ran the compiler the key names (`_built_by_key_compiler`)."""
     store = _state.store
     data = _build_data.read_data(folder)
     if not _compiler.is_usable(data, folder) or _read_marker(folder) == key:
+        return
+    if not _built_by_key_compiler(folder):
         return
     if pathlib.Path(store.entry_path("extension", key)).is_file():
         _write_marker(folder, key)
@@ -408,6 +481,7 @@ def _compiler_call(self: Any, inp: Any) -> Any:
     except BaseException:
         if shared is not None and _made_here(route):
             shared.upload("extension", key, route, _state.store, verified=False)
+            _warn_if_off()
         raise
     with _locking.lock(folder):
         _store_folder(folder, key)
@@ -454,6 +528,8 @@ def _verified_build(compiler: Any, inp: Any, artifact: Any, folder: pathlib.Path
         shared.confirm("extension", key)
     if _made_here(route) and shared.upload("extension", key, route, _state.store, verified=failure is None):
         _state.counters.extensions_uploaded += 1
+    # The upload, or the lease's renewal while GT4Py built, may have found the server gone.
+    _warn_if_off()
     return artifact
 
 
@@ -615,11 +691,14 @@ def translate(cache: Any, key: Any, make: Callable[[], Any]) -> Any:
         value = make()
     except BaseException:
         shared.upload("translation", gk, route, _state.store, verified=False)
+        _warn_if_off()
         raise
     cache[key] = value
     verified = _unpickles(_state.store.get_translation(gk))
     if _made_here(route) and shared.upload("translation", gk, route, _state.store, verified=verified):
         _state.counters.translations_uploaded += 1
+    # The upload, or the lease's renewal while GT4Py translated, may have found the server gone.
+    _warn_if_off()
     return value
 
 
