@@ -1,5 +1,5 @@
-//! The shared tier's deadline rows (ADR 0029): servers that stall after the handshake, trickle
-//! a byte at a time, announce a 1 TiB reply or are not Redis (fake servers on loopback, in
+//! The shared tier's deadline rows (ADR 0029, ADR 0056): servers that stall after the handshake,
+//! trickle a byte at a time, announce a 1 TiB reply, answer millions of nulls or are not Redis (fake servers on loopback, in
 //! this process), objects over the size limit and a real `redis-server` stopped mid-run.
 //! Each `gridkey run` must finish with the keys and results of a run without a shared tier and
 //! cost at most one reply timeout (plus the connect timeout) more than that run.
@@ -34,6 +34,9 @@ enum Fake {
     Trickle,
     /// Announces a 1 TiB bulk reply and sends up to 256 MiB of it.
     Huge,
+    /// Answers with an array of 3 million nulls (9 MB, within the lookup's byte bound): tiny
+    /// values the client must not build one by one (ADR 0056).
+    Flood,
 }
 
 /// Starts a fake server for `fake` on a free loopback port; counts the bytes it sent.
@@ -77,6 +80,18 @@ fn serve(stream: TcpStream, fake: Fake, sent: &AtomicU64) {
                 let _ = w.write_all(b"$1099511627776\r\n");
                 let chunk = vec![b'x'; 1 << 16];
                 for _ in 0..(256 << 20) / chunk.len() {
+                    if w.write_all(&chunk).is_err() {
+                        return;
+                    }
+                    sent.fetch_add(chunk.len() as u64, Ordering::SeqCst);
+                }
+                std::thread::sleep(Duration::from_secs(60));
+            }
+            Fake::Flood => {
+                const NULLS: usize = 3_000_000;
+                let _ = w.write_all(format!("*{NULLS}\r\n").as_bytes());
+                let chunk = b"_\r\n".repeat(1 << 14);
+                for _ in 0..NULLS / (1 << 14) {
                     if w.write_all(&chunk).is_err() {
                         return;
                     }
@@ -173,6 +188,7 @@ pub(super) fn rows(m: &mut Matrix, sh: &mut Shared, baseline: f64) -> Result<()>
         ("stalled after the handshake", Fake::Stall, "no complete reply within"),
         ("trickling a byte every 300 ms", Fake::Trickle, "no complete reply within"),
         ("announcing a 1 TiB reply", Fake::Huge, "this request allows"),
+        ("answering 3 million nulls", Fake::Flood, "values this request can be answered with"),
     ] {
         m.row(&format!("shared tier: deadline, server {what}"), expected, |m| {
             let sent = Arc::new(AtomicU64::new(0));
@@ -183,10 +199,11 @@ pub(super) fn rows(m: &mut Matrix, sh: &mut Shared, baseline: f64) -> Result<()>
             let n = m.node_bounded(&cache, &Client::writer(&url, &ns))?;
             let (mut ok, mut text) = verdict(&n, says);
             let sent = sent.load(Ordering::SeqCst);
-            if let Fake::Huge = kind {
-                // The client's reply bound plus the kernel's socket buffers, not 256 MiB.
-                ok &= sent < 48 << 20;
-                text = format!("{text}; the server sent {} MiB", sent >> 20);
+            if let Fake::Huge | Fake::Flood = kind {
+                // The client's reply bound plus the kernel's socket buffers, not 256 MiB; for
+                // the flood, the values bound: far less than its 9 MB.
+                ok &= sent < if let Fake::Huge = kind { 48 << 20 } else { 8 << 20 };
+                text = format!("{text}; the server sent {} KiB", sent >> 10);
             }
             Ok(Seen::new(ok, &lost(&sh.reference, &[(cache, &n)]), text))
         });
