@@ -104,6 +104,18 @@ fn serve(stream: TcpStream, fake: Fake, sent: &AtomicU64) {
     }
 }
 
+/// `ok` and `text` of a row, with what the fake server of `kind` could send (`sent` bytes) before
+/// the client hung up: for a 1 TiB header, the client's reply bound plus the kernel's socket
+/// buffers, not 256 MiB; for a flood of nulls, the values bound, far less than its 9 MB.
+fn sent_within(kind: Fake, sent: u64, ok: bool, text: String) -> (bool, String) {
+    let bound: u64 = match kind {
+        Fake::Huge => 48 << 20,
+        Fake::Flood => 8 << 20,
+        Fake::Stall | Fake::Trickle => return (ok, text),
+    };
+    (ok && sent < bound, format!("{text}; the server sent {} KiB", sent >> 10))
+}
+
 /// One RESP command off the wire: its words.
 fn command(r: &mut impl BufRead) -> Option<Vec<Vec<u8>>> {
     let mut line = String::new();
@@ -197,14 +209,8 @@ pub(super) fn rows(m: &mut Matrix, sh: &mut Shared, baseline: f64) -> Result<()>
             let ns = sh.ns("deadline");
             let cache = m.fresh("remote-deadline");
             let n = m.node_bounded(&cache, &Client::writer(&url, &ns))?;
-            let (mut ok, mut text) = verdict(&n, says);
-            let sent = sent.load(Ordering::SeqCst);
-            if let Fake::Huge | Fake::Flood = kind {
-                // The client's reply bound plus the kernel's socket buffers, not 256 MiB; for
-                // the flood, the values bound: far less than its 9 MB.
-                ok &= sent < if let Fake::Huge = kind { 48 << 20 } else { 8 << 20 };
-                text = format!("{text}; the server sent {} KiB", sent >> 10);
-            }
+            let (ok, text) = verdict(&n, says);
+            let (ok, text) = sent_within(kind, sent.load(Ordering::SeqCst), ok, text);
             Ok(Seen::new(ok, &lost(&sh.reference, &[(cache, &n)]), text))
         });
     }
