@@ -290,7 +290,9 @@ fn url_problem(url: &str, e: &redis::RedisError) -> String {
         }
         Some(_) => match e.detail() {
             Some(detail) => format!("it does not parse as a Redis URL ({detail})"),
-            None => "it does not parse as a Redis URL (a bad host, port or database number)".to_owned(),
+            None => "it does not parse as a Redis URL (a bad host, port or database number, or a password holding \
+                     `/`, `?`, `#` or `@` that is not percent-encoded)"
+                .to_owned(),
         },
     }
 }

@@ -268,7 +268,10 @@ fn a_remote_url_it_cannot_use_is_the_one_thing_said() {
         ("redis://:s3cret@localhost:notaport/", "it does not parse as a Redis URL"),
         // Unencoded passwords and a scheme without its slashes: the message quotes the URL with
         // the password hidden, whatever the password holds.
-        ("redis://reader:Zq8/s3cret==@localhost:notaport/", "it does not parse as a Redis URL"),
+        (
+            "redis://reader:Zq8/s3cret==@localhost:6379/",
+            "a password holding `/`, `?`, `#` or `@` that is not percent-encoded",
+        ),
         ("redis:/reader:s3cret@localhost:6379/", "its scheme `redis:` is not followed by `//`"),
         ("redis//writer:s3cret@localhost:6379/", "it has no scheme"),
     ] {
