@@ -165,6 +165,39 @@ def test_a_folder_built_by_another_compiler_than_the_keys_is_used_but_never_stor
         tiers.uninstall()
 
 
+def test_a_marked_folder_whose_module_was_truncated_is_filled_again_not_loaded(tmp_path: Path) -> None:
+    pytest.importorskip("gt4py", reason="GT4Py needs CPython 3.12 or later; cargo xtask gt4py installs it")
+    from gridkey import _gt4py_tiers as tiers
+
+    folder = _folder(tmp_path)
+    module = folder / "build" / "bin" / "div.so"
+    whole = module.read_bytes()
+    tiers.install(cache_dir=tmp_path / "gridkey")
+    try:
+        key = tiers.extension_key(folder.name)
+        tiers._state.store.put_extension(key, folder, ["build/bin/div.so", "gt4py.json"])
+        tiers._write_marker(folder, key, tiers._usable_data(folder))
+        assert (folder / tiers.MARKER).read_text() == f"{key} {len(whole)}"
+        assert tiers.prepare_folder(folder) is not None
+        # Truncated after it was marked (a full disk, an interrupted copy): loading it would kill the process with
+        # SIGBUS. It is filled again from gridkey's store, and counted rejected.
+        module.write_bytes(whole[:100])
+        before = tiers.counters().rejected
+        data = tiers.prepare_folder(folder)
+        assert data is not None and module.read_bytes() == whole
+        assert tiers.counters().rejected == before + 1
+        # With no stored copy: made unusable, so that GT4Py builds it again.
+        tiers._state.store.remove("extension", key)
+        module.write_bytes(whole[:100])
+        assert tiers.prepare_folder(folder) is None and not (folder / "gt4py.json").exists()
+        # A marker written before markers recorded sizes names the key alone, and still counts.
+        (folder / "gt4py.json").write_text('{"status": "COMPILED", "module": "build/bin/div.so", "entry_point_name": "div"}')
+        (folder / tiers.MARKER).write_text(key)
+        assert tiers._marked_for(folder, key, tiers._usable_data(folder))
+    finally:
+        tiers.uninstall()
+
+
 def test_a_materialization_that_cannot_write_its_build_record_leaves_no_module(tmp_path: Path) -> None:
     store = _gridkey.Gt4pyStore(tmp_path / "gridkey")
     key = _gridkey.gt4py_extension_key(*KEY_ARGS)

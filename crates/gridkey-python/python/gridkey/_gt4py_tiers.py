@@ -14,8 +14,9 @@ gridkey's store ``<cache_dir>/gt4py-v1/`` behind both:
   extension key (``gridkey_fingerprint::gt4py``: build folder name, C++ compiler identity, extension suffix, platform,
   nanobind, gridtools-cpp and GT4Py versions); before GT4Py checks a build folder that is not usable, the stored
   extension of this key is written into it, ``gt4py.json`` last;
-- every folder gridkey stored or materialized holds ``.gridkey-extension`` with its key: a folder whose key is not
-  the key here (another compiler, another interpreter ABI) is rebuilt, never loaded;
+- every folder gridkey stored or materialized holds ``.gridkey-extension`` with its key and the size of its module: a
+  folder whose key is not the key here (another compiler, another interpreter ABI) is rebuilt, never loaded, and
+  one whose module is no longer that size (truncated: mapping it would kill the process) is filled again;
 - a folder GT4Py built (or found unmarked) is stored and marked only when the compiler its ``compile_commands.json``
   names has the key's compiler identity (ADR 0057): GT4Py compiles with the compiler of its cached CMake
   configuration, which need not be ``CXX`` now; such a folder is used here, never stored or shared, with one warning;
@@ -147,6 +148,7 @@ class _State:
         "shared",
         "warned",
         "warned_compiler",
+        "folders_rejected",
         "counters",
     )
 
@@ -169,6 +171,9 @@ class _State:
         self.warned = False
         #: Whether this process said that GT4Py built with another compiler than the key's (`_built_by_key_compiler`).
         self.warned_compiler = False
+        #: Marked build folders whose module was truncated since, made unusable (`_marked_for`); counted rejected
+        #: with the store's rejected entries.
+        self.folders_rejected = 0
         self.counters = _Tally()
 
 
@@ -294,18 +299,44 @@ def extension_key(build_folder: str) -> str:
 
 
 def _read_marker(folder: pathlib.Path) -> Optional[str]:
+    """The extension key ``folder``'s marker names, or None when it has no marker that can be read."""
     try:
-        return (folder / MARKER).read_text().strip()
-    except OSError:
+        words = (folder / MARKER).read_text().split()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return words[0] if words else None
+
+
+def _module_size(folder: pathlib.Path, data: Any) -> Optional[int]:
+    """The size in bytes of the module GT4Py's build data ``data`` of ``folder`` names, or None when it cannot be
+    read."""
+    try:
+        return (folder / str(data.module)).stat().st_size
+    except (OSError, AttributeError, TypeError):
         return None
 
 
-def _write_marker(folder: pathlib.Path, key: str) -> None:
-    _file_utils.atomic_write_bytes(folder / MARKER, key.encode())
+def _write_marker(folder: pathlib.Path, key: str, data: Any) -> None:
+    """Marks ``folder`` as built or materialized for ``key``, with the size of its module (`_marked_for`)."""
+    size = _module_size(folder, data)
+    _file_utils.atomic_write_bytes(folder / MARKER, (key if size is None else f"{key} {size}").encode())
+
+
+def _marked_for(folder: pathlib.Path, key: str, data: Any) -> bool:
+    """Whether ``folder``'s marker names ``key`` and its module still has the size it had when it was marked: a module
+    truncated since (a full disk, an interrupted copy) would kill the process that maps it (SIGBUS), so the folder is
+    prepared again instead. A marker that records no size (one written before sizes were) names the key alone."""
+    try:
+        words = (folder / MARKER).read_text().split()
+    except (OSError, UnicodeDecodeError):
+        return False
+    if not words or words[0] != key:
+        return False
+    return len(words) < 2 or words[1] == str(_module_size(folder, data))
 
 
 def _sync_rejections(store: _gridkey.Gt4pyStore) -> None:
-    _state.counters.rejected = store.rejected
+    _state.counters.rejected = store.rejected + _state.folders_rejected
 
 
 def _prepare_folder(folder: pathlib.Path, key: str) -> None:
@@ -315,12 +346,17 @@ def _prepare_folder(folder: pathlib.Path, key: str) -> None:
     data = _build_data.read_data(folder)
     marker = _read_marker(folder)
     if _compiler.is_usable(data, folder):
-        if marker is None or marker == key:
+        if marker is None or _marked_for(folder, key, data):
             return
-        # Built or materialized for another compiler, interpreter ABI or header set: never load it.
+        # Built or materialized for another compiler, interpreter ABI or header set, or for this key with a module
+        # truncated since: never load it.
         (folder / "gt4py.json").unlink(missing_ok=True)
         (folder / MARKER).unlink(missing_ok=True)
-        _state.counters.foreign_rebuilt += 1
+        if marker == key:
+            _state.folders_rejected += 1
+            _sync_rejections(store)
+        else:
+            _state.counters.foreign_rebuilt += 1
     names = store.materialize(key, folder)
     _sync_rejections(store)
     shared = _state.shared
@@ -331,8 +367,9 @@ def _prepare_folder(folder: pathlib.Path, key: str) -> None:
     _warn_if_off()
     if names is None:
         return
-    if _usable_data(folder) is not None:
-        _write_marker(folder, key)
+    data = _usable_data(folder)
+    if data is not None:
+        _write_marker(folder, key, data)
         _state.counters.extensions_materialized += 1
 
 
@@ -400,18 +437,18 @@ def _store_folder(folder: pathlib.Path, key: str) -> None:
     ``key`` and marks it, when its build ran the compiler the key names (`_built_by_key_compiler`)."""
     store = _state.store
     data = _build_data.read_data(folder)
-    if not _compiler.is_usable(data, folder) or _read_marker(folder) == key:
+    if not _compiler.is_usable(data, folder) or _marked_for(folder, key, data):
         return
     if not _built_by_key_compiler(folder):
         return
     if pathlib.Path(store.entry_path("extension", key)).is_file():
-        _write_marker(folder, key)
+        _write_marker(folder, key, data)
         return
     module = pathlib.PurePosixPath(data.module)
     if module.is_absolute():
         return  # a folder that points outside itself does not travel
     store.put_extension(key, folder, [str(module), "gt4py.json"])
-    _write_marker(folder, key)
+    _write_marker(folder, key, data)
     _state.counters.extensions_stored += 1
 
 
@@ -434,10 +471,9 @@ def prepare_folder(folder: pathlib.Path) -> Optional[_build_data.BuildData]:
     if not installed():
         return _usable_data(folder)
     key = extension_key(folder.name)
-    if _read_marker(folder) == key:
-        data = _usable_data(folder)
-        if data is not None:
-            return data
+    data = _usable_data(folder)
+    if data is not None and _marked_for(folder, key, data):
+        return data
     with _locking.lock(folder):
         _prepare_folder(folder, key)
         return _usable_data(folder)
