@@ -258,6 +258,10 @@ enum Fault {
     Handshake(Duration, PathBuf),
 }
 
+/// How long the start of a worker whose executable is busy (`ETXTBSY`: a file just written, still open
+/// in a process another thread forked before it execs) is tried again before it fails.
+const BUSY_RETRY: Duration = Duration::from_secs(2);
+
 fn kill_group(pid: u32) {
     // SAFETY: kill(2) on the process group of a worker this process started and has not
     // reaped yet (the group id is the worker's pid, which cannot be reused before the wait).
@@ -277,16 +281,27 @@ impl Worker {
                 command.program.display()
             )
         };
-        let mut child = Command::new(&command.program)
+        let mut start = Command::new(&command.program);
+        start
             .args(&command.args)
             .arg(PARENT_ARG)
             .arg(std::process::id().to_string())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
-            .process_group(0)
-            .spawn()
-            .map_err(|e| TaskFailure::Start(start_err(e.to_string())))?;
+            .process_group(0);
+        let asked = Instant::now();
+        let mut child = loop {
+            match start.spawn() {
+                Ok(child) => break child,
+                // An executable just written is busy while a process forked meanwhile still holds it open, until
+                // that process execs: moments, not an error of the worker.
+                Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && asked.elapsed() < BUSY_RETRY => {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Err(e) => return Err(TaskFailure::Start(start_err(e.to_string()))),
+            }
+        };
         let pid = child.id();
         LIVE_WORKERS.lock().unwrap_or_else(|p| p.into_inner()).insert(pid as i32);
         let stdin = child.stdin.take().expect("piped");

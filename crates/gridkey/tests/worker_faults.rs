@@ -247,6 +247,31 @@ fn a_worker_holding_mapped_tables_shares_them_and_its_private_memory_does_not_gr
     drop(big);
 }
 
+/// A worker whose executable is still open for writing when the pool starts it (a file just
+/// written, held by a process another thread forked before it execs: `ETXTBSY`) starts once it
+/// is closed, instead of failing its task.
+#[test]
+fn a_worker_executable_busy_for_a_moment_still_starts() {
+    let cache = tempfile::tempdir().unwrap();
+    let p = empty();
+    let tasks: Vec<_> = ["ok-0", "ok-1"].iter().map(|name| task(name, &[], &p, cache.path())).collect();
+    let script = cache.path().join("busy-worker");
+    let body = format!("#!/bin/sh\nexec '{}' worker --handler test-faults \"$@\"\n", env!("CARGO_BIN_EXE_gridkey"));
+    std::fs::write(&script, body).unwrap();
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let writer = std::fs::OpenOptions::new().write(true).open(&script).unwrap();
+    let closer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(200));
+        drop(writer);
+    });
+    let pool: ProcessPool<FaultReport> = ProcessPool::new(WorkerCommand { program: script, args: Vec::new() }, 1);
+    let results = pool.run_all(&tasks);
+    closer.join().unwrap();
+    for (name, result) in ["ok-0", "ok-1"].iter().zip(&results) {
+        check(result, name, "ok");
+    }
+}
+
 /// A worker script in `dir` that, on its first start, starts a child that sleeps, writes both
 /// pids to `dir/silent.pids` and waits without ever sending a handshake; on any later start it
 /// is the real fault worker.
