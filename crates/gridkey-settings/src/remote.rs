@@ -257,21 +257,25 @@ fn seconds(var: &'static str, value: &str) -> Result<Duration, SettingsError> {
 /// `url` with the password of its user-info part replaced by `***`, and the value of any query
 /// parameter whose name holds `pass` (`redis+unix:///run/redis.sock?pass=...`), for messages.
 ///
-/// Made for any string, a malformed URL included, since that is when a message quotes it: the
-/// user-info part is everything between the scheme (with the slashes written after it, as many as
-/// there are: `redis://`, `redis:/`, none) and the *last* `@`, since a password written unencoded
-/// may hold `/`, `?`, `#`, `:` or `@`, and a host never holds `@`. A user name is kept where it is
-/// plain (no `/`, `?` or `#` in it); anything else before the `@` becomes `***`.
+/// Made for any string, a malformed URL included, since that is when a message quotes it. The
+/// user-info part is everything before the *last* `@`, since a password written unencoded may
+/// hold `/`, `?`, `#`, `:` or `@`, and a host never holds `@`. After one of the schemes a Redis URL
+/// has (`redis://`, `rediss://`, `redis+unix://`, `unix://`) the user name is kept where it is plain
+/// (no `/`, `?` or `#` in it) and the rest becomes `***`; in anything else, where no one can tell a
+/// scheme or a user from a password (`redis:/reader:...`, `reader:/pw:...`), all of it becomes
+/// `***`.
 pub fn redact(url: &str) -> String {
-    let scheme_end = url
-        .find(':')
-        .filter(|&i| i > 0 && url[..i].bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'.' | b'-')))
-        .map_or(0, |i| i + 1);
-    let slashes = url[scheme_end..].bytes().take_while(|&b| b == b'/').count();
-    let (head, rest) = url.split_at(scheme_end + slashes);
+    let head = ["redis://", "rediss://", "redis+unix://", "unix://"]
+        .into_iter()
+        .find(|scheme| url.get(..scheme.len()).is_some_and(|s| s.eq_ignore_ascii_case(scheme)))
+        .map_or(0, str::len);
+    let (head, rest) = url.split_at(head);
     let (userinfo, after) = match rest.rfind('@') {
         Some(at) => {
-            let user = rest[..at].split_once(':').map(|(user, _)| user).filter(|user| !user.contains(['/', '?', '#']));
+            let user = rest[..at]
+                .split_once(':')
+                .map(|(user, _)| user)
+                .filter(|user| !head.is_empty() && !user.contains(['/', '?', '#']));
             (user.map_or_else(|| "***".to_owned(), |user| format!("{user}:***")) + "@", &rest[at + 1..])
         }
         None => (String::new(), rest),

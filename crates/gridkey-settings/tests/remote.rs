@@ -107,9 +107,10 @@ fn passwords_are_hidden_in_every_url_form() {
     // message quotes when the URL cannot be used.
     assert_eq!(shown("redis://reader:Zq8/x+Tk3w==@127.0.0.1:7400/"), "redis://reader:***@127.0.0.1:7400/");
     assert_eq!(shown("redis://reader:a?b#c@d@host:1/"), "redis://reader:***@host:1/");
-    assert_eq!(shown("redis:/reader:R-s3cret@host/"), "redis:/reader:***@host/");
+    assert_eq!(shown("redis:/reader:R-s3cret@host/"), "***@host/");
     assert_eq!(shown("redis//writer:W-s3cret@host/"), "***@host/");
-    assert_eq!(shown("reader:R-s3cret@host"), "reader:***@host");
+    assert_eq!(shown("reader:R-s3cret@host"), "***@host");
+    assert_eq!(shown("reader:/aA0A:@127.0.0.1:6379/"), "***@127.0.0.1:6379/");
     assert_eq!(shown("redis+unix:///run/redis.sock?db=1&pass=s3cret"), "redis+unix:///run/redis.sock?db=1&pass=***");
 }
 
