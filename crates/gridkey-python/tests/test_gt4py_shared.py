@@ -87,7 +87,8 @@ def _marked_folders(gt4py_cache: pathlib.Path) -> dict[str, pathlib.Path]:
     """The build folders under a GT4Py cache that hold gridkey's marker, by the extension key it names."""
     from gridkey import _gt4py_tiers
 
-    return {m.read_text().strip(): m.parent for m in gt4py_cache.rglob(_gt4py_tiers.MARKER)}
+    marked = (m.parent for m in gt4py_cache.rglob(_gt4py_tiers.MARKER))
+    return {key: folder for folder in marked if (key := _gt4py_tiers._read_marker(folder)) is not None}
 
 
 def test_what_a_fresh_node_fetched_is_where_gt4py_reads_it_and_in_its_store(cluster: Any) -> None:
