@@ -534,9 +534,11 @@ impl Remote {
     /// run read-only with `EVAL_RO`). Where the server answers the script with an error, the
     /// sizes alone (`STRLEN`) in a second round trip, and no object; after a refusal
     /// ([`refuses_scripts`]: this user may not run it, the server has no `EVAL_RO`) this client
-    /// asks the sizes alone from then on. `None` when the tier went off: the request failed, or
-    /// the server answered what it was not asked (another number of replies, an object over
-    /// the size limit, more object bytes than `budget`, an object where a size was asked for).
+    /// asks the sizes alone from then on. `None` when the tier went off: the request failed, the
+    /// server answered an error for an object that is not the object's own (anything but
+    /// `WRONGTYPE`, ADR 0056), or it answered what it was not asked (another number of replies,
+    /// an object over the size limit, more object bytes than `budget`, an object where a size was
+    /// asked for, a reply that is neither).
     fn sizes(&self, what: &str, names: &[String], max: u64, budget: u64, deadline: Instant) -> Option<LookedUp> {
         let mut bodies: Vec<Option<Value>> = vec![None; names.len()];
         let lying = |reason: &'static str| {
