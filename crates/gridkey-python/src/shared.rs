@@ -235,6 +235,15 @@ impl Gt4pyShared {
         self.remote.warning()
     }
 
+    /// The warning about the objects this process's lookups found under their keys that failed a
+    /// check here (forged, damaged, replayed, over the size limit, signed by a key not trusted
+    /// here), made here instead: how many, the first, and what an untrusted signer means; None
+    /// when there was none (`Remote::rejections`, ADR 0031).
+    #[getter]
+    fn rejections(&self) -> Option<String> {
+        self.remote.rejections().map(|said| gridkey_settings::name_settings(&said, |_| None))
+    }
+
     /// What this client takes from the shared tier (signed by trusted keys, the ACL, nothing).
     #[getter]
     fn trust_statement(&self) -> String {

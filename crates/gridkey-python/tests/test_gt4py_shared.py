@@ -157,7 +157,7 @@ def test_unsigned_and_forged_objects_are_never_loaded_where_keys_are_trusted(clu
     assert _upload_as({**base, "GRIDKEY_REMOTE_TRUST": "acl"}, source, "translation") >= 1
     forger = tmp_path / "forger"
     forger.mkdir(mode=0o700)
-    _gridkey.remote_keygen(forger / "signing.key")
+    forger_public = _gridkey.remote_keygen(forger / "signing.key")
     assert _upload_as({**base, "GRIDKEY_REMOTE_TRUST": "acl", "GRIDKEY_REMOTE_SIGNING_KEY": str(forger / "signing.key")}, source, "extension") == 1
 
     # Read-only, so that the objects stay as planted for the second node.
@@ -166,6 +166,21 @@ def test_unsigned_and_forged_objects_are_never_loaded_where_keys_are_trusted(clu
     reader = nodes.run_node(tmp_path / "r" / ".gt4py_cache", tmp_path / "r" / "gridkey", ["div"], extra_env=env)
     assert (reader["translations_from_remote"], reader["extensions_from_remote"]) == (0, 0), reader
     assert (reader["translations"], reader["builds"], reader["verified"]) == (1, 1, True), reader
+    # Not silently: one warning names the first object refused and why, and that it was made here.
+    said = [line for line in reader["stderr"].splitlines() if "looked up failed a check here" in line]
+    assert len(said) == 1, reader["stderr"][-3000:]
+    assert "GT4Py translation entry" in said[0] and "is not signed" in said[0], said
+    assert "(a reader uploads nothing)" in said[0], said
+
+    # The forged extension, looked up alone: the sentence names its signer, and what a key not trusted here means.
+    [extension] = [p.stem for p in (source / gridkey.GT4PY_DIR / "extension").rglob("*.bin")]
+    client = _gridkey.Gt4pyShared.connect(gridkey.Settings.from_vars(env), tmp_path / "c")
+    assert client is not None and client.rejections is None
+    assert not client.fetch("extension", extension, _gridkey.Gt4pyStore(tmp_path / "c"))
+    assert client.rejections is not None and "1 object looked up failed a check here" in client.rejections
+    assert "revoked key" in client.rejections, client.rejections
+    assert "trusted keys (GRIDKEY_REMOTE_TRUSTED_KEYS)" in client.rejections, client.rejections
+    assert f"signed by {forger_public}, which is not a trusted key" in client.rejections, client.rejections
 
     # The same objects are taken by a node that trusts the ACL instead: the refusal above is the signature policy's.
     acl = {**env, "GRIDKEY_REMOTE_TRUST": "acl"}
@@ -173,6 +188,7 @@ def test_unsigned_and_forged_objects_are_never_loaded_where_keys_are_trusted(clu
     taker = nodes.run_node(tmp_path / "t" / ".gt4py_cache", tmp_path / "t" / "gridkey", ["div"], extra_env=acl)
     assert (taker["translations"], taker["builds"], taker["extensions_from_remote"]) == (0, 0, 1), taker
     assert taker["verified"]
+    assert "failed a check here" not in taker["stderr"], taker["stderr"][-3000:]
 
 
 def test_a_dead_redis_costs_one_warning_and_local_builds(nodes: Any, tmp_path: Any) -> None:

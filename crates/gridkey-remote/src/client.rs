@@ -230,6 +230,17 @@ struct Shared {
     /// Whether a lookup asks for sizes and objects in one round trip ([`LOOK_UP`]); off once
     /// the server refused the script ([`refuses_scripts`]), for the rest of this client.
     script_lookup: AtomicBool,
+    /// The objects looked up that failed a check here ([`Remote::rejections`]).
+    rejections: Mutex<Rejections>,
+}
+
+/// The objects of a run's lookups that failed a check here: how many, the first (`kind
+/// object-name: check`), and whether one was signed by a key this client does not trust.
+#[derive(Default)]
+struct Rejections {
+    count: u64,
+    first: Option<String>,
+    untrusted: bool,
 }
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -386,6 +397,7 @@ impl Remote {
             counters: Counters::default(),
             leases: Mutex::new(BTreeSet::new()),
             script_lookup: AtomicBool::new(true),
+            rejections: Mutex::default(),
         });
         let remote = Remote { shared, trust, con: Mutex::new(None), heartbeat: Mutex::new(None) };
         let shared = &remote.shared;
@@ -432,6 +444,32 @@ impl Remote {
     /// ([`Trust::statement`]).
     pub fn trust_statement(&self) -> String {
         self.trust.statement(&self.shared.settings)
+    }
+
+    /// The sentence of the run's warning about the objects its lookups found under their keys
+    /// that failed a check here (damaged, forged, replayed, over the size limit, signed by a key
+    /// not trusted here), or `None` when there was none. They were misses, made here (a writer
+    /// uploads its own over them, ADR 0030); the sentence counts them and names the first, and,
+    /// where one was signed by a key not trusted here, says what that means (a revoked key, or
+    /// a writer whose signing key the nodes do not trust, ADR 0031). Checks that fail after an
+    /// object was taken (a kernel that does not verify) are not counted here: they are the
+    /// frontend's reports ([`Remote::retract_many`]).
+    pub fn rejections(&self) -> Option<String> {
+        let r = lock(&self.shared.rejections);
+        let first = r.first.as_deref()?;
+        let (n, were) =
+            if r.count == 1 { ("1 object".to_owned(), "was") } else { (format!("{} objects", r.count), "were") };
+        let who = if self.is_writer() { "a writer uploads its own over them" } else { "a reader uploads nothing" };
+        let mut sentence = format!(
+            "shared tier {}: {n} looked up failed a check here and {were} made here instead ({who}); the first: {first}",
+            self.shared.shown_url
+        );
+        if r.untrusted {
+            sentence += ". An object signed by a key not trusted here comes from a revoked key, or from a writer \
+                         whose key is missing from the shared tier's trusted keys here: every writer's key belongs \
+                         in every node's trusted keys";
+        }
+        Some(sentence)
     }
 
     /// Whether the tier is still on for this run.
@@ -713,7 +751,7 @@ impl Remote {
             .zip(sized)
             .zip(bodies)
             .zip(decoded)
-            .map(|(((_, size), body), decoded)| {
+            .map(|(((key, size), body), decoded)| {
                 let fetched = match (size, body, decoded) {
                     (Err(reject), _, _) => Fetched::Rejected(reject),
                     (Ok(0), _, _) => Fetched::Absent,
@@ -737,9 +775,15 @@ impl Remote {
                 };
                 match &fetched {
                     Fetched::Hit(_) => add(&c.hits, 1),
-                    Fetched::Rejected(_) => {
+                    Fetched::Rejected(reject) => {
                         add(&c.rejected, 1);
                         add(&c.misses, 1);
+                        let mut r = lock(&self.shared.rejections);
+                        r.count += 1;
+                        r.untrusted |= matches!(reject, Reject::Untrusted { .. });
+                        if r.first.is_none() {
+                            r.first = Some(format!("{kind} {}: {reject}", self.object_name(kind, key)));
+                        }
                     }
                     Fetched::Absent => add(&c.misses, 1),
                     Fetched::Off => {}

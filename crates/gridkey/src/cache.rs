@@ -505,6 +505,10 @@ pub struct TierReport {
     pub stats: gridkey_remote::TierStats,
     /// Why the tier went off, if it did.
     pub warning: Option<String>,
+    /// The shared tier's warning about the objects its lookups found failing a check here in
+    /// this run, if any ([`gridkey_remote::Remote::rejections`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rejections: Option<String>,
     /// `cache stats` of the shared tier: the objects of each kind on the server.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub objects: Vec<gridkey_remote::KindStats>,
@@ -522,6 +526,7 @@ impl TierReport {
             on: true,
             stats,
             warning: None,
+            rejections: None,
             objects: Vec::new(),
             runs: None,
         }
@@ -541,6 +546,7 @@ impl TierReport {
             on: remote.is_on(),
             stats,
             warning: remote.warning(),
+            rejections: remote.rejections(),
             objects: Vec::new(),
             runs: None,
         }

@@ -394,7 +394,7 @@ fn dispatch(command: Command) -> Result<ExitCode> {
             for w in &report.warnings {
                 eprintln!("gridkey: warning: {}: {}", w.path.display(), w.message);
             }
-            for w in report.tiers.iter().filter_map(|t| t.warning.as_deref()) {
+            for w in report.tiers.iter().flat_map(|t| [t.warning.as_deref(), t.rejections.as_deref()]).flatten() {
                 eprintln!("gridkey: warning: {w}");
             }
             if json {

@@ -90,14 +90,17 @@ pub fn name_settings(message: &str) -> String {
     gridkey_settings::name_settings(message, flag_of)
 }
 
-/// `report` with [`name_settings`] applied to every program's error and every warning, as it
-/// is printed and written as JSON.
+/// `report` with [`name_settings`] applied to every program's error, every warning and the
+/// shared tier's rejections, as it is printed and written as JSON.
 pub fn name_settings_in(mut report: gridkey::RunReport) -> gridkey::RunReport {
     for p in &mut report.programs {
         p.error = p.error.as_deref().map(name_settings);
     }
     for w in &mut report.warnings {
         w.message = name_settings(&w.message);
+    }
+    for t in &mut report.tiers {
+        t.rejections = t.rejections.as_deref().map(name_settings);
     }
     report
 }

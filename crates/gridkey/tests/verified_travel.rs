@@ -322,3 +322,65 @@ fn cache_retract_removes_an_entry_and_its_library_from_both_tiers_by_key_and_by_
     let r: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(r["keys"][0]["remote_entry"], true, "the writer's second run shared it again: {r:#}");
 }
+
+/// The shared tier's warning of a run (`gridkey: warning: shared tier ...`) and its JSON report.
+fn run_warned(node: &Node) -> (Value, Vec<String>) {
+    let grid = grid();
+    let out = node.command(&["run", "--grid", grid.to_str().unwrap(), "--mode", "serial", "--json"]);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {stderr}"));
+    let warned =
+        stderr.lines().filter(|l| l.starts_with("gridkey: warning: shared tier ")).map(str::to_owned).collect();
+    (report, warned)
+}
+
+#[test]
+fn a_writer_that_meets_objects_signed_by_a_key_it_does_not_trust_says_so_once() {
+    let Some(url) = shared_url("a_writer_that_meets_objects_signed_by_a_key_it_does_not_trust_says_so_once") else {
+        return;
+    };
+    let ns = namespace("untrusted-signer");
+    let tools = tempfile::tempdir().unwrap();
+    let cc = flaky_compiler(tools.path(), &tools.path().join("never"));
+    let (a, b) = (tools.path().join("a"), tools.path().join("b"));
+    std::fs::create_dir(&a).unwrap();
+    std::fs::create_dir(&b).unwrap();
+    let ((key_a, trusted_a), (key_b, trusted_b)) = (keys(&a), keys(&b));
+    let writer = |signing: &Path, trusted: &Path| {
+        Node::new(
+            &url,
+            &ns,
+            &cc,
+            true,
+            &[("GRIDKEY_REMOTE_SIGNING_KEY", signing), ("GRIDKEY_REMOTE_TRUSTED_KEYS", trusted)],
+        )
+    };
+
+    // Writer A fills the namespace: nothing it looked up failed a check, no warning.
+    let (first, warned) = run_warned(&writer(&key_a, &trusted_a));
+    let n = programs(&first).len();
+    assert_eq!(verified(&first), n, "{first:#}");
+    assert!(warned.is_empty(), "{warned:?}");
+    let remote = |r: &Value| r["tiers"].as_array().unwrap().iter().find(|t| t["tier"] == "remote").unwrap().clone();
+    assert!(remote(&first).get("rejections").is_none(), "{first:#}");
+
+    // Writer B signs with its own key and trusts only it: A's translation entries are rejected
+    // and each program made again here (its library then built here, not looked up), and the
+    // run says so once, naming the signer and what to check.
+    let (second, warned) = run_warned(&writer(&key_b, &trusted_b));
+    assert_eq!(verified(&second), n, "{second:#}");
+    assert_eq!(remote_stat(&second, "rejected"), n as u64, "{second:#}");
+    assert_eq!(warned.len(), 1, "{warned:?}");
+    let said = &warned[0];
+    let public_a = std::fs::read_to_string(&trusted_a).unwrap();
+    assert!(said.contains(&format!("{n} objects looked up failed a check here")), "{said}");
+    assert!(said.contains("a writer uploads its own over them"), "{said}");
+    assert!(said.contains(&format!("signed by {}, which is not a trusted key", public_a.trim())), "{said}");
+    assert!(said.contains("trusted keys (GRIDKEY_REMOTE_TRUSTED_KEYS)"), "{said}");
+    assert_eq!(remote(&second)["rejections"].as_str(), Some(&said["gridkey: warning: ".len()..]), "{second:#}");
+
+    // B's own objects now: a fresh node of B's takes them, with no warning.
+    let (third, warned) = run_warned(&writer(&key_b, &trusted_b));
+    assert_eq!(remote_hits(&third).len(), n, "{third:#}");
+    assert!(warned.is_empty(), "{warned:?}");
+}

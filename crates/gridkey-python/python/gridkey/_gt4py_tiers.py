@@ -147,6 +147,7 @@ class _State:
         "pending_identity",
         "shared",
         "warned",
+        "warned_rejections",
         "warned_compiler",
         "folders_rejected",
         "counters",
@@ -169,6 +170,8 @@ class _State:
         self.key_inputs_context: Optional[tuple[dict[str, str], str]] = None
         self.shared: Any = None
         self.warned = False
+        #: Whether this process said that objects of the shared tier failed their checks here (`_warn_of_shared_tier`).
+        self.warned_rejections = False
         #: Whether this process said that GT4Py built with another compiler than the key's (`_built_by_key_compiler`).
         self.warned_compiler = False
         #: Marked build folders whose module was truncated since, made unusable (`_marked_for`); counted rejected
@@ -364,7 +367,7 @@ def _prepare_folder(folder: pathlib.Path, key: str) -> None:
         # Written into the folder in the same batch as into gridkey's store (ADR 0049).
         _state.counters.extensions_from_remote += 1
         names = ()
-    _warn_if_off()
+    _warn_of_shared_tier()
     if names is None:
         return
     data = _usable_data(folder)
@@ -486,7 +489,7 @@ def _claimed(kind: str, key: str) -> str:
     route = shared.claim(kind, key, store)
     if route == "wait":
         route = shared.wait(kind, key, store)
-    _warn_if_off()
+    _warn_of_shared_tier()
     return str(route)
 
 
@@ -517,7 +520,7 @@ def _compiler_call(self: Any, inp: Any) -> Any:
     except BaseException:
         if shared is not None and _made_here(route):
             shared.upload("extension", key, route, _state.store, verified=False)
-            _warn_if_off()
+            _warn_of_shared_tier()
         raise
     with _locking.lock(folder):
         _store_folder(folder, key)
@@ -565,7 +568,7 @@ def _verified_build(compiler: Any, inp: Any, artifact: Any, folder: pathlib.Path
     if _made_here(route) and shared.upload("extension", key, route, _state.store, verified=failure is None):
         _state.counters.extensions_uploaded += 1
     # The upload, or the lease's renewal while GT4Py built, may have found the server gone.
-    _warn_if_off()
+    _warn_of_shared_tier()
     return artifact
 
 
@@ -597,10 +600,17 @@ def _reject(kind: str, key: str, reason: str) -> None:
         warnings.warn(f"gridkey: {reason}, so it is made here; {said}", RuntimeWarning, stacklevel=3)
 
 
-def _warn_if_off() -> None:
-    """The one warning of this process when the shared tier went off (unreachable, or a request failed)."""
+def _warn_of_shared_tier() -> None:
+    """The warnings of this process about the shared tier, each given once: that it went off (unreachable, or a request
+    failed), and that objects its lookups found failed a check here (forged, damaged, or signed by a key not trusted
+    here: `Gt4pyShared.rejections`), which were made here instead."""
     shared = _state.shared
-    if shared is None or _state.warned or shared.is_on:
+    if shared is None:
+        return
+    if not _state.warned_rejections and (said := shared.rejections) is not None:
+        _state.warned_rejections = True
+        warnings.warn(f"gridkey: {said}", RuntimeWarning, stacklevel=3)
+    if _state.warned or shared.is_on:
         return
     _state.warned = True
     _state.counters.remote_warnings += 1
@@ -651,10 +661,10 @@ def _materialize_translation(cache: Any, key: Any) -> None:
             # Written into GT4Py's cache in the same batch as into gridkey's store (ADR 0049).
             _state.counters.translations_from_remote += 1
         else:
-            _warn_if_off()
+            _warn_of_shared_tier()
             return
         _state.counters.translations_materialized += 1
-    _warn_if_off()
+    _warn_of_shared_tier()
 
 
 def _contains(self: Any, key: Any) -> bool:
@@ -727,14 +737,14 @@ def translate(cache: Any, key: Any, make: Callable[[], Any]) -> Any:
         value = make()
     except BaseException:
         shared.upload("translation", gk, route, _state.store, verified=False)
-        _warn_if_off()
+        _warn_of_shared_tier()
         raise
     cache[key] = value
     verified = _unpickles(_state.store.get_translation(gk))
     if _made_here(route) and shared.upload("translation", gk, route, _state.store, verified=verified):
         _state.counters.translations_uploaded += 1
     # The upload, or the lease's renewal while GT4Py translated, may have found the server gone.
-    _warn_if_off()
+    _warn_of_shared_tier()
     return value
 
 
@@ -758,6 +768,7 @@ def install(*, cache_dir: Optional[os.PathLike[str] | str] = None, settings: Any
             _state.store = _gridkey.Gt4pyStore(cache_dir)
             _state.shared = _gridkey.Gt4pyShared.connect(settings, cache_dir)
             _state.warned = False
+            _state.warned_rejections = False
             _state.cache_dir = cache_dir
             if _state.shared is not None and _state.shared.is_writer:
                 atexit.register(_state.shared.publish_stats)
@@ -773,7 +784,7 @@ def install(*, cache_dir: Optional[os.PathLike[str] | str] = None, settings: Any
     setattr(_config, _CONFIG_NAME, _WorkerHook(cache_dir))
     if _state.key_inputs is None:
         _identify_compiler_in_background()
-    _warn_if_off()
+    _warn_of_shared_tier()
 
 
 def uninstall() -> bool:
