@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use redis::{FromRedisValue, Pipeline, RedisError, Value};
 use serde::{Deserialize, Serialize};
 
-use crate::link::{Address, Failure, Link, Sockets};
+use crate::link::{self, Address, Failure, Link, Sockets};
 use crate::object::{self, hex, Kind, Reject};
 use crate::trust::Trust;
 use crate::RemoteError;
@@ -635,7 +635,7 @@ impl Remote {
                     Ok(len)
                 }
                 Value::ServerError(e) if concerns_the_object(&e) => {
-                    Err(Reject::Unreadable { reason: RedisError::from(e).to_string() })
+                    Err(Reject::Unreadable { reason: link::escaped(&RedisError::from(e).to_string()) })
                 }
                 Value::ServerError(e) => {
                     self.fail(what, &Failure::Reply(RedisError::from(e)));
@@ -766,9 +766,9 @@ impl Remote {
                             Err(reject) => Fetched::Rejected(reject),
                         }
                     }
-                    (Ok(_), Some(Value::ServerError(e)), _) => {
-                        Fetched::Rejected(Reject::Unreadable { reason: RedisError::from(e).to_string() })
-                    }
+                    (Ok(_), Some(Value::ServerError(e)), _) => Fetched::Rejected(Reject::Unreadable {
+                        reason: link::escaped(&RedisError::from(e).to_string()),
+                    }),
                     (Ok(_), other, _) => {
                         Fetched::Rejected(Reject::Unreadable { reason: format!("unexpected reply {other:?}") })
                     }

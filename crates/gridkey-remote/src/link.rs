@@ -116,7 +116,7 @@ impl std::fmt::Display for Failure {
             ),
             Failure::Tls { reason, .. } => write!(f, "TLS handshake failed: {reason}"),
             Failure::Io(e) => write!(f, "{e}"),
-            Failure::Reply(e) => write!(f, "{e}"),
+            Failure::Reply(e) => f.write_str(&escaped(&e.to_string())),
             Failure::Lie(what) => write!(f, "the server answered {what} (a lying or broken server)"),
         }
     }
@@ -683,6 +683,21 @@ fn connect_tcp(host: &str, port: u16, deadline: Instant) -> Result<TcpStream, Fa
         }
     }
     Err(Failure::Io(last.unwrap_or_else(|| io::Error::new(io::ErrorKind::TimedOut, "connection timed out"))))
+}
+
+/// `text` a server sent (an error's message), with its control characters escaped (`\u{1b}`),
+/// so that what a warning or an error quotes of it cannot move the cursor, retitle the terminal
+/// or start a line of its own on the user's terminal.
+pub(crate) fn escaped(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// The first line of `bytes`, escaped, at most [`FIRST_BYTES`] long: what a peer that is not

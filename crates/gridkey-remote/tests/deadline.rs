@@ -176,6 +176,14 @@ fn a_lookup_answered_with_errors_or_other_replies_turns_the_tier_off_and_wrongty
             b"-MASTERDOWN Link with MASTER is down\r\n",
             Some("Link with MASTER is down"),
         ),
+        // What a server's error says is quoted with its control characters escaped: a lying
+        // server cannot retitle or redraw the user's terminal through a warning.
+        (
+            each("-NOPERM \x1b]0;owned\x07 no\x1b[2J permissions\r\n"),
+            b"",
+            Some("\\u{1b}]0;owned\\u{7} no\\u{1b}[2J permissions"),
+        ),
+        (each("-WRONGTYPE \x1b]0;owned\x07 wrong kind\r\n"), b"", None),
     ];
     for (script, getrange, says) in cases {
         let port = fake(move |stream, first| {
@@ -204,8 +212,17 @@ fn a_lookup_answered_with_errors_or_other_replies_turns_the_tier_off_and_wrongty
             None => {
                 assert!(got.iter().all(|f| matches!(f, Fetched::Rejected(Reject::Unreadable { .. }))), "{got:?}");
                 assert_eq!((remote.is_on(), remote.stats().rejected, remote.warning()), (true, 8, None));
+                // Not silently: the run's one sentence about them counts them and quotes the first.
+                let said = remote.rejections().expect("the rejections are said");
+                assert!(
+                    said.contains("8 objects looked up failed a check here") && said.contains("WRONGTYPE"),
+                    "{said}"
+                );
+                assert!(said.contains("(a writer uploads its own over them)"), "{said}");
             }
         }
+        let shown = [remote.warning(), remote.rejections()].into_iter().flatten().collect::<String>();
+        assert!(!shown.chars().any(char::is_control), "a control character reaches the terminal: {shown:?}");
     }
 }
 
