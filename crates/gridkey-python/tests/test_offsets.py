@@ -94,18 +94,19 @@ def test_a_new_connectivity_at_a_reused_address_is_not_a_memo_hit(store: gridkey
     domain, local, codomain = dims()
     conn = gridkey.Connectivity(table, domain, local, codomain)
     first = gridkey.compile_time_connectivity(conn, store)
+    # Everything the loop needs is allocated before the connectivity goes, so that nothing else takes its address.
+    other_table = icon_like(seed=6)
+    keep: list[Any] = [None] * 2000
     old_id = id(conn)
     del conn
     gc.collect()
     reused = False
-    other_table = icon_like(seed=6)
-    keep = []
-    for _ in range(200):
+    for i in range(len(keep)):
         conn = gridkey.Connectivity(other_table, domain, local, codomain)
         if id(conn) == old_id:
             reused = True
             break
-        keep.append(conn)
+        keep[i] = conn
     ct = gridkey.compile_time_connectivity(conn, store)
     assert ct is not first and ct.digest == digest_witness.table_digest(other_table)
     if not reused:
