@@ -254,8 +254,9 @@ fn seconds(var: &'static str, value: &str) -> Result<Duration, SettingsError> {
         .ok_or_else(|| bad(var, value, "a positive number of seconds, e.g. 0.5"))
 }
 
-/// `url` with the password of its user-info part replaced by `***`, and the value of any query
-/// parameter whose name holds `pass` (`redis+unix:///run/redis.sock?pass=...`), for messages.
+/// `url` with the password of its user-info part replaced by `***`, and the value of the first
+/// query parameter whose name holds `pass` (`redis+unix:///run/redis.sock?pass=...`) with
+/// everything after it, for messages.
 ///
 /// Made for any string, a malformed URL included, since that is when a message quotes it. The
 /// user-info part is everything before the *last* `@`, since a password written unencoded may
@@ -263,35 +264,40 @@ fn seconds(var: &'static str, value: &str) -> Result<Duration, SettingsError> {
 /// has (`redis://`, `rediss://`, `redis+unix://`, `unix://`) the user name is kept where it is plain
 /// (no `/`, `?` or `#` in it) and the rest becomes `***`; in anything else, where no one can tell a
 /// scheme or a user from a password (`redis:/reader:...`, `reader:/pw:...`), all of it becomes
-/// `***`.
+/// `***`. A query password may hold `@` and `&` unencoded, so nothing after its `=` is shown; the
+/// user-info is then looked for before the parameter, except that a socket URL
+/// (`redis+unix:///path`) has none past its path, and in any other URL an `@` after the
+/// parameter leaves no telling where a password starts: all before the parameter becomes `***`.
 pub fn redact(url: &str) -> String {
-    let head = ["redis://", "rediss://", "redis+unix://", "unix://"]
+    let scheme = ["redis://", "rediss://", "redis+unix://", "unix://"]
         .into_iter()
-        .find(|scheme| url.get(..scheme.len()).is_some_and(|s| s.eq_ignore_ascii_case(scheme)))
-        .map_or(0, str::len);
-    let (head, rest) = url.split_at(head);
-    let (userinfo, after) = match rest.rfind('@') {
+        .find(|scheme| url.get(..scheme.len()).is_some_and(|s| s.eq_ignore_ascii_case(scheme)));
+    let (head, rest) = url.split_at(scheme.map_or(0, str::len));
+    // The first parameter named *pass*: where its name starts (after `?` or `&`) and its value.
+    let param = rest.char_indices().filter(|&(_, c)| c == '?' || c == '&').find_map(|(at, _)| {
+        let name = rest[at + 1..].split(['&', '?']).next()?.split_once('=')?.0;
+        name.to_ascii_lowercase().contains("pass").then_some((at, at + 1 + name.len() + 1))
+    });
+    let (before, hidden) = match param {
+        Some((_, value)) => (&rest[..value], "***"),
+        None => (rest, ""),
+    };
+    let socket = scheme.is_some_and(|s| s.contains("unix")) && rest.starts_with('/');
+    // Where the user-info is looked for: a socket URL's path, else all before the password
+    // parameter; an `@` past that, outside a socket URL, hides all before the parameter.
+    let searched = if socket { before.split('?').next().unwrap_or_default() } else { before };
+    if let Some((at, value)) = param.filter(|&(_, value)| !socket && rest[value..].contains('@')) {
+        return format!("{head}***{}***", &rest[at..value]);
+    }
+    let (userinfo, after) = match searched.rfind('@') {
         Some(at) => {
-            let user = rest[..at]
+            let user = before[..at]
                 .split_once(':')
                 .map(|(user, _)| user)
                 .filter(|user| !head.is_empty() && !user.contains(['/', '?', '#']));
-            (user.map_or_else(|| "***".to_owned(), |user| format!("{user}:***")) + "@", &rest[at + 1..])
+            (user.map_or_else(|| "***".to_owned(), |user| format!("{user}:***")) + "@", &before[at + 1..])
         }
-        None => (String::new(), rest),
+        None => (String::new(), before),
     };
-    let after = match after.split_once('?') {
-        Some((path, query)) => {
-            let params: Vec<String> = query
-                .split('&')
-                .map(|param| match param.split_once('=') {
-                    Some((name, _)) if name.to_ascii_lowercase().contains("pass") => format!("{name}=***"),
-                    _ => param.to_owned(),
-                })
-                .collect();
-            format!("{path}?{}", params.join("&"))
-        }
-        None => after.to_owned(),
-    };
-    format!("{head}{userinfo}{after}")
+    format!("{head}{userinfo}{after}{hidden}")
 }

@@ -112,6 +112,13 @@ fn passwords_are_hidden_in_every_url_form() {
     assert_eq!(shown("reader:R-s3cret@host"), "***@host");
     assert_eq!(shown("reader:/aA0A:@127.0.0.1:6379/"), "***@127.0.0.1:6379/");
     assert_eq!(shown("redis+unix:///run/redis.sock?db=1&pass=s3cret"), "redis+unix:///run/redis.sock?db=1&pass=***");
+    // A socket URL's password is a query parameter, which may hold `@` and `&` unencoded.
+    assert_eq!(shown("redis+unix:///run/redis.sock?pass=p@ssw0rd"), "redis+unix:///run/redis.sock?pass=***");
+    assert_eq!(
+        shown("redis+unix:///run/redis.sock?user=gk&pass=Zq8@x/Tk3w==&db=2"),
+        "redis+unix:///run/redis.sock?user=gk&pass=***"
+    );
+    assert_eq!(shown("unix:///s?pass=a&b@c&db=1"), "unix:///s?pass=***");
 }
 
 proptest::proptest! {
@@ -127,6 +134,21 @@ proptest::proptest! {
         // A password is at least as long as this, so it cannot hide inside the rest of the URL.
         proptest::prop_assume!(!format!("{prefix}{user}{tail}").contains(&password));
         let url = format!("{prefix}{user}:{password}@{tail}");
+        let shown = RemoteSettings::new(&url).shown_url();
+        proptest::prop_assert!(!shown.contains(&password), "{url} shown as {shown}");
+    }
+
+    /// The same for a password given as a query parameter of a socket URL (`pass=`, redis-rs's
+    /// form for `redis+unix://`), whatever it holds and wherever it stands among the parameters.
+    #[test]
+    fn no_query_password_is_ever_shown(
+        password in "[!-~]{6,24}",
+        scheme in proptest::sample::select(vec!["redis+unix://", "unix://", "redis://", "rediss://", ""]),
+        before in proptest::sample::select(vec!["", "db=1&", "user=gk&"]),
+        after in proptest::sample::select(vec!["", "&db=2", "&protocol=resp3"]),
+    ) {
+        proptest::prop_assume!(!format!("{scheme}/run/redis.sock?{before}pass={after}").contains(&password));
+        let url = format!("{scheme}/run/redis.sock?{before}pass={password}{after}");
         let shown = RemoteSettings::new(&url).shown_url();
         proptest::prop_assert!(!shown.contains(&password), "{url} shown as {shown}");
     }
