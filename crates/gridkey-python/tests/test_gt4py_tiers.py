@@ -144,8 +144,8 @@ def test_a_folder_built_by_another_compiler_than_the_keys_is_used_but_never_stor
         assert tiers._built_with(folder) == str(other)
         with warnings.catch_warnings(record=True) as said:
             warnings.simplefilter("always")
-            tiers._store_folder(folder, key)
-            tiers._store_folder(folder, key)
+            tiers._store_folder(folder, key, built_here=True)
+            tiers._store_folder(folder, key, built_here=True)
         assert [str(w.message) for w in said if "compile_commands_cache_" in str(w.message)] != []
         assert len([w for w in said if issubclass(w.category, RuntimeWarning)]) == 1
         assert tiers._read_marker(folder) is None and tiers._usable_data(folder) is not None
@@ -154,11 +154,16 @@ def test_a_folder_built_by_another_compiler_than_the_keys_is_used_but_never_stor
         # A folder that does not say which compiler built it is not stored either.
         (folder / "compile_commands.json").unlink()
         assert tiers._built_with(folder) is None
-        tiers._store_folder(folder, key)
+        tiers._store_folder(folder, key, built_here=True)
         assert not pathlib.Path(tiers._state.store.entry_path("extension", key)).exists()
-        # Built by the key's compiler, named by its path as CMake records it: stored and marked.
+        # Built by the key's compiler, named by its path as CMake records it, but found here, not built: nothing
+        # tells which interpreter ABI, nanobind or gridtools-cpp it was built with, so it is used, never stored.
         built_with(folder, cxx)
-        tiers._store_folder(folder, key)
+        tiers._store_folder(folder, key, built_here=False)
+        assert tiers._read_marker(folder) is None and tiers._usable_data(folder) is not None
+        assert not pathlib.Path(tiers._state.store.entry_path("extension", key)).exists()
+        # Built here by the key's compiler: stored and marked.
+        tiers._store_folder(folder, key, built_here=True)
         assert tiers._read_marker(folder) == key
         assert pathlib.Path(tiers._state.store.entry_path("extension", key)).is_file()
     finally:

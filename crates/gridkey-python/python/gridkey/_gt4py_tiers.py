@@ -435,12 +435,15 @@ def _built_by_key_compiler(folder: pathlib.Path) -> bool:
     return False
 
 
-def _store_folder(folder: pathlib.Path, key: str) -> None:
-    """Stores the usable ``folder`` GT4Py built or found (not materialized: those are marked) in gridkey's store under
-    ``key`` and marks it, when its build ran the compiler the key names (`_built_by_key_compiler`)."""
+def _store_folder(folder: pathlib.Path, key: str, *, built_here: bool) -> None:
+    """Stores the usable ``folder`` GT4Py built in this process (``built_here``; not materialized: those are marked)
+    in gridkey's store under ``key`` and marks it, when its build ran the compiler the key names
+    (`_built_by_key_compiler`). A usable folder this process found unmarked (GT4Py built it before ``install``, or a
+    process without the adapter did) is used as GT4Py would, but neither stored nor marked: nothing tells which
+    interpreter ABI, nanobind or gridtools-cpp it was built with, which its key would name."""
     store = _state.store
     data = _build_data.read_data(folder)
-    if not _compiler.is_usable(data, folder) or _marked_for(folder, key, data):
+    if not _compiler.is_usable(data, folder) or _marked_for(folder, key, data) or not built_here:
         return
     if not _built_by_key_compiler(folder):
         return
@@ -523,7 +526,7 @@ def _compiler_call(self: Any, inp: Any) -> Any:
             _warn_of_shared_tier()
         raise
     with _locking.lock(folder):
-        _store_folder(folder, key)
+        _store_folder(folder, key, built_here=not usable)
     if shared is None:
         return artifact
     return _verified_build(self, inp, artifact, folder, key, route)
@@ -560,7 +563,7 @@ def _verified_build(compiler: Any, inp: Any, artifact: Any, folder: pathlib.Path
             _unusable(folder, key)
         artifact = _state.original_call(compiler, inp)
         with _locking.lock(folder):
-            _store_folder(folder, key)
+            _store_folder(folder, key, built_here=True)
         route = "here-upload" if shared.is_writer else "here"
         failure = _loads(artifact)
     elif from_remote:
