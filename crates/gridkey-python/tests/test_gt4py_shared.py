@@ -177,8 +177,10 @@ def test_unsigned_and_forged_objects_are_never_loaded_where_keys_are_trusted(clu
     client = _gridkey.Gt4pyShared.connect(gridkey.Settings.from_vars(env), tmp_path / "c")
     assert client is not None and client.rejections is None
     assert not client.fetch("extension", extension, _gridkey.Gt4pyStore(tmp_path / "c"))
+    # Looked up again: still one object.
+    assert not client.fetch("extension", extension, _gridkey.Gt4pyStore(tmp_path / "c"))
     assert client.rejections is not None and "1 object looked up failed a check here" in client.rejections
-    assert "revoked key" in client.rejections, client.rejections
+    assert "revoked writer's key" in client.rejections and "trust a key only once" in client.rejections, client.rejections
     assert "trusted keys (GRIDKEY_REMOTE_TRUSTED_KEYS)" in client.rejections, client.rejections
     assert f"signed by {forger_public}, which is not a trusted key" in client.rejections, client.rejections
 

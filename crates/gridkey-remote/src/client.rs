@@ -234,11 +234,12 @@ struct Shared {
     rejections: Mutex<Rejections>,
 }
 
-/// The objects of a run's lookups that failed a check here: how many, the first (`kind
-/// object-name: check`), and whether one was signed by a key this client does not trust.
+/// The objects of a run's lookups that failed a check here: their names (each counted once,
+/// however often it is looked up), the first (`kind object-name: check`), and whether one was
+/// signed by a key this client does not trust.
 #[derive(Default)]
 struct Rejections {
-    count: u64,
+    names: BTreeSet<String>,
     first: Option<String>,
     untrusted: bool,
 }
@@ -448,26 +449,32 @@ impl Remote {
 
     /// The sentence of the run's warning about the objects its lookups found under their keys
     /// that failed a check here (damaged, forged, replayed, over the size limit, signed by a key
-    /// not trusted here), or `None` when there was none. They were misses, made here (a writer
-    /// uploads its own over them, ADR 0030); the sentence counts them and names the first, and,
-    /// where one was signed by a key not trusted here, says what that means (a revoked key, or
-    /// a writer whose signing key the nodes do not trust, ADR 0031). Checks that fail after an
+    /// not trusted here), or `None` when there was none so far. They were misses, made here (a
+    /// writer uploads its own over them, ADR 0030); the sentence counts them (each object once,
+    /// however often it was looked up) and names the first, and, where one was signed by a key
+    /// not trusted here, says what that can be (a revoked key, a writer's key the nodes do not
+    /// trust, someone else's) and to trust a key only once its owner is known (ADR 0031). Checks that fail after an
     /// object was taken (a kernel that does not verify) are not counted here: they are the
     /// frontend's reports ([`Remote::retract_many`]).
     pub fn rejections(&self) -> Option<String> {
         let r = lock(&self.shared.rejections);
         let first = r.first.as_deref()?;
-        let (n, were) =
-            if r.count == 1 { ("1 object".to_owned(), "was") } else { (format!("{} objects", r.count), "were") };
-        let who = if self.is_writer() { "a writer uploads its own over them" } else { "a reader uploads nothing" };
+        let n = r.names.len();
+        let (n, were) = if n == 1 { ("1 object".to_owned(), "was") } else { (format!("{n} objects"), "were") };
+        let who = if self.is_writer() {
+            "a writer uploads its own over them while the tier is on"
+        } else {
+            "a reader uploads nothing"
+        };
         let mut sentence = format!(
-            "shared tier {}: {n} looked up failed a check here and {were} made here instead ({who}); the first: {first}",
+            "shared tier {}: {n} looked up failed a check here and {were} not used, made here instead ({who}); the \
+             first: {first}",
             self.shared.shown_url
         );
         if r.untrusted {
-            sentence += ". An object signed by a key not trusted here comes from a revoked key, or from a writer \
-                         whose key is missing from the shared tier's trusted keys here: every writer's key belongs \
-                         in every node's trusted keys";
+            sentence += ". One was signed by a key not trusted here: a revoked writer's key, a writer's key missing \
+                         from the shared tier's trusted keys here, or the key of someone who may write to the server \
+                         but is not one of your writers; trust a key only once you know whose it is";
         }
         Some(sentence)
     }
@@ -779,11 +786,12 @@ impl Remote {
                         add(&c.rejected, 1);
                         add(&c.misses, 1);
                         let mut r = lock(&self.shared.rejections);
-                        r.count += 1;
+                        let name = self.object_name(kind, key);
                         r.untrusted |= matches!(reject, Reject::Untrusted { .. });
                         if r.first.is_none() {
-                            r.first = Some(format!("{kind} {}: {reject}", self.object_name(kind, key)));
+                            r.first = Some(format!("{kind} {name}: {reject}"));
                         }
+                        r.names.insert(name);
                     }
                     Fetched::Absent => add(&c.misses, 1),
                     Fetched::Off => {}

@@ -218,7 +218,7 @@ fn a_lookup_answered_with_errors_or_other_replies_turns_the_tier_off_and_wrongty
                     said.contains("8 objects looked up failed a check here") && said.contains("WRONGTYPE"),
                     "{said}"
                 );
-                assert!(said.contains("(a writer uploads its own over them)"), "{said}");
+                assert!(said.contains("(a writer uploads its own over them while the tier is on)"), "{said}");
             }
         }
         let shown = [remote.warning(), remote.rejections()].into_iter().flatten().collect::<String>();

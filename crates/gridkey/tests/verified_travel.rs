@@ -377,6 +377,8 @@ fn a_writer_that_meets_objects_signed_by_a_key_it_does_not_trust_says_so_once() 
     assert!(said.contains("a writer uploads its own over them"), "{said}");
     assert!(said.contains(&format!("signed by {}, which is not a trusted key", public_a.trim())), "{said}");
     assert!(said.contains("trusted keys (GRIDKEY_REMOTE_TRUSTED_KEYS)"), "{said}");
+    // A planted object names its planter's key just as well: the sentence does not invite trusting it.
+    assert!(said.contains("trust a key only once you know whose it is"), "{said}");
     assert_eq!(remote(&second)["rejections"].as_str(), Some(&said["gridkey: warning: ".len()..]), "{second:#}");
 
     // B's own objects now: a fresh node of B's takes them, with no warning.
