@@ -191,6 +191,16 @@ def test_a_marked_folder_whose_module_was_truncated_is_filled_again_not_loaded(t
         data = tiers.prepare_folder(folder)
         assert data is not None and module.read_bytes() == whole
         assert tiers.counters().rejected == before + 1
+        # A marker that cannot be read, or names nothing, is damaged, not absent: the folder (here with a truncated
+        # module) is never used as it stands, but filled again and counted rejected.
+        for damaged in (b"\xff\xfe not utf-8", b"", b"  \n"):
+            module.write_bytes(whole[:100])
+            (folder / tiers.MARKER).write_bytes(damaged)
+            assert tiers._read_marker(folder) == ""
+            before = tiers.counters().rejected
+            data = tiers.prepare_folder(folder)
+            assert data is not None and module.read_bytes() == whole, damaged
+            assert tiers.counters().rejected == before + 1 and tiers._read_marker(folder) == key
         # With no stored copy: made unusable, so that GT4Py builds it again.
         tiers._state.store.remove("extension", key)
         module.write_bytes(whole[:100])

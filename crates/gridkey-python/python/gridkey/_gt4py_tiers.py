@@ -302,12 +302,15 @@ def extension_key(build_folder: str) -> str:
 
 
 def _read_marker(folder: pathlib.Path) -> Optional[str]:
-    """The extension key ``folder``'s marker names, or None when it has no marker that can be read."""
+    """The extension key ``folder``'s marker names, None when it has no marker, or ``""`` when it has one that cannot
+    be read or names nothing (damaged: never taken for an unmarked folder, which is used as it stands)."""
     try:
         words = (folder / MARKER).read_text().split()
-    except (OSError, UnicodeDecodeError):
+    except FileNotFoundError:
         return None
-    return words[0] if words else None
+    except (OSError, UnicodeDecodeError):
+        return ""
+    return words[0] if words else ""
 
 
 def _module_size(folder: pathlib.Path, data: Any) -> Optional[int]:
@@ -355,7 +358,8 @@ def _prepare_folder(folder: pathlib.Path, key: str) -> None:
         # truncated since: never load it.
         (folder / "gt4py.json").unlink(missing_ok=True)
         (folder / MARKER).unlink(missing_ok=True)
-        if marker == key:
+        if marker in (key, ""):
+            # This key's folder changed since it was marked, or its marker is damaged: rejected, filled again.
             _state.folders_rejected += 1
             _sync_rejections(store)
         else:
