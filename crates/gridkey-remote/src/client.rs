@@ -290,15 +290,15 @@ impl Shared {
 /// [`RemoteError::Url`]: the `redis` crate's own error only names its error kind. Never quotes
 /// the URL, which may hold a password.
 fn url_problem(url: &str, e: &redis::RedisError) -> String {
+    let redis_scheme =
+        |scheme: &str| ["redis", "rediss", "redis+unix", "unix"].iter().any(|s| s.eq_ignore_ascii_case(scheme));
     match url.split_once("://") {
         None => match url.split_once(':') {
-            Some((scheme, _)) if scheme == "redis" || scheme == "rediss" => {
-                format!("its scheme `{scheme}:` is not followed by `//`")
-            }
+            Some((scheme, _)) if redis_scheme(scheme) => format!("its scheme `{scheme}:` is not followed by `//`"),
             _ => "it has no scheme".to_owned(),
         },
-        Some((scheme, _)) if scheme != "redis" && scheme != "rediss" => {
-            format!("its scheme is `{scheme}`, not `redis` or `rediss`")
+        Some((scheme, _)) if !redis_scheme(scheme) => {
+            format!("its scheme is `{scheme}`, not `redis`, `rediss` or `redis+unix`")
         }
         Some(_) => match e.detail() {
             Some(detail) => format!("it does not parse as a Redis URL ({detail})"),

@@ -263,7 +263,10 @@ fn a_remote_url_it_cannot_use_is_the_one_thing_said() {
     let cache = tempfile::tempdir().unwrap();
     let c = cache.path().to_str().unwrap();
     for (url, says) in [
-        ("http://localhost:6379", "its scheme is `http`, not `redis` or `rediss`"),
+        ("http://localhost:6379", "its scheme is `http`, not `redis`, `rediss` or `redis+unix`"),
+        // A socket URL that does not parse is not told that its scheme is wrong, nor one in capitals.
+        ("redis+unix:///run/redis.sock?db=one&pass=s3cret", "it does not parse as a Redis URL"),
+        ("REDIS://:s3cret@localhost:notaport/", "it does not parse as a Redis URL"),
         ("localhost:6379", "it has no scheme"),
         ("redis://:s3cret@localhost:notaport/", "it does not parse as a Redis URL"),
         // Unencoded passwords and a scheme without its slashes: the message quotes the URL with
