@@ -290,8 +290,7 @@ impl Shared {
 /// [`RemoteError::Url`]: the `redis` crate's own error only names its error kind. Never quotes
 /// the URL, which may hold a password.
 fn url_problem(url: &str, e: &redis::RedisError) -> String {
-    let redis_scheme =
-        |scheme: &str| ["redis", "rediss", "redis+unix", "unix"].iter().any(|s| s.eq_ignore_ascii_case(scheme));
+    let redis_scheme = |scheme: &str| gridkey_settings::REDIS_SCHEMES.iter().any(|s| s.eq_ignore_ascii_case(scheme));
     match url.split_once("://") {
         None => match url.split_once(':') {
             Some((scheme, _)) if redis_scheme(scheme) => format!("its scheme `{scheme}:` is not followed by `//`"),
@@ -453,9 +452,9 @@ impl Remote {
     /// writer uploads its own over them, ADR 0030); the sentence counts them (each object once,
     /// however often it was looked up) and names the first, and, where one was signed by a key
     /// not trusted here, says what that can be (a revoked key, a writer's key the nodes do not
-    /// trust, someone else's) and to trust a key only once its owner is known (ADR 0031). Checks that fail after an
-    /// object was taken (a kernel that does not verify) are not counted here: they are the
-    /// frontend's reports ([`Remote::retract_many`]).
+    /// trust, someone else's) and to trust a key only once its owner is known (ADR 0031). Checks
+    /// that fail after an object was taken (a kernel that does not verify) are not counted here:
+    /// they are the frontend's reports ([`Remote::retract_many`]).
     pub fn rejections(&self) -> Option<String> {
         let r = lock(&self.shared.rejections);
         let first = r.first.as_deref()?;

@@ -254,6 +254,11 @@ fn seconds(var: &'static str, value: &str) -> Result<Duration, SettingsError> {
         .ok_or_else(|| bad(var, value, "a positive number of seconds, e.g. 0.5"))
 }
 
+/// The URL schemes of Redis that the `redis` crate opens (`redis://`, TLS `rediss://`, and the
+/// socket forms `redis+unix://` and `unix://`), compared without case: what [`redact`] and the
+/// shared tier's URL errors take for a Redis scheme.
+pub const REDIS_SCHEMES: [&str; 4] = ["redis", "rediss", "redis+unix", "unix"];
+
 /// `url` with the password of its user-info part replaced by `***`, and the value of the first
 /// query parameter whose name holds `pass` (`redis+unix:///run/redis.sock?pass=...`) with
 /// everything after it, for messages.
@@ -269,10 +274,11 @@ fn seconds(var: &'static str, value: &str) -> Result<Duration, SettingsError> {
 /// (`redis+unix:///path`) has none past its path, and in any other URL an `@` after the
 /// parameter leaves no telling where a password starts: all before the parameter becomes `***`.
 pub fn redact(url: &str) -> String {
-    let scheme = ["redis://", "rediss://", "redis+unix://", "unix://"]
-        .into_iter()
-        .find(|scheme| url.get(..scheme.len()).is_some_and(|s| s.eq_ignore_ascii_case(scheme)));
-    let (head, rest) = url.split_at(scheme.map_or(0, str::len));
+    let scheme = REDIS_SCHEMES.into_iter().find(|scheme| {
+        let n = scheme.len();
+        url.get(..n).is_some_and(|s| s.eq_ignore_ascii_case(scheme)) && url.get(n..n + 3) == Some("://")
+    });
+    let (head, rest) = url.split_at(scheme.map_or(0, |s| s.len() + 3));
     // The first parameter named *pass*: where its name starts (after `?` or `&`) and its value.
     let param = rest.char_indices().filter(|&(_, c)| c == '?' || c == '&').find_map(|(at, _)| {
         let name = rest[at + 1..].split(['&', '?']).next()?.split_once('=')?.0;
