@@ -52,8 +52,9 @@ const LOOK_UP: &str = "local max, budget, out = tonumber(ARGV[1]), tonumber(ARGV
     else out[i] = n end end return out";
 
 /// Whether an error answered to [`LOOK_UP`] says that this client will never run it here: its
-/// ACL user may not (`NOPERM`; `ERR The user executing the script can't run this command`,
-/// Redis 7.0's answer when the script's own commands are not allowed), the server has no
+/// ACL user may not (`NOPERM`; when the script's own commands or keys are not allowed, Redis
+/// 7.0's `ERR The user executing the script can't run this command` or `... can't access at
+/// least one of the keys`, Redis 7.2's `ERR ACL failure in script: ...`), the server has no
 /// `EVAL_RO` (`ERR unknown command`, Redis before 7), or its keys are not in one slot
 /// (`CROSSSLOT`, Redis Cluster). Anything else (a server busy with another script, loading, out
 /// of memory) holds for this request only.
@@ -62,7 +63,10 @@ fn refuses_scripts(e: &redis::ServerError) -> bool {
         "NOPERM" | "CROSSSLOT" => true,
         "ERR" => e.details().is_some_and(|d| {
             let d = d.trim_start().to_ascii_lowercase();
-            d.starts_with("unknown command") || d.contains("can't run this command")
+            d.starts_with("unknown command")
+                || d.starts_with("acl failure in script")
+                || d.contains("can't run this command")
+                || d.contains("can't access at least one of the keys")
         }),
         _ => false,
     }

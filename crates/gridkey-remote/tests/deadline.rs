@@ -226,19 +226,32 @@ fn a_lookup_answered_with_errors_or_other_replies_turns_the_tier_off_and_wrongty
     }
 }
 
-/// Redis 7.0 answers the script of a user who may run `EVAL_RO` but not a command the script
-/// runs with `ERR The user executing the script can't run this command`: a refusal, so the
-/// sizes are asked first from then on, and the script is not sent again.
+/// Redis answers the script of a user who may run `EVAL_RO` but not a command the script runs,
+/// or not its keys, with an `ERR` whose words changed between versions (7.0: `The user executing
+/// the script can't ...`, 7.2: `ACL failure in script: ...`): each is a refusal, so the sizes are
+/// asked first from then on, and the script is not sent again.
 #[test]
 fn a_script_whose_commands_the_user_may_not_run_is_a_refusal() {
+    for answer in [
+        "-ERR The user executing the script can't run this command or subcommand script: 1a2b, on @user_script:1.\r\n",
+        "-ERR The user executing the script can't access at least one of the keys mentioned in the command arguments \
+         script: 1a2b, on @user_script:1.\r\n",
+        "-ERR ACL failure in script: User reader has no permissions to run the 'getrange' command script: 1a2b, on \
+         @user_script:1.\r\n",
+        "-ERR ACL failure in script: User reader has no permissions to access the 'ns:obj-v1:te:00' key script: 1a2b, \
+         on @user_script:1.\r\n",
+    ] {
+        a_script_answered_so_is_a_refusal(answer);
+    }
+}
+
+fn a_script_answered_so_is_a_refusal(answer: &'static str) {
     const N: usize = 8;
     let port = fake(move |stream, first| {
         let mut r = BufReader::new(stream.try_clone().unwrap());
         let mut w = stream;
         assert!(first[0].eq_ignore_ascii_case(b"EVAL_RO"), "a lookup starts with its script");
-        let _ = w.write_all(
-            b"-ERR The user executing the script can't run this command or subcommand script: 1a2b, on @user_script:1.\r\n",
-        );
+        let _ = w.write_all(answer.as_bytes());
         // The sizes of lookup 1, then those of lookup 2: never the script again.
         for _ in 0..2 {
             let sizes = commands(&mut r, N);
@@ -252,10 +265,10 @@ fn a_script_whose_commands_the_user_may_not_run_is_a_refusal() {
     let remote = within(Duration::from_secs(20), move || Remote::connect(&s).expect("not a misconfiguration"));
     for (lookup, round_trips) in [(1, 2), (2, 1)] {
         let before = remote.stats().round_trips;
-        assert_eq!(remote.get_many(TE, &keys()), vec![Fetched::Absent; N], "lookup {lookup}");
-        assert_eq!(remote.stats().round_trips - before, round_trips, "lookup {lookup}");
+        assert_eq!(remote.get_many(TE, &keys()), vec![Fetched::Absent; N], "lookup {lookup}: {answer}");
+        assert_eq!(remote.stats().round_trips - before, round_trips, "lookup {lookup}: {answer}");
     }
-    assert_eq!((remote.is_on(), remote.stats().errors, remote.warning()), (true, 0, None));
+    assert_eq!((remote.is_on(), remote.stats().errors, remote.warning()), (true, 0, None), "{answer}");
 }
 
 /// The next `n` commands of a client (one pipelined request), read off `r`.
