@@ -407,6 +407,60 @@ def test_the_counters_snapshot_has_every_running_count_and_is_a_copy() -> None:
         tiers._state.counters.rejected -= 2
 
 
+def test_threads_that_meet_a_shared_tier_fault_at_once_warn_of_it_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Thread mode: the build jobs of one process that find objects rejected, and the tier off, at the same moment give
+    each warning once (the check and the mark are one step)."""
+    pytest.importorskip("gt4py", reason="GT4Py needs CPython 3.12 or later; cargo xtask gt4py installs it")
+    import threading
+    import time
+    import warnings
+
+    from gridkey import _gt4py_tiers as tiers
+
+    class Shared:
+        """A shared tier that took a while to say what it rejected and that it is off, as a lookup under load does."""
+
+        warning = "shared tier redis://127.0.0.1:1/: the server stopped answering"
+
+        @property
+        def rejections(self) -> str:
+            time.sleep(0.05)
+            return "8 objects looked up failed a check here"
+
+        @property
+        def is_on(self) -> bool:
+            time.sleep(0.05)
+            return False
+
+    monkeypatch.setattr(tiers._state, "shared", Shared())
+    monkeypatch.setattr(tiers._state, "warned", False)
+    monkeypatch.setattr(tiers._state, "warned_rejections", False)
+    remote_warnings = tiers._state.counters.remote_warnings
+    threads = 8
+    start = threading.Barrier(threads)
+
+    def job() -> None:
+        start.wait()
+        tiers._warn_of_shared_tier()
+
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        running = [threading.Thread(target=job) for _ in range(threads)]
+        for t in running:
+            t.start()
+        for t in running:
+            t.join()
+    messages = sorted(str(w.message) for w in said)
+    try:
+        assert messages == [
+            "gridkey: 8 objects looked up failed a check here",
+            f"gridkey: {Shared.warning}; GT4Py translates and builds locally in this process",
+        ], messages
+        assert tiers._state.counters.remote_warnings == remote_warnings + 1
+    finally:
+        tiers._state.counters.remote_warnings = remote_warnings
+
+
 def test_a_table_ref_is_a_value_that_pickles() -> None:
     pytest.importorskip("gt4py", reason="GT4Py needs CPython 3.12 or later; cargo xtask gt4py installs it")
     import pickle

@@ -425,8 +425,7 @@ def _built_by_key_compiler(folder: pathlib.Path) -> bool:
     if identity == inputs["compiler_identity"]:
         return True
     _state.counters.extensions_not_stored += 1
-    if not _state.warned_compiler:
-        _state.warned_compiler = True
+    if _first_time("warned_compiler"):
         built = f"with `{recorded}`" if recorded is not None else "with a compiler its folder does not name"
         warnings.warn(
             f"gridkey: GT4Py built {folder.name} {built}, not with `{inputs['compiler']}` (CXX, else c++ on PATH): "
@@ -607,6 +606,29 @@ def _reject(kind: str, key: str, reason: str) -> None:
         warnings.warn(f"gridkey: {reason}, so it is made here; {said}", RuntimeWarning, stacklevel=3)
 
 
+_warned_lock = threading.Lock()
+
+
+def _reset_warned_lock() -> None:
+    # A child forked while another thread held the lock would wait for it for ever.
+    global _warned_lock
+    _warned_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_reset_warned_lock)
+
+
+def _first_time(flag: str) -> bool:
+    """Sets the `_state` flag ``flag`` (one of its ``warned*`` fields) and says whether it was not set before: whether
+    this call is the one that gives its warning. Threads of one process (thread mode) that meet the same fault at once
+    give it once."""
+    with _warned_lock:
+        if getattr(_state, flag):
+            return False
+        setattr(_state, flag, True)
+        return True
+
+
 def _warn_of_shared_tier() -> None:
     """The warnings of this process about the shared tier, each given once: that it went off (unreachable, or a request
     failed), and that objects its lookups found failed a check here (forged, damaged, or signed by a key not trusted
@@ -614,12 +636,10 @@ def _warn_of_shared_tier() -> None:
     shared = _state.shared
     if shared is None:
         return
-    if not _state.warned_rejections and (said := shared.rejections) is not None:
-        _state.warned_rejections = True
+    if not _state.warned_rejections and (said := shared.rejections) is not None and _first_time("warned_rejections"):
         warnings.warn(f"gridkey: {said}", RuntimeWarning, stacklevel=3)
-    if _state.warned or shared.is_on:
+    if _state.warned or shared.is_on or not _first_time("warned"):
         return
-    _state.warned = True
     _state.counters.remote_warnings += 1
     warnings.warn(
         f"gridkey: {shared.warning}; GT4Py translates and builds locally in this process", RuntimeWarning, stacklevel=3
