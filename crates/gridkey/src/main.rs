@@ -497,6 +497,9 @@ fn cache_command(command: CacheCommand) -> Result<ExitCode> {
                     let program = k.program.as_deref().map(|p| format!(" ({p})")).unwrap_or_default();
                     let removed = if removed.is_empty() { "nothing was there".to_owned() } else { removed.join(", ") };
                     println!("retracted {}{program} from {}: {removed}", k.key, r.remote);
+                    if let Some(why) = &k.library_unnamed {
+                        eprintln!("gridkey: warning: {}: {why}", k.key);
+                    }
                 }
             }
         }

@@ -61,6 +61,11 @@ pub struct RetractedKey {
     /// The GT4Py entries of the key removed from the local store: `translation`, `extension`.
     #[serde(default)]
     pub local_gt4py: Vec<String>,
+    /// Why this node could not name the kernel library of the key, when the local cache holds
+    /// no readable entry and the shared tier's entry failed a check here (forged, damaged, or
+    /// signed by a key not trusted here): its library, if one was uploaded, was not deleted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub library_unnamed: Option<String>,
 }
 
 /// What `gridkey cache retract` did.
@@ -103,9 +108,20 @@ pub fn retract(settings: &Settings, target: &RetractTarget) -> Result<RetractRep
         let record = cache.record(key);
         let program = record.as_ref().map(|r| r.program.clone()).or_else(|| given.as_ref().map(|(n, _)| n.clone()));
         let options = record.map(|r| r.options).or_else(|| given.as_ref().map(|(_, o)| o.clone())).unwrap_or_default();
-        // The source names the library: the local entry's, else the shared tier's.
+        // The source names the library: the local entry's, else the shared tier's. A shared
+        // entry that fails a check here cannot be trusted to name it: said, not guessed.
+        let mut library_unnamed = None;
         let source = cache.get(key).ok().or_else(|| match remote.get(Kind::TranslationEntry, key.as_bytes()) {
             Fetched::Hit(payload) => Some(payload),
+            Fetched::Rejected(why) => {
+                library_unnamed = Some(format!(
+                    "the shared tier's translation entry failed a check here ({why}), so its source cannot name the \
+                     kernel library built from it: that library, if one was uploaded, stays; retract the key from a \
+                     node whose local cache holds the entry, or let readers reject the library when it does not \
+                     verify"
+                ));
+                None
+            }
             _ => None,
         });
         let library = match source.as_deref().map(std::str::from_utf8) {
@@ -118,7 +134,7 @@ pub fn retract(settings: &Settings, target: &RetractTarget) -> Result<RetractRep
             _ => None,
         };
         libraries.push(library);
-        rows.push(RetractedKey { key: key.to_hex(), program, ..Default::default() });
+        rows.push(RetractedKey { key: key.to_hex(), program, library_unnamed, ..Default::default() });
     }
     let entry_keys: Vec<[u8; 16]> = keys.iter().map(|k| *k.as_bytes()).collect();
     let library_keys: Vec<[u8; 16]> = libraries.iter().flatten().map(|(_, k)| *k).collect();

@@ -386,3 +386,53 @@ fn a_writer_that_meets_objects_signed_by_a_key_it_does_not_trust_says_so_once() 
     assert_eq!(remote_hits(&third).len(), n, "{third:#}");
     assert!(warned.is_empty(), "{warned:?}");
 }
+
+/// A writer that retracts a key its local cache does not hold, whose shared entry is signed by a
+/// key it does not trust, deletes the entry but cannot name the library built from it (the
+/// entry's source names it, and that source is not trusted here): it says so, in the row and as
+/// a warning, instead of reporting the key retracted as if nothing else were there.
+#[test]
+fn a_retraction_that_cannot_name_the_library_says_so() {
+    let Some(url) = shared_url("a_retraction_that_cannot_name_the_library_says_so") else {
+        return;
+    };
+    let ns = namespace("retract-unnamed");
+    let tools = tempfile::tempdir().unwrap();
+    let cc = flaky_compiler(tools.path(), &tools.path().join("never"));
+    let (a, b) = (tools.path().join("a"), tools.path().join("b"));
+    std::fs::create_dir(&a).unwrap();
+    std::fs::create_dir(&b).unwrap();
+    let ((key_a, trusted_a), (key_b, trusted_b)) = (keys(&a), keys(&b));
+    let writer = |signing: &Path, trusted: &Path| {
+        Node::new(
+            &url,
+            &ns,
+            &cc,
+            true,
+            &[("GRIDKEY_REMOTE_SIGNING_KEY", signing), ("GRIDKEY_REMOTE_TRUSTED_KEYS", trusted)],
+        )
+    };
+    let filled = writer(&key_a, &trusted_a).run();
+    assert_eq!(verified(&filled), programs(&filled).len(), "{filled:#}");
+    let key = programs(&filled)[0]["key"].as_str().unwrap().to_owned();
+
+    let out = writer(&key_b, &trusted_b).command(&["cache", "retract", &key, "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let row = &r["keys"][0];
+    assert_eq!((row["remote_entry"].as_bool(), row["remote_library"].as_bool()), (Some(true), Some(false)), "{r:#}");
+    let why = row["library_unnamed"].as_str().unwrap_or_else(|| panic!("no word of the library: {r:#}"));
+    let public_a = std::fs::read_to_string(&trusted_a).unwrap();
+    assert!(why.contains(&format!("signed by {}", public_a.trim())), "{why}");
+    assert!(why.contains("retract the key from a node whose local cache holds the entry"), "{why}");
+
+    // Without --json the same words reach the operator as a warning.
+    let filled_again = writer(&key_a, &trusted_a).run();
+    assert_eq!(verified(&filled_again), programs(&filled_again).len());
+    let out = writer(&key_b, &trusted_b).command(&["cache", "retract", &key]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!("gridkey: warning: {key}: the shared tier's translation entry failed a check")),
+        "{stderr}"
+    );
+}
