@@ -75,9 +75,7 @@ impl Node {
 
     /// `gridkey run --json` in serial mode.
     fn run(&self) -> Value {
-        let grid = grid();
-        let out = self.command(&["run", "--grid", grid.to_str().unwrap(), "--mode", "serial", "--json"]);
-        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)))
+        run_warned(self).0
     }
 }
 
@@ -323,7 +321,8 @@ fn cache_retract_removes_an_entry_and_its_library_from_both_tiers_by_key_and_by_
     assert_eq!(r["keys"][0]["remote_entry"], true, "the writer's second run shared it again: {r:#}");
 }
 
-/// The shared tier's warning of a run (`gridkey: warning: shared tier ...`) and its JSON report.
+/// The JSON report of a node's `gridkey run --json` in serial mode, and the shared tier's
+/// warnings of that run (`gridkey: warning: shared tier ...`).
 fn run_warned(node: &Node) -> (Value, Vec<String>) {
     let grid = grid();
     let out = node.command(&["run", "--grid", grid.to_str().unwrap(), "--mode", "serial", "--json"]);
