@@ -285,7 +285,13 @@ def main() -> int:
     parser.add_argument("--nodes", type=int, default=4)
     parser.add_argument("--grid", type=pathlib.Path, default=GRID)
     parser.add_argument("--work", type=pathlib.Path, default=None)
-    parser.add_argument("--repeats", type=int, default=3, help="fresh and local warm starts, alternating")
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=7,
+        help="fresh and local warm starts, alternating (a few in ten of either run slow on a shared machine: 7 keep "
+        "them out of the medians)",
+    )
     parser.add_argument("--redis", default=None, help="URL of a Redis server: the nodes share it as their shared tier")
     parser.add_argument("--max-ratio", type=float, default=1.2, help="--redis: the warm-from-Redis ratio's limit")
     parser.add_argument("--json", type=pathlib.Path, default=None, help="--redis: write the figures to this file")
