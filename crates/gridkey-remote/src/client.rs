@@ -658,6 +658,48 @@ impl Remote {
         Some((sized, bodies))
     }
 
+    /// Which objects of a lookup were replaced between the round trip that sized them and the
+    /// `GETRANGE` that fetched them (`fetched_later`, indices): a writer uploaded another object
+    /// under the name meanwhile, so what was fetched is a part of it, or more than it. Only an
+    /// object fetched later that failed its checks is asked about: one whose reply is shorter
+    /// than its size was, or whose size is another now (one more round trip, for those alone,
+    /// within the lookup's deadline). Such an object is not damaged and not rejected: a miss.
+    fn replaced_while_read(
+        &self,
+        names: &[String],
+        fetched_later: &[usize],
+        sized: &[Result<u64, Reject>],
+        bodies: &[Option<Value>],
+        decoded: &[Option<Result<Vec<u8>, Reject>>],
+        deadline: Instant,
+    ) -> Vec<bool> {
+        let mut replaced = vec![false; names.len()];
+        let mut ask = Vec::new();
+        for &i in fetched_later {
+            let (Ok(len), Some(Value::BulkString(bytes)), Some(Err(_))) = (&sized[i], &bodies[i], &decoded[i]) else {
+                continue;
+            };
+            if (bytes.len() as u64) < *len {
+                replaced[i] = true;
+            } else {
+                ask.push((i, *len));
+            }
+        }
+        if ask.is_empty() {
+            return replaced;
+        }
+        let mut pipe = redis::pipe();
+        for (i, _) in &ask {
+            pipe.cmd("STRLEN").arg(&names[*i]);
+        }
+        // A tier that fails now is off; the objects stay rejected, as they were checked.
+        let Some(now) = self.request("looking up objects", &pipe, 0, deadline) else { return replaced };
+        for ((i, len), reply) in ask.into_iter().zip(now) {
+            replaced[i] = matches!(reply, Value::Int(n) if u64::try_from(n).ok() != Some(len));
+        }
+        replaced
+    }
+
     /// Looks up the objects of `kind` answering `keys` and checks each ([`object::decode`])
     /// before it is returned: one round trip asks for their sizes and brings the objects within
     /// the size limit, at most 8 MiB of them (a read-only script); further round trips fetch the rest
@@ -757,12 +799,16 @@ impl Remote {
                 })
             })
             .collect();
+        let replaced = self.replaced_while_read(&names, &wanted, &sized, &bodies, &decoded, deadline);
         keys.iter()
             .zip(sized)
             .zip(bodies)
             .zip(decoded)
-            .map(|(((key, size), body), decoded)| {
+            .zip(replaced)
+            .map(|((((key, size), body), decoded), replaced)| {
                 let fetched = match (size, body, decoded) {
+                    // Another object than the one sized: a miss, as if looked up a moment later.
+                    _ if replaced => Fetched::Absent,
                     (Err(reject), _, _) => Fetched::Rejected(reject),
                     (Ok(0), _, _) => Fetched::Absent,
                     (Ok(len), _, _) if len > max => Fetched::Rejected(Reject::TooLarge { len, max }),

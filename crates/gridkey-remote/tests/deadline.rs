@@ -9,7 +9,7 @@ use crate::common;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
@@ -440,4 +440,57 @@ fn an_http_server_on_the_port_turns_the_tier_off_and_says_what_answered() {
     assert!(!remote.is_on());
     let warning = remote.warning().unwrap();
     assert!(warning.contains("not Redis") && !warning.contains("password") && !warning.contains("s3cret"), "{warning}");
+}
+
+/// An object a writer replaces between the round trip that sized it and the `GETRANGE` that
+/// fetches it (past the script's budget) arrives as a part of the new object, or as less than
+/// its size: not damaged, a miss, with nothing rejected and no warning. One whose size did not
+/// change and that fails its checks is damaged: rejected, as before.
+#[test]
+fn an_object_replaced_while_it_was_read_is_a_miss_not_a_damaged_object() {
+    /// The GETRANGE reply, the size a STRLEN finds afterwards (None: not asked), whether replaced.
+    type Case = (&'static [u8], Option<&'static [u8]>, bool);
+    let cases: [Case; 3] = [
+        // A longer object now: its first 10 bytes, and a size of 20.
+        (b"$10\r\nGKRO-new-o\r\n", Some(b":20\r\n"), true),
+        // A shorter object now: fewer bytes than asked for, no second question.
+        (b"$6\r\nGKRO-n\r\n", None, true),
+        // The same size, bytes that do not check: damaged.
+        (b"$10\r\nGKRO-dmged\r\n", Some(b":10\r\n"), false),
+    ];
+    for (getrange, strlen, replaced) in cases {
+        let asked_size = Arc::new(AtomicBool::new(false));
+        let asked = asked_size.clone();
+        let port = fake(move |stream, first| {
+            let mut r = BufReader::new(stream.try_clone().unwrap());
+            let mut w = stream;
+            assert!(first[0].eq_ignore_ascii_case(b"EVAL_RO"), "a lookup starts with its script");
+            // Key 0 holds 10 bytes the script did not send: GETRANGE fetches them.
+            let _ = w.write_all(&[b"*8\r\n:10\r\n".to_vec(), b":0\r\n".repeat(7)].concat());
+            assert!(command(&mut r).is_some_and(|c| c[0].eq_ignore_ascii_case(b"GETRANGE")));
+            let _ = w.write_all(getrange);
+            if let Some(c) = command(&mut r) {
+                assert!(c[0].eq_ignore_ascii_case(b"STRLEN"), "{:?}", String::from_utf8_lossy(&c[0]));
+                asked.store(true, Ordering::SeqCst);
+                let _ = w.write_all(strlen.expect("a size asked for only where the reply had it"));
+            }
+            let mut sink = [0u8; 4096];
+            while matches!(r.read(&mut sink), Ok(n) if n > 0) {}
+        });
+        let s = settings(port, Role::Writer);
+        let (got, remote) = within(Duration::from_secs(20), move || {
+            let remote = Remote::connect(&s).expect("a fake server is not a misconfiguration");
+            (remote.get_many(TE, &keys()), remote)
+        });
+        let what = String::from_utf8_lossy(getrange);
+        assert!(remote.is_on() && remote.warning().is_none(), "{what}: {:?}", remote.warning());
+        assert_eq!(asked_size.load(Ordering::SeqCst), strlen.is_some(), "{what}");
+        if replaced {
+            assert_eq!(got, vec![Fetched::Absent; 8], "{what}");
+            assert_eq!((remote.stats().rejected, remote.rejections()), (0, None), "{what}");
+        } else {
+            assert!(matches!(got[0], Fetched::Rejected(_)), "{what}: {got:?}");
+            assert_eq!(remote.stats().rejected, 1, "{what}");
+        }
+    }
 }
