@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 
 use gridkey_fingerprint::gt4py::{Gt4pyKind, Gt4pyStore};
 use gridkey_fingerprint::{TranslationCache, TranslationKey, TranslationOptions};
-use gridkey_remote::{library_key, Fetched, Kind, Retracted};
+use gridkey_remote::{library_key, Fetched, Kind, Reject, Retracted};
 use gridkey_settings::Settings;
 use serde::{Deserialize, Serialize};
 
@@ -62,8 +62,9 @@ pub struct RetractedKey {
     #[serde(default)]
     pub local_gt4py: Vec<String>,
     /// Why this node could not name the kernel library of the key, when the local cache holds
-    /// no readable entry and the shared tier's entry failed a check here (forged, damaged, or
-    /// signed by a key not trusted here): its library, if one was uploaded, was not deleted.
+    /// no readable entry and the shared tier's entry, which this retraction deleted, failed a
+    /// check here (forged, damaged, or signed by a key not trusted here) or was not read (this
+    /// writer trusts no key): its library, if one was uploaded, was not deleted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub library_unnamed: Option<String>,
 }
@@ -104,22 +105,27 @@ pub fn retract(settings: &Settings, target: &RetractTarget) -> Result<RetractRep
     let identity = settings.compiler().identity();
     let mut rows = Vec::new();
     let mut libraries: Vec<Option<(PathBuf, [u8; 16])>> = Vec::new();
+    let mut unnamed_because: Vec<Option<String>> = Vec::new();
     for key in &keys {
         let record = cache.record(key);
         let program = record.as_ref().map(|r| r.program.clone()).or_else(|| given.as_ref().map(|(n, _)| n.clone()));
         let options = record.map(|r| r.options).or_else(|| given.as_ref().map(|(_, o)| o.clone())).unwrap_or_default();
         // The source names the library: the local entry's, else the shared tier's. A shared
-        // entry that fails a check here cannot be trusted to name it: said, not guessed.
+        // entry that fails a check here cannot be trusted to name it, and one this client does
+        // not read names nothing: said (where the entry was there to delete), not guessed.
         let mut library_unnamed = None;
         let source = cache.get(key).ok().or_else(|| match remote.get(Kind::TranslationEntry, key.as_bytes()) {
             Fetched::Hit(payload) => Some(payload),
-            Fetched::Rejected(why) => {
-                library_unnamed = Some(format!(
-                    "the shared tier's translation entry failed a check here ({why}), so its source cannot name the \
-                     kernel library built from it: that library, if one was uploaded, stays; retract the key from a \
-                     node whose local cache holds the entry, or let readers reject the library when it does not \
-                     verify"
+            Fetched::Rejected(Reject::NotTrusted) => {
+                library_unnamed = Some(unnamed(
+                    "this writer trusts no key (GRIDKEY_REMOTE_TRUSTED_KEYS is not set), so it did not read the \
+                     shared tier's translation entry",
                 ));
+                None
+            }
+            Fetched::Rejected(why) => {
+                library_unnamed =
+                    Some(unnamed(&format!("the shared tier's translation entry failed a check here ({why})")));
                 None
             }
             _ => None,
@@ -134,7 +140,8 @@ pub fn retract(settings: &Settings, target: &RetractTarget) -> Result<RetractRep
             _ => None,
         };
         libraries.push(library);
-        rows.push(RetractedKey { key: key.to_hex(), program, library_unnamed, ..Default::default() });
+        unnamed_because.push(library_unnamed);
+        rows.push(RetractedKey { key: key.to_hex(), program, ..Default::default() });
     }
     let entry_keys: Vec<[u8; 16]> = keys.iter().map(|k| *k.as_bytes()).collect();
     let library_keys: Vec<[u8; 16]> = libraries.iter().flatten().map(|(_, k)| *k).collect();
@@ -151,8 +158,13 @@ pub fn retract(settings: &Settings, target: &RetractTarget) -> Result<RetractRep
         return Err(AppError::RemoteUnreachable(remote.warning().unwrap_or_default()));
     }
     let mut deleted_libraries = deleted_libraries.into_iter();
-    for ((row, library), (key, deleted)) in rows.iter_mut().zip(&libraries).zip(keys.iter().zip(deleted_entries)) {
+    for (((row, library), (key, deleted)), why) in
+        rows.iter_mut().zip(&libraries).zip(keys.iter().zip(deleted_entries)).zip(unnamed_because)
+    {
         row.remote_entry = deleted == Retracted::Deleted;
+        // Said only of an entry this retraction deleted: a key with no shared entry had none to
+        // name a library with.
+        row.library_unnamed = why.filter(|_| row.remote_entry);
         if let Some((path, _)) = library {
             row.remote_library = deleted_libraries.next() == Some(Retracted::Deleted);
             row.local_library = remove(path);
@@ -173,6 +185,16 @@ pub fn retract(settings: &Settings, target: &RetractTarget) -> Result<RetractRep
         }
     }
     Ok(RetractReport { remote: remote.shown_url().to_owned(), keys: rows })
+}
+
+/// [`RetractedKey::library_unnamed`]: `cause`, and what becomes of the library and what to do.
+fn unnamed(cause: &str) -> String {
+    format!(
+        "{cause}, so it cannot name the kernel library built from it, which stays on the shared tier if one was \
+         uploaded: a node that translates the key again downloads it and checks it against the reference like any \
+         download (a writer retracts it if it fails); to delete it now, retract the key from a writer whose local \
+         cache holds the entry"
+    )
 }
 
 /// The key named by `text`: all 32 hex digits (cached here or not), else a unique prefix of a

@@ -423,7 +423,7 @@ fn a_retraction_that_cannot_name_the_library_says_so() {
     let why = row["library_unnamed"].as_str().unwrap_or_else(|| panic!("no word of the library: {r:#}"));
     let public_a = std::fs::read_to_string(&trusted_a).unwrap();
     assert!(why.contains(&format!("signed by {}", public_a.trim())), "{why}");
-    assert!(why.contains("retract the key from a node whose local cache holds the entry"), "{why}");
+    assert!(why.contains("retract the key from a writer whose local cache holds the entry"), "{why}");
 
     // Without --json the same words reach the operator as a warning.
     let filled_again = writer(&key_a, &trusted_a).run();
@@ -434,4 +434,19 @@ fn a_retraction_that_cannot_name_the_library_says_so() {
         stderr.contains(&format!("gridkey: warning: {key}: the shared tier's translation entry failed a check")),
         "{stderr}"
     );
+
+    // A writer that trusts no key reads no shared entry: of a key the shared tier does not hold
+    // it has nothing to say; of one it holds, that it did not read it.
+    let mut blind = Node::new(&url, &ns, &cc, true, &[("GRIDKEY_REMOTE_SIGNING_KEY", &key_b)]);
+    blind.env.retain(|(k, _)| k != "GRIDKEY_REMOTE_TRUST");
+    let absent = "0".repeat(32);
+    let present = programs(&filled_again)[1]["key"].as_str().unwrap().to_owned();
+    let out = blind.command(&["cache", "retract", &absent, &present, "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let (none, some) = (&r["keys"][0], &r["keys"][1]);
+    assert_eq!((none["remote_entry"].as_bool(), none.get("library_unnamed")), (Some(false), None), "{r:#}");
+    assert_eq!(some["remote_entry"].as_bool(), Some(true), "{r:#}");
+    let why = some["library_unnamed"].as_str().unwrap_or_else(|| panic!("no word of the library: {r:#}"));
+    assert!(why.starts_with("this writer trusts no key (GRIDKEY_REMOTE_TRUSTED_KEYS is not set)"), "{why}");
 }
