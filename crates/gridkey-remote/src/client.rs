@@ -663,7 +663,10 @@ impl Remote {
     /// under the name meanwhile, so what was fetched is a part of it, or more than it. Only an
     /// object fetched later that failed its checks is asked about: one whose reply is shorter
     /// than its size was, or whose size is another now (one more round trip, for those alone,
-    /// within the lookup's deadline). Such an object is not damaged and not rejected: a miss.
+    /// within the lookup's deadline). Such an object is not damaged and not rejected: a miss. A
+    /// name that holds another type now (`WRONGTYPE`) was replaced too. `None` when the tier
+    /// went off: the request failed, or the server answered a size with an error that is not the
+    /// object's or with something else than a size (ADR 0056).
     fn replaced_while_read(
         &self,
         names: &[String],
@@ -672,7 +675,7 @@ impl Remote {
         bodies: &[Option<Value>],
         decoded: &[Option<Result<Vec<u8>, Reject>>],
         deadline: Instant,
-    ) -> Vec<bool> {
+    ) -> Option<Vec<bool>> {
         let mut replaced = vec![false; names.len()];
         let mut ask = Vec::new();
         for &i in fetched_later {
@@ -686,18 +689,29 @@ impl Remote {
             }
         }
         if ask.is_empty() {
-            return replaced;
+            return Some(replaced);
         }
+        let what = "looking up objects";
         let mut pipe = redis::pipe();
         for (i, _) in &ask {
             pipe.cmd("STRLEN").arg(&names[*i]);
         }
-        // A tier that fails now is off; the objects stay rejected, as they were checked.
-        let Some(now) = self.request("looking up objects", &pipe, 0, deadline) else { return replaced };
+        let now = self.request(what, &pipe, 0, deadline)?;
         for ((i, len), reply) in ask.into_iter().zip(now) {
-            replaced[i] = matches!(reply, Value::Int(n) if u64::try_from(n).ok() != Some(len));
+            replaced[i] = match &reply {
+                Value::Int(n) => u64::try_from(*n).ok() != Some(len),
+                Value::ServerError(e) if concerns_the_object(e) => true,
+                Value::ServerError(e) => {
+                    self.fail(what, &Failure::Reply(RedisError::from(e.clone())));
+                    return None;
+                }
+                _ => {
+                    self.fail(what, &Failure::Lie("STRLEN with something else than a size"));
+                    return None;
+                }
+            };
         }
-        replaced
+        Some(replaced)
     }
 
     /// Looks up the objects of `kind` answering `keys` and checks each ([`object::decode`])
@@ -799,7 +813,9 @@ impl Remote {
                 })
             })
             .collect();
-        let replaced = self.replaced_while_read(&names, &wanted, &sized, &bodies, &decoded, deadline);
+        let Some(replaced) = self.replaced_while_read(&names, &wanted, &sized, &bodies, &decoded, deadline) else {
+            return off();
+        };
         keys.iter()
             .zip(sized)
             .zip(bodies)

@@ -444,21 +444,35 @@ fn an_http_server_on_the_port_turns_the_tier_off_and_says_what_answered() {
 
 /// An object a writer replaces between the round trip that sized it and the `GETRANGE` that
 /// fetches it (past the script's budget) arrives as a part of the new object, or as less than
-/// its size: not damaged, a miss, with nothing rejected and no warning. One whose size did not
-/// change and that fails its checks is damaged: rejected, as before.
+/// its size: not damaged, a miss, with nothing rejected and no warning; a name that holds
+/// another type now (`WRONGTYPE` to the size asked again) too. One whose size did not change and
+/// that fails its checks is damaged: rejected, as before. A size answered with another error, or
+/// with something else than a size, turns the tier off (ADR 0056).
 #[test]
 fn an_object_replaced_while_it_was_read_is_a_miss_not_a_damaged_object() {
-    /// The GETRANGE reply, the size a STRLEN finds afterwards (None: not asked), whether replaced.
-    type Case = (&'static [u8], Option<&'static [u8]>, bool);
-    let cases: [Case; 3] = [
+    /// The GETRANGE reply, the answer to the size asked again (None: not asked), what follows.
+    type Case = (&'static [u8], Option<&'static [u8]>, Then);
+    #[derive(Clone, Copy, PartialEq, Debug)]
+    enum Then {
+        Miss,
+        Rejected,
+        Off,
+    }
+    let wrongtype: &'static [u8] = b"-WRONGTYPE Operation against a key holding the wrong kind of value\r\n";
+    let cases: [Case; 6] = [
         // A longer object now: its first 10 bytes, and a size of 20.
-        (b"$10\r\nGKRO-new-o\r\n", Some(b":20\r\n"), true),
+        (b"$10\r\nGKRO-new-o\r\n", Some(b":20\r\n"), Then::Miss),
         // A shorter object now: fewer bytes than asked for, no second question.
-        (b"$6\r\nGKRO-n\r\n", None, true),
+        (b"$6\r\nGKRO-n\r\n", None, Then::Miss),
+        // A list under the name now.
+        (b"$10\r\nGKRO-new-o\r\n", Some(wrongtype), Then::Miss),
         // The same size, bytes that do not check: damaged.
-        (b"$10\r\nGKRO-dmged\r\n", Some(b":10\r\n"), false),
+        (b"$10\r\nGKRO-dmged\r\n", Some(b":10\r\n"), Then::Rejected),
+        // The server cannot answer now, or answers a size with an object.
+        (b"$10\r\nGKRO-new-o\r\n", Some(b"-MASTERDOWN Link with MASTER is down\r\n"), Then::Off),
+        (b"$10\r\nGKRO-new-o\r\n", Some(b"$3\r\nabc\r\n"), Then::Off),
     ];
-    for (getrange, strlen, replaced) in cases {
+    for (getrange, strlen, then) in cases {
         let asked_size = Arc::new(AtomicBool::new(false));
         let asked = asked_size.clone();
         let port = fake(move |stream, first| {
@@ -482,15 +496,26 @@ fn an_object_replaced_while_it_was_read_is_a_miss_not_a_damaged_object() {
             let remote = Remote::connect(&s).expect("a fake server is not a misconfiguration");
             (remote.get_many(TE, &keys()), remote)
         });
-        let what = String::from_utf8_lossy(getrange);
-        assert!(remote.is_on() && remote.warning().is_none(), "{what}: {:?}", remote.warning());
+        let what =
+            format!("{} then {}", String::from_utf8_lossy(getrange), String::from_utf8_lossy(strlen.unwrap_or(b"")));
         assert_eq!(asked_size.load(Ordering::SeqCst), strlen.is_some(), "{what}");
-        if replaced {
-            assert_eq!(got, vec![Fetched::Absent; 8], "{what}");
-            assert_eq!((remote.stats().rejected, remote.rejections()), (0, None), "{what}");
-        } else {
-            assert!(matches!(got[0], Fetched::Rejected(_)), "{what}: {got:?}");
-            assert_eq!(remote.stats().rejected, 1, "{what}");
+        match then {
+            Then::Miss => {
+                assert!(remote.is_on() && remote.warning().is_none(), "{what}: {:?}", remote.warning());
+                assert_eq!(got, vec![Fetched::Absent; 8], "{what}");
+                assert_eq!((remote.stats().rejected, remote.rejections()), (0, None), "{what}");
+            }
+            Then::Rejected => {
+                assert!(remote.is_on() && remote.warning().is_none(), "{what}: {:?}", remote.warning());
+                assert!(matches!(got[0], Fetched::Rejected(_)), "{what}: {got:?}");
+                assert_eq!(remote.stats().rejected, 1, "{what}");
+            }
+            Then::Off => {
+                assert_eq!(got, vec![Fetched::Off; 8], "{what}");
+                assert_eq!((remote.is_on(), remote.stats().rejected), (false, 0), "{what}");
+                let warning = remote.warning().expect("one warning");
+                assert!(warning.contains("off for the rest of this run"), "{warning}");
+            }
         }
     }
 }
