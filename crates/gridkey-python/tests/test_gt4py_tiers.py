@@ -298,7 +298,8 @@ def test_nodes_share_builds_and_refuse_damaged_and_foreign_extensions(nodes: Any
     shutil.copytree(tmp_path / "a" / ".gt4py_cache", unmarked, symlinks=True)
     for marker in unmarked.rglob(_gt4py_tiers().MARKER):
         marker.unlink()
-    for translations in list(unmarked.rglob("translation_cache")):
+    # GT4Py 1.2.3 keeps its translations in translation_cache/, 1.2.1 gtfn's in gtfn_cache/.
+    for translations in [*unmarked.rglob("translation_cache"), *unmarked.rglob("gtfn_cache")]:
         shutil.rmtree(translations)
     found = nodes.run_node(unmarked, tmp_path / "u" / "gridkey", ["div"])
     assert (found["translations"], found["builds"], found["extensions_stored"], found["verified"]) == (1, 0, 0, True)
