@@ -82,6 +82,15 @@ fn settings(port: u16, role: Role) -> RemoteSettings {
     s
 }
 
+/// One lookup of the 8 keys of [`keys`] by a client with settings `s` (a fake server's), within
+/// `limit`: what it answered, and the client.
+fn looked_up(s: RemoteSettings, limit: Duration) -> (Vec<Fetched>, Remote) {
+    within(limit, move || {
+        let remote = Remote::connect(&s).expect("a fake server is not a misconfiguration");
+        (remote.get_many(TE, &keys()), remote)
+    })
+}
+
 /// Runs `f` on a thread and fails the test when it has not returned after `limit` (the code
 /// before ADR 0029 hangs on some of these servers; the test must fail, not hang).
 fn within<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send + 'static) -> T {
@@ -142,10 +151,7 @@ fn a_server_that_answers_a_lookup_with_what_it_was_not_asked_turns_the_tier_off(
         });
         let mut s = settings(port, Role::Writer);
         s.max_object_bytes = 64;
-        let (got, remote) = within(Duration::from_secs(20), move || {
-            let remote = Remote::connect(&s).expect("a fake server is not a misconfiguration");
-            (remote.get_many(TE, &keys()), remote)
-        });
+        let (got, remote) = looked_up(s, Duration::from_secs(20));
         assert!(got.iter().all(|f| *f == Fetched::Off), "{got:?}");
         assert!(!remote.is_on());
         assert_eq!(remote.stats().errors, 1);
@@ -198,10 +204,7 @@ fn a_lookup_answered_with_errors_or_other_replies_turns_the_tier_off_and_wrongty
             while matches!(r.read(&mut sink), Ok(n) if n > 0) {}
         });
         let s = settings(port, Role::Writer);
-        let (got, remote) = within(Duration::from_secs(20), move || {
-            let remote = Remote::connect(&s).expect("a fake server is not a misconfiguration");
-            (remote.get_many(TE, &keys()), remote)
-        });
+        let (got, remote) = looked_up(s, Duration::from_secs(20));
         match says {
             Some(says) => {
                 assert!(got.iter().all(|f| *f == Fetched::Off), "{says}: {got:?}");
@@ -404,10 +407,7 @@ fn a_server_that_answers_with_a_flood_of_tiny_values_is_not_parsed_whole() {
     let mut s = settings(port, Role::Writer);
     s.max_object_bytes = 64 << 20;
     s.timeout = Duration::from_secs(30);
-    let (got, remote) = within(Duration::from_secs(60), move || {
-        let remote = Remote::connect(&s).expect("a fake server is not a misconfiguration");
-        (remote.get_many(TE, &keys()), remote)
-    });
+    let (got, remote) = looked_up(s, Duration::from_secs(60));
     assert!(got.iter().all(|f| *f == Fetched::Off), "{got:?}");
     let warning = remote.warning().expect("one warning");
     assert!(warning.contains("values this request can be answered with"), "{warning}");
@@ -492,10 +492,7 @@ fn an_object_replaced_while_it_was_read_is_a_miss_not_a_damaged_object() {
             while matches!(r.read(&mut sink), Ok(n) if n > 0) {}
         });
         let s = settings(port, Role::Writer);
-        let (got, remote) = within(Duration::from_secs(20), move || {
-            let remote = Remote::connect(&s).expect("a fake server is not a misconfiguration");
-            (remote.get_many(TE, &keys()), remote)
-        });
+        let (got, remote) = looked_up(s, Duration::from_secs(20));
         let what =
             format!("{} then {}", String::from_utf8_lossy(getrange), String::from_utf8_lossy(strlen.unwrap_or(b"")));
         assert_eq!(asked_size.load(Ordering::SeqCst), strlen.is_some(), "{what}");

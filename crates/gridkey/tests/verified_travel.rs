@@ -321,6 +321,44 @@ fn cache_retract_removes_an_entry_and_its_library_from_both_tiers_by_key_and_by_
     assert_eq!(r["keys"][0]["remote_entry"], true, "the writer's second run shared it again: {r:#}");
 }
 
+/// Two writers' signing keys, each with a trusted-keys file naming it alone
+/// (`gridkey cache keygen`), on a namespace of their own, with a compiler that never
+/// miscompiles.
+struct TwoSigners {
+    url: String,
+    ns: String,
+    cc: PathBuf,
+    /// Writer A's signing key and trusted-keys file.
+    a: (PathBuf, PathBuf),
+    /// Writer B's.
+    b: (PathBuf, PathBuf),
+    /// Holds the keys and the compiler; never read.
+    _tools: tempfile::TempDir,
+}
+
+impl TwoSigners {
+    fn new(url: &str, test: &str) -> Self {
+        let tools = tempfile::tempdir().unwrap();
+        let cc = flaky_compiler(tools.path(), &tools.path().join("never"));
+        let (a, b) = (tools.path().join("a"), tools.path().join("b"));
+        std::fs::create_dir(&a).unwrap();
+        std::fs::create_dir(&b).unwrap();
+        let (a, b) = (keys(&a), keys(&b));
+        TwoSigners { url: url.to_owned(), ns: namespace(test), cc, a, b, _tools: tools }
+    }
+
+    /// A writer signing with `signing` that trusts the keys of `trusted`, on a cache of its own.
+    fn writer(&self, signing: &Path, trusted: &Path) -> Node {
+        Node::new(
+            &self.url,
+            &self.ns,
+            &self.cc,
+            true,
+            &[("GRIDKEY_REMOTE_SIGNING_KEY", signing), ("GRIDKEY_REMOTE_TRUSTED_KEYS", trusted)],
+        )
+    }
+}
+
 /// The JSON report of a node's `gridkey run --json` in serial mode, and the shared tier's
 /// warnings of that run (`gridkey: warning: shared tier ...`).
 fn run_warned(node: &Node) -> (Value, Vec<String>) {
@@ -338,22 +376,9 @@ fn a_writer_that_meets_objects_signed_by_a_key_it_does_not_trust_says_so_once() 
     let Some(url) = shared_url("a_writer_that_meets_objects_signed_by_a_key_it_does_not_trust_says_so_once") else {
         return;
     };
-    let ns = namespace("untrusted-signer");
-    let tools = tempfile::tempdir().unwrap();
-    let cc = flaky_compiler(tools.path(), &tools.path().join("never"));
-    let (a, b) = (tools.path().join("a"), tools.path().join("b"));
-    std::fs::create_dir(&a).unwrap();
-    std::fs::create_dir(&b).unwrap();
-    let ((key_a, trusted_a), (key_b, trusted_b)) = (keys(&a), keys(&b));
-    let writer = |signing: &Path, trusted: &Path| {
-        Node::new(
-            &url,
-            &ns,
-            &cc,
-            true,
-            &[("GRIDKEY_REMOTE_SIGNING_KEY", signing), ("GRIDKEY_REMOTE_TRUSTED_KEYS", trusted)],
-        )
-    };
+    let two = TwoSigners::new(&url, "untrusted-signer");
+    let ((key_a, trusted_a), (key_b, trusted_b)) = (two.a.clone(), two.b.clone());
+    let writer = |signing: &Path, trusted: &Path| two.writer(signing, trusted);
 
     // Writer A fills the namespace: nothing it looked up failed a check, no warning.
     let (first, warned) = run_warned(&writer(&key_a, &trusted_a));
@@ -395,22 +420,9 @@ fn a_retraction_that_cannot_name_the_library_says_so() {
     let Some(url) = shared_url("a_retraction_that_cannot_name_the_library_says_so") else {
         return;
     };
-    let ns = namespace("retract-unnamed");
-    let tools = tempfile::tempdir().unwrap();
-    let cc = flaky_compiler(tools.path(), &tools.path().join("never"));
-    let (a, b) = (tools.path().join("a"), tools.path().join("b"));
-    std::fs::create_dir(&a).unwrap();
-    std::fs::create_dir(&b).unwrap();
-    let ((key_a, trusted_a), (key_b, trusted_b)) = (keys(&a), keys(&b));
-    let writer = |signing: &Path, trusted: &Path| {
-        Node::new(
-            &url,
-            &ns,
-            &cc,
-            true,
-            &[("GRIDKEY_REMOTE_SIGNING_KEY", signing), ("GRIDKEY_REMOTE_TRUSTED_KEYS", trusted)],
-        )
-    };
+    let two = TwoSigners::new(&url, "retract-unnamed");
+    let ((key_a, trusted_a), (key_b, trusted_b)) = (two.a.clone(), two.b.clone());
+    let writer = |signing: &Path, trusted: &Path| two.writer(signing, trusted);
     let filled = writer(&key_a, &trusted_a).run();
     assert_eq!(verified(&filled), programs(&filled).len(), "{filled:#}");
     let key = programs(&filled)[0]["key"].as_str().unwrap().to_owned();
@@ -437,7 +449,7 @@ fn a_retraction_that_cannot_name_the_library_says_so() {
 
     // A writer that trusts no key reads no shared entry: of a key the shared tier does not hold
     // it has nothing to say; of one it holds, that it did not read it.
-    let mut blind = Node::new(&url, &ns, &cc, true, &[("GRIDKEY_REMOTE_SIGNING_KEY", &key_b)]);
+    let mut blind = Node::new(&url, &two.ns, &two.cc, true, &[("GRIDKEY_REMOTE_SIGNING_KEY", &key_b)]);
     blind.env.retain(|(k, _)| k != "GRIDKEY_REMOTE_TRUST");
     let absent = "0".repeat(32);
     let present = programs(&filled_again)[1]["key"].as_str().unwrap().to_owned();
