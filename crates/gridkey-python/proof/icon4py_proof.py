@@ -392,6 +392,7 @@ def nodes(args, n: int, repeats: int = 7) -> dict:
     p = len(PROGRAMS)
     return {
         "nodes": n,
+        "repeats": repeats,
         "translations": sum(r["translations"] for r in rows),
         "builds": sum(r["builds"] for r in rows),
         "extensions_uploaded": sum(r["extensions_uploaded"] for r in rows),
@@ -434,7 +435,7 @@ def scale(args) -> dict:
         f" {cluster['builds']} C++ builds cluster-wide (of {p}), {cluster['extensions_uploaded']} extensions uploaded;"
         f" a fresh node: {cluster['fresh_translations']} translations, {cluster['fresh_builds']} builds,"
         f" {cluster['fresh_extensions_from_remote']} extensions from Redis; warm from Redis / warm from local, median"
-        f" of 3: {cluster['fresh_seconds']:.2f} s / {cluster['local_seconds']:.2f} s = {cluster['ratio']:.2f}x (limit"
+        f" of {cluster['repeats']}: {cluster['fresh_seconds']:.2f} s / {cluster['local_seconds']:.2f} s = {cluster['ratio']:.2f}x (limit"
         f" {NODES_LIMIT}x); {'ok' if cluster['ok'] else 'FAILED'}",
         flush=True,
     )
