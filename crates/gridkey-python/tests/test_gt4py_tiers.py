@@ -274,12 +274,6 @@ def nodes() -> Any:
     return gt4py_nodes
 
 
-def _gt4py_tiers() -> Any:
-    from gridkey import _gt4py_tiers as tiers
-
-    return tiers
-
-
 def test_nodes_share_builds_and_refuse_damaged_and_foreign_extensions(nodes: Any, tmp_path: Path) -> None:
     store = tmp_path / "gridkey"
     first = nodes.run_node(tmp_path / "a" / ".gt4py_cache", store, ["div"])
@@ -294,16 +288,18 @@ def test_nodes_share_builds_and_refuse_damaged_and_foreign_extensions(nodes: Any
     # cache was cleared: GT4Py translates again and its build step finds the folder built, so it is used as it is, as
     # GT4Py's own folders are, and never stored under this process's key nor marked, whatever compiler, interpreter
     # or nanobind built it (ADR 0057).
+    from gridkey import _gt4py_tiers as tiers
+
     unmarked = tmp_path / "u" / ".gt4py_cache"
     shutil.copytree(tmp_path / "a" / ".gt4py_cache", unmarked, symlinks=True)
-    for marker in unmarked.rglob(_gt4py_tiers().MARKER):
+    for marker in unmarked.rglob(tiers.MARKER):
         marker.unlink()
     # GT4Py 1.2.3 keeps its translations in translation_cache/, 1.2.1 gtfn's in gtfn_cache/.
     for translations in [*unmarked.rglob("translation_cache"), *unmarked.rglob("gtfn_cache")]:
         shutil.rmtree(translations)
     found = nodes.run_node(unmarked, tmp_path / "u" / "gridkey", ["div"])
     assert (found["translations"], found["builds"], found["extensions_stored"], found["verified"]) == (1, 0, 0, True)
-    assert not list(unmarked.rglob(_gt4py_tiers().MARKER)), "a folder not built in this process was marked"
+    assert not list(unmarked.rglob(tiers.MARKER)), "a folder not built in this process was marked"
 
     # Process mode: the spawned build workers get the hooks too (their counts stay in the workers, so the folder
     # says it: gridkey's marker and the two stored files, none of the build system's).

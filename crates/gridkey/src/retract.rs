@@ -105,7 +105,6 @@ pub fn retract(settings: &Settings, target: &RetractTarget) -> Result<RetractRep
     let identity = settings.compiler().identity();
     let mut rows = Vec::new();
     let mut libraries: Vec<Option<(PathBuf, [u8; 16])>> = Vec::new();
-    let mut unnamed_because: Vec<Option<String>> = Vec::new();
     for key in &keys {
         let record = cache.record(key);
         let program = record.as_ref().map(|r| r.program.clone()).or_else(|| given.as_ref().map(|(n, _)| n.clone()));
@@ -140,8 +139,7 @@ pub fn retract(settings: &Settings, target: &RetractTarget) -> Result<RetractRep
             _ => None,
         };
         libraries.push(library);
-        unnamed_because.push(library_unnamed);
-        rows.push(RetractedKey { key: key.to_hex(), program, ..Default::default() });
+        rows.push(RetractedKey { key: key.to_hex(), program, library_unnamed, ..Default::default() });
     }
     let entry_keys: Vec<[u8; 16]> = keys.iter().map(|k| *k.as_bytes()).collect();
     let library_keys: Vec<[u8; 16]> = libraries.iter().flatten().map(|(_, k)| *k).collect();
@@ -158,13 +156,13 @@ pub fn retract(settings: &Settings, target: &RetractTarget) -> Result<RetractRep
         return Err(AppError::RemoteUnreachable(remote.warning().unwrap_or_default()));
     }
     let mut deleted_libraries = deleted_libraries.into_iter();
-    for (((row, library), (key, deleted)), why) in
-        rows.iter_mut().zip(&libraries).zip(keys.iter().zip(deleted_entries)).zip(unnamed_because)
-    {
+    for ((row, library), (key, deleted)) in rows.iter_mut().zip(&libraries).zip(keys.iter().zip(deleted_entries)) {
         row.remote_entry = deleted == Retracted::Deleted;
         // Said only of an entry this retraction deleted: a key with no shared entry had none to
         // name a library with.
-        row.library_unnamed = why.filter(|_| row.remote_entry);
+        if !row.remote_entry {
+            row.library_unnamed = None;
+        }
         if let Some((path, _)) = library {
             row.remote_library = deleted_libraries.next() == Some(Retracted::Deleted);
             row.local_library = remove(path);
