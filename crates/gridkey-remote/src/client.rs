@@ -128,6 +128,10 @@ pub enum Stored {
     },
     /// The tier is off for this run.
     Off,
+    /// Not uploaded: an object was already under the key, and this writer takes nothing from
+    /// the tier (no trusted keys, trust mode `signed`), so it cannot tell a good object from a
+    /// bad one and never replaces one (ADR 0031).
+    Kept,
 }
 
 /// What [`Remote::claim`] decided for one key that missed: the shared-tier protocol's
@@ -874,7 +878,10 @@ impl Remote {
     /// Uploads the objects of `kind` for `items` (key, payload), signed when this client has a
     /// signing key, in one round trip, and releases the leases this client holds on those keys
     /// in the same round trip. A read-only client uploads nothing. An object over the size limit
-    /// is not uploaded.
+    /// is not uploaded. A writer that takes nothing from the tier ([`Trust::accepts_any`] false)
+    /// only fills keys that hold no object (`SET NX`): one already there is [`Stored::Kept`],
+    /// since this writer could not check it and may not replace a good object it cannot see
+    /// (ADR 0031).
     pub fn put_many(&self, kind: Kind, items: &[(ObjectKey, &[u8])]) -> Vec<Stored> {
         if !self.is_writer() {
             return vec![Stored::ReadOnly; items.len()];
@@ -883,6 +890,7 @@ impl Remote {
             return vec![Stored::Off; items.len()];
         }
         let max = self.shared.settings.max_object_bytes;
+        let keep_existing = !self.trust.accepts_any();
         let mut out = Vec::with_capacity(items.len());
         let mut pipe = redis::pipe();
         let mut sent = 0;
@@ -893,7 +901,10 @@ impl Remote {
                 out.push(Stored::TooLarge { len, max });
                 continue;
             }
-            pipe.cmd("SET").arg(self.object_name(kind, key)).arg(object);
+            let set = pipe.cmd("SET").arg(self.object_name(kind, key)).arg(object);
+            if keep_existing {
+                set.arg("NX");
+            }
             out.push(Stored::Uploaded(len));
             sent += 1;
         }
@@ -907,8 +918,16 @@ impl Remote {
         if sent == 0 && leases.is_empty() {
             return out;
         }
-        if self.query::<Value>("uploading objects", &pipe).is_none() {
+        let Some(replies) = self.query::<Value>("uploading objects", &pipe) else {
             return vec![Stored::Off; items.len()];
+        };
+        // One reply per `SET`, in order (the lease release's comes last): `SET NX` answers nil
+        // where an object was already under the key.
+        let mut set_replies = replies.iter();
+        for stored in out.iter_mut().filter(|s| matches!(s, Stored::Uploaded(_))) {
+            if keep_existing && matches!(set_replies.next(), Some(Value::Nil)) {
+                *stored = Stored::Kept;
+            }
         }
         let mut held = lock(&self.shared.leases);
         for lease in &leases {

@@ -64,7 +64,7 @@ impl Tier for RemoteTier {
     fn put(&self, inputs: &KeyInputs, payload: &[u8]) -> Result<(), FingerprintError> {
         let key = inputs.key();
         match self.remote.put(Kind::TranslationEntry, key.as_bytes(), payload) {
-            Stored::Uploaded(_) | Stored::ReadOnly | Stored::Off => Ok(()),
+            Stored::Uploaded(_) | Stored::ReadOnly | Stored::Off | Stored::Kept => Ok(()),
             Stored::TooLarge { len, max } => Err(FingerprintError::TierWrite {
                 tier: self.name().to_owned(),
                 key,

@@ -510,6 +510,41 @@ fn a_reader_without_trusted_keys_takes_nothing_by_default() {
 }
 
 #[test]
+fn a_writer_that_takes_nothing_fills_empty_keys_and_never_replaces_an_object() {
+    // A designated writer without trusted keys cannot check what the tier holds: uploading over
+    // a signed object would make every reader that trusts its signer miss and build again.
+    let test = "a_writer_that_takes_nothing_fills_empty_keys_and_never_replaces_an_object";
+    let Some(url) = common::shared_url(test) else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let sk = dir.path().join("writer.key");
+    let public = trust::generate_signing_key(&sk).unwrap();
+    let trusted = file(dir.path(), "trusted", &format!("{public} writer\n"), 0o644);
+    let base = gridkey_remote::RemoteSettings { trust: RemoteTrust::Signed, ..settings(&url, "keep", Role::Writer) };
+    let signer =
+        connect(&gridkey_remote::RemoteSettings { signing_key: Some(sk), trusted_keys: Some(trusted), ..base.clone() });
+    let blind = connect(&base);
+    assert!(!blind.trust().accepts_any());
+    assert!(matches!(signer.put(TE, &key(40), b"signed"), Stored::Uploaded(_)));
+    // One round trip: the key that holds an object is kept, the empty one is filled.
+    let stored = blind.put_many(TE, &[(key(40), b"its own".as_slice()), (key(41), b"its own".as_slice())]);
+    assert_eq!(stored[0], Stored::Kept);
+    assert!(matches!(stored[1], Stored::Uploaded(_)), "{stored:?}");
+    assert_eq!(signer.get(TE, &key(40)), Fetched::Hit(b"signed".to_vec()));
+    assert_eq!(blind.stats().uploads, 1, "only the filled key counts as uploaded");
+    // A writer that checks replaces what fails its check: the unsigned object under key 41.
+    assert_eq!(signer.get(TE, &key(41)), Fetched::Rejected(Reject::Unsigned));
+    assert!(matches!(signer.put(TE, &key(41), b"signed too"), Stored::Uploaded(_)));
+    assert_eq!(signer.get(TE, &key(41)), Fetched::Hit(b"signed too".to_vec()));
+    // Its lease on a key is released with its upload, kept or not.
+    assert_eq!(blind.claim(KL, &[key(42)]), vec![Claim::Won]);
+    assert!(matches!(signer.put(KL, &key(42), b"\x7fELF"), Stored::Uploaded(_)));
+    assert_eq!(blind.put(KL, &key(42), b"\x7fELF mine"), Stored::Kept);
+    assert_eq!(signer.get(KL, &key(42)), Fetched::Hit(b"\x7fELF".to_vec()));
+    raw(port_of(&url), None, &[b"DEL", blind.object_name(KL, &key(42)).as_bytes()]);
+    assert_eq!(signer.claim(KL, &[key(42)]), vec![Claim::Won], "the lease went with the upload");
+}
+
+#[test]
 fn an_acl_user_logs_in_and_no_message_shows_its_password() {
     let test = "an_acl_user_logs_in_and_no_message_shows_its_password";
     let Some(_) = common::shared_url(test) else { return };

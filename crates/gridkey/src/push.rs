@@ -193,6 +193,15 @@ pub fn push(settings: &Settings) -> Result<PushReport, AppError> {
                         gridkey_digest::hex(key),
                         format!("the object is {len} bytes, over the limit of {max} (GRIDKEY_REMOTE_MAX_OBJECT)"),
                     ),
+                    Stored::Kept => skip(
+                        &mut report,
+                        kind,
+                        gridkey_digest::hex(key),
+                        "an object is already under this key, and this writer takes nothing from the shared tier (no \
+                         trusted keys), so it does not replace it; set GRIDKEY_REMOTE_TRUSTED_KEYS to check and replace \
+                         bad objects"
+                            .to_owned(),
+                    ),
                     Stored::ReadOnly | Stored::Off => {}
                 }
             }

@@ -462,3 +462,31 @@ fn a_retraction_that_cannot_name_the_library_says_so() {
     let why = some["library_unnamed"].as_str().unwrap_or_else(|| panic!("no word of the library: {r:#}"));
     assert!(why.starts_with("this writer trusts no key (GRIDKEY_REMOTE_TRUSTED_KEYS is not set)"), "{why}");
 }
+
+#[test]
+fn a_writer_that_trusts_no_key_leaves_the_signed_objects_it_cannot_check() {
+    let Some(url) = shared_url("a_writer_that_trusts_no_key_leaves_the_signed_objects_it_cannot_check") else {
+        return;
+    };
+    let two = TwoSigners::new(&url, "blind-writer");
+    let (key_a, trusted_a) = two.a.clone();
+    let filled = two.writer(&key_a, &trusted_a).run();
+    let n = programs(&filled).len();
+    assert_eq!((verified(&filled), remote_stat(&filled, "uploads")), (n, 2 * n as u64));
+    // A writer without trusted keys (signing or not) takes nothing, makes every program, and
+    // leaves the objects under its keys as they are.
+    for signing in [None, Some(&two.b.0)] {
+        let trust: Vec<(&str, &Path)> =
+            signing.map(|k| ("GRIDKEY_REMOTE_SIGNING_KEY", k.as_path())).into_iter().collect();
+        let mut blind = Node::new(&url, &two.ns, &two.cc, true, &trust);
+        blind.env.retain(|(k, _)| k != "GRIDKEY_REMOTE_TRUST");
+        let made = blind.run();
+        assert_eq!((verified(&made), remote_stat(&made, "hits")), (n, 0));
+        assert_eq!(remote_stat(&made, "uploads"), 0, "it replaced objects it could not check");
+    }
+    // A reader that trusts the first writer still takes every program from the shared tier.
+    let reader = Node::new(&url, &two.ns, &two.cc, false, &[("GRIDKEY_REMOTE_TRUSTED_KEYS", &trusted_a)]);
+    let (warm, warned) = run_warned(&reader);
+    assert_eq!((remote_hits(&warm).len(), remote_stat(&warm, "rejected")), (n, 0), "{warned:?}");
+    assert!(warned.is_empty(), "{warned:?}");
+}
