@@ -703,6 +703,10 @@ impl Remote {
         let now = self.request(what, &pipe, 0, deadline)?;
         for ((i, len), reply) in ask.into_iter().zip(now) {
             replaced[i] = match &reply {
+                Value::Int(n) if *n < 0 => {
+                    self.fail(what, &Failure::Lie("STRLEN with a negative size"));
+                    return None;
+                }
                 Value::Int(n) => u64::try_from(*n).ok() != Some(len),
                 Value::ServerError(e) if concerns_the_object(e) => true,
                 Value::ServerError(e) => {

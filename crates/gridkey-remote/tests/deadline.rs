@@ -447,7 +447,7 @@ fn an_http_server_on_the_port_turns_the_tier_off_and_says_what_answered() {
 /// its size: not damaged, a miss, with nothing rejected and no warning; a name that holds
 /// another type now (`WRONGTYPE` to the size asked again) too. One whose size did not change and
 /// that fails its checks is damaged: rejected, as before. A size answered with another error, or
-/// with something else than a size, turns the tier off (ADR 0056).
+/// with something else than a size (a negative one too), turns the tier off (ADR 0056).
 #[test]
 fn an_object_replaced_while_it_was_read_is_a_miss_not_a_damaged_object() {
     /// The GETRANGE reply, the answer to the size asked again (None: not asked), what follows.
@@ -459,7 +459,7 @@ fn an_object_replaced_while_it_was_read_is_a_miss_not_a_damaged_object() {
         Off,
     }
     let wrongtype: &'static [u8] = b"-WRONGTYPE Operation against a key holding the wrong kind of value\r\n";
-    let cases: [Case; 6] = [
+    let cases: [Case; 7] = [
         // A longer object now: its first 10 bytes, and a size of 20.
         (b"$10\r\nGKRO-new-o\r\n", Some(b":20\r\n"), Then::Miss),
         // A shorter object now: fewer bytes than asked for, no second question.
@@ -471,6 +471,8 @@ fn an_object_replaced_while_it_was_read_is_a_miss_not_a_damaged_object() {
         // The server cannot answer now, or answers a size with an object.
         (b"$10\r\nGKRO-new-o\r\n", Some(b"-MASTERDOWN Link with MASTER is down\r\n"), Then::Off),
         (b"$10\r\nGKRO-new-o\r\n", Some(b"$3\r\nabc\r\n"), Then::Off),
+        // A negative size is a lie, as it is in the first round trip.
+        (b"$10\r\nGKRO-new-o\r\n", Some(b":-20\r\n"), Then::Off),
     ];
     for (getrange, strlen, then) in cases {
         let asked_size = Arc::new(AtomicBool::new(false));
