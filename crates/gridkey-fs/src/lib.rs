@@ -234,8 +234,15 @@ fn write_temp_planned(
     plan: Plan,
     write: impl FnOnce(&mut dyn Write) -> io::Result<()>,
 ) -> io::Result<(PendingFile, u64)> {
-    create_private_dir_all(dir)?;
-    let temp = tempfile::Builder::new().prefix(TEMP_PREFIX).tempfile_in(dir)?;
+    // The directory is made only when it is missing: a `mkdir` that finds it there costs a
+    // failed system call and a `stat` per file of a batch.
+    let temp = match tempfile::Builder::new().prefix(TEMP_PREFIX).tempfile_in(dir) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            create_private_dir_all(dir)?;
+            tempfile::Builder::new().prefix(TEMP_PREFIX).tempfile_in(dir)?
+        }
+        made => made?,
+    };
     lock::lock_exclusive(temp.as_file())?;
     plan.pause_at(PausePoint::Created, temp.path());
     let len = {
