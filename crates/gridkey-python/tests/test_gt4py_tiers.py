@@ -489,3 +489,63 @@ def test_a_table_ref_is_a_value_that_pickles() -> None:
     assert ref.shape == (10, 3) and ref != ref._replace(verify=True)
     with pytest.raises(AttributeError):
         ref.digest = "1" * 32  # type: ignore[misc]  # immutable on purpose
+
+
+def test_a_warning_made_an_error_raises_only_once_the_lease_is_settled(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path
+) -> None:
+    """``-W error`` (pytest's ``filterwarnings = error``): a warning the shared tier gives while a writer holds a lease
+    (the server went away during the claim) raises in GT4Py's call, after the translation was made and stored and the
+    lease released; raised at the claim, it would leave the lease held until the process exits."""
+    pytest.importorskip("gt4py", reason="GT4Py needs CPython 3.12 or later; cargo xtask gt4py installs it")
+    import warnings
+
+    from gt4py._core import filecache
+
+    from gridkey import _gt4py_tiers as tiers
+
+    steps: list[str] = []
+
+    class Shared:
+        """A writer's shared tier that grants the lease, and is off by the time the claim returns."""
+
+        is_writer = True
+        is_on = False
+        rejections = None
+        warning = "shared tier redis://127.0.0.1:1/: the server stopped answering"
+
+        def claim(self, kind: str, key: str, store: object) -> str:
+            steps.append("claim")
+            return "lease"
+
+        def upload(self, kind: str, key: str, route: str, store: object, verified: bool) -> bool:
+            steps.append(f"upload {route} verified={verified}")
+            return False
+
+        def fetched(self, kind: str, key: str) -> bool:
+            return False
+
+        def confirm(self, kind: str, key: str) -> None:
+            return None
+
+    def make() -> str:
+        steps.append("translate")
+        return "int translated;"
+
+    tiers.install(cache_dir=tmp_path / "gridkey")
+    try:
+        monkeypatch.setattr(tiers._state, "shared", Shared())
+        monkeypatch.setattr(tiers._state, "warned", False)
+        cache = filecache.FileCache(tmp_path / "gt4py" / "translation_cache" / "gtfn")
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", RuntimeWarning)
+            with pytest.raises(RuntimeWarning, match="the server stopped answering"):
+                tiers.translate(cache, "program-key", make)
+        assert steps == ["claim", "translate", "upload lease verified=True"], steps
+        assert cache["program-key"] == "int translated;"
+        # Given once: the next hook says nothing more.
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", RuntimeWarning)
+            assert tiers.translate(cache, "another-key", make) == "int translated;"
+    finally:
+        tiers.uninstall()

@@ -39,6 +39,7 @@ process runner ships to every worker with its configuration, and whose unpicklin
 from __future__ import annotations
 
 import atexit
+import functools
 import importlib
 import importlib.metadata
 import os
@@ -47,7 +48,7 @@ import sysconfig
 import pickle
 import threading
 import warnings
-from typing import Any, Callable, NamedTuple, Optional, cast
+from typing import Any, Callable, NamedTuple, Optional, TypeVar, cast
 
 import gt4py
 from gt4py._core import file_utils as _file_utils
@@ -79,6 +80,45 @@ __all__ = [
 MARKER = ".gridkey-extension"
 
 _CONFIG_NAME = "GRIDKEY_GT4PY_TIERS"
+
+#: The warnings of the hook running on this thread, given when it returns (`_hook`).
+_deferred = threading.local()
+
+
+def _warn(message: str) -> None:
+    """Gives the warning ``message`` (a ``RuntimeWarning``): when the hook of this thread returns or raises, if one
+    runs (`_hook`), else now."""
+    pending: Optional[list[str]] = getattr(_deferred, "pending", None)
+    if pending is None:
+        warnings.warn(message, RuntimeWarning, stacklevel=3)
+    else:
+        pending.append(message)
+
+
+_Hooked = TypeVar("_Hooked", bound=Callable[..., Any])
+
+
+def _hook(function: _Hooked) -> _Hooked:
+    """``function``, a hook GT4Py (or ``gridkey.gt4py``) calls, with the warnings of its work given when it returns or
+    raises, in the caller's frame: once what it holds is settled (a lease taken, a folder filled but not yet marked, an
+    object rejected but its folder not yet made unusable). A filter that turns warnings into errors (``-W error``,
+    pytest's ``filterwarnings = error``) then raises in GT4Py's call, never halfway through the shared-tier protocol,
+    where it would leave a lease held until the process exits. A hook called by another runs as part of it."""
+
+    @functools.wraps(function)
+    def hooked(*args: Any, **kwargs: Any) -> Any:
+        if getattr(_deferred, "pending", None) is not None:
+            return function(*args, **kwargs)
+        _deferred.pending = []
+        try:
+            return function(*args, **kwargs)
+        finally:
+            pending: list[str] = getattr(_deferred, "pending", None) or []
+            _deferred.pending = None
+            for message in pending:
+                warnings.warn(message, RuntimeWarning, stacklevel=2)
+
+    return cast(_Hooked, hooked)
 
 
 class Counters(NamedTuple):
@@ -427,13 +467,11 @@ def _built_by_key_compiler(folder: pathlib.Path) -> bool:
     _state.counters.extensions_not_stored += 1
     if _first_time("warned_compiler"):
         built = f"with `{recorded}`" if recorded is not None else "with a compiler its folder does not name"
-        warnings.warn(
+        _warn(
             f"gridkey: GT4Py built {folder.name} {built}, not with `{inputs['compiler']}` (CXX, else c++ on PATH): "
             "GT4Py compiles with the compiler of its cached CMake configuration; the extension is used here but not "
             f"stored in gridkey's cache or shared. Remove the compile_commands_cache_* folders of {folder.parent} to "
-            f"build with `{inputs['compiler']}`",
-            RuntimeWarning,
-            stacklevel=4,
+            f"build with `{inputs['compiler']}`"
         )
     return False
 
@@ -467,6 +505,7 @@ def _usable_data(folder: pathlib.Path) -> Optional[_build_data.BuildData]:
     return data if _compiler.is_usable(data, folder) else None
 
 
+@_hook
 def prepare_folder(folder: pathlib.Path) -> Optional[_build_data.BuildData]:
     """What the build step's hook does before GT4Py looks at ``folder``, for a caller that looks at it itself (the
     hits ``gridkey.gt4py`` resolves in the calling process, ADR 0038): a usable folder built or materialized for
@@ -503,6 +542,7 @@ def _made_here(route: str) -> bool:
     return route in ("lease", "here", "here-upload")
 
 
+@_hook
 def _compiler_call(self: Any, inp: Any) -> Any:
     if self.force_recompile:
         return _state.original_call(self, inp)
@@ -578,6 +618,7 @@ def _verified_build(compiler: Any, inp: Any, artifact: Any, folder: pathlib.Path
     return artifact
 
 
+@_hook
 def verify_loaded(folder: pathlib.Path, artifact: Any) -> bool:
     """For a hit resolved in the calling process (ADR 0038): whether ``artifact``, made of ``folder``, may be used. An
     extension that came from the shared tier in this process is loaded first; one that does not load is rejected
@@ -603,16 +644,18 @@ def _reject(kind: str, key: str, reason: str) -> None:
     _state.store.remove(kind, key)
     if said is not None:
         _state.counters.remote_rejected += 1
-        warnings.warn(f"gridkey: {reason}, so it is made here; {said}", RuntimeWarning, stacklevel=3)
+        _warn(f"gridkey: {reason}, so it is made here; {said}")
 
 
 _warned_lock = threading.Lock()
 
 
 def _reset_warned_lock() -> None:
-    # A child forked while another thread held the lock would wait for it for ever.
-    global _warned_lock
+    # A child forked while another thread held the lock would wait for it for ever; one forked inside a hook holds
+    # none of its parent's pending warnings.
+    global _warned_lock, _deferred
     _warned_lock = threading.Lock()
+    _deferred = threading.local()
 
 
 os.register_at_fork(after_in_child=_reset_warned_lock)
@@ -637,13 +680,11 @@ def _warn_of_shared_tier() -> None:
     if shared is None:
         return
     if not _state.warned_rejections and (said := shared.rejections) is not None and _first_time("warned_rejections"):
-        warnings.warn(f"gridkey: {said}", RuntimeWarning, stacklevel=3)
+        _warn(f"gridkey: {said}")
     if _state.warned or shared.is_on or not _first_time("warned"):
         return
     _state.counters.remote_warnings += 1
-    warnings.warn(
-        f"gridkey: {shared.warning}; GT4Py translates and builds locally in this process", RuntimeWarning, stacklevel=3
-    )
+    _warn(f"gridkey: {shared.warning}; GT4Py translates and builds locally in this process")
 
 
 #: Where GT4Py 1.2.1 keeps its translation caches, which it names in no constant: the folder of each backend's
@@ -694,11 +735,13 @@ def _materialize_translation(cache: Any, key: Any) -> None:
     _warn_of_shared_tier()
 
 
+@_hook
 def _contains(self: Any, key: Any) -> bool:
     _materialize_translation(self, key)
     return bool(_state.original_contains(self, key))
 
 
+@_hook
 def _getitem(self: Any, key: Any) -> Any:
     _materialize_translation(self, key)
     shared = _state.shared
@@ -741,6 +784,7 @@ def _unpickles(data: Optional[bytes]) -> bool:
     return True
 
 
+@_hook
 def translate(cache: Any, key: Any, make: Callable[[], Any]) -> Any:
     """GT4Py's translation of ``key`` into its translation cache ``cache`` (a ``FileCache``), after the cache and
     gridkey's store missed, made by ``make()`` (GT4Py's step), which ``gridkey.gt4py`` calls under the key's lock
@@ -775,6 +819,7 @@ def translate(cache: Any, key: Any, make: Callable[[], Any]) -> Any:
     return value
 
 
+@_hook
 def install(*, cache_dir: Optional[os.PathLike[str] | str] = None, settings: Any = None) -> None:
     """Puts gridkey's store ``<cache_dir>/gt4py-v1`` behind GT4Py's translation cache and build folders (see the
     module documentation), here and in the build workers GT4Py spawns. ``cache_dir``: default
