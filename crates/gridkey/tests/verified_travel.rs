@@ -483,6 +483,16 @@ fn a_writer_that_trusts_no_key_leaves_the_signed_objects_it_cannot_check() {
         let made = blind.run();
         assert_eq!((verified(&made), remote_stat(&made, "hits")), (n, 0));
         assert_eq!(remote_stat(&made, "uploads"), 0, "it replaced objects it could not check");
+        // Nor does `cache push` of what it made: each object is listed as skipped, saying why.
+        let out = blind.command(&["cache", "push", "--json"]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let pushed: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!((pushed["entries"].as_u64(), pushed["libraries"].as_u64()), (Some(0), Some(0)), "{pushed:#}");
+        // Each entry is counted with its library; both are listed.
+        assert_eq!(pushed["skipped"].as_u64(), Some(n as u64), "{pushed:#}");
+        assert_eq!(pushed["skipped_objects"].as_array().unwrap().len(), 2 * n, "{pushed:#}");
+        let why = pushed["skipped_objects"][0]["reason"].as_str().unwrap();
+        assert!(why.contains("this writer takes nothing from the shared tier"), "{why}");
     }
     // A reader that trusts the first writer still takes every program from the shared tier.
     let reader = Node::new(&url, &two.ns, &two.cc, false, &[("GRIDKEY_REMOTE_TRUSTED_KEYS", &trusted_a)]);
