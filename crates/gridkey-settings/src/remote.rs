@@ -159,15 +159,18 @@ impl RemoteSettings {
     /// The settings given by the variables that `lookup` returns, or `None` when
     /// [`ENV_REMOTE_URL`] is unset or blank. Pure: `lookup` is the only source.
     ///
-    /// Errors: [`SettingsError::BadSetting`] naming the variable and what it accepts; also for
+    /// Errors: [`SettingsError::BadSetting`] naming the variable and what it accepts (for
+    /// [`ENV_REMOTE_WRITER`] with or without a URL); also for
     /// `GRIDKEY_REMOTE_TRUST=acl` together with trusted keys (which of the two is meant cannot be
     /// told) and for a CA file with a URL that is not `rediss://` (the connection would not use it).
     pub fn from_vars(lookup: impl Fn(&str) -> Option<String>) -> Result<Option<RemoteSettings>, SettingsError> {
+        // A bad switch is an error with or without a URL: a value the README calls an error is one.
+        let writer = parse_switch(ENV_REMOTE_WRITER, lookup(ENV_REMOTE_WRITER).as_deref())?;
         let Some(url) = lookup(ENV_REMOTE_URL).map(|u| u.trim().to_owned()).filter(|u| !u.is_empty()) else {
             return Ok(None);
         };
         let mut s = RemoteSettings::new(url);
-        if parse_switch(ENV_REMOTE_WRITER, lookup(ENV_REMOTE_WRITER).as_deref())? {
+        if writer {
             s.role = Role::Writer;
         }
         let path = |var| lookup(var).filter(|p| !p.trim().is_empty()).map(PathBuf::from);

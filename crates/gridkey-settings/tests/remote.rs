@@ -20,6 +20,13 @@ fn check(vars: &[(&str, &str)]) -> Result<Option<RemoteSettings>, SettingsError>
 fn no_url_means_no_shared_tier_whatever_else_is_set() {
     assert_eq!(check(&[]).unwrap(), None);
     assert_eq!(check(&[("GRIDKEY_REMOTE_URL", "  "), ("GRIDKEY_REMOTE_WRITER", "1")]).unwrap(), None);
+    // A value the switch does not take is an error without a URL too.
+    match check(&[("GRIDKEY_REMOTE_WRITER", "maybe")]) {
+        Err(e @ SettingsError::BadSetting { .. }) => {
+            assert!(e.to_string().starts_with("GRIDKEY_REMOTE_WRITER=\"maybe\" is not valid"), "{e}")
+        }
+        other => panic!("{other:?}"),
+    }
 }
 
 #[test]
