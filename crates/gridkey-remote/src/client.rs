@@ -232,6 +232,8 @@ struct Shared {
     owner: String,
     off: AtomicBool,
     warning: Mutex<Option<String>>,
+    /// What failed, without what the run does about it: the first sentence of `warning`.
+    failure: Mutex<Option<String>>,
     counters: Counters,
     /// Redis names of the leases this client holds.
     leases: Mutex<BTreeSet<String>>,
@@ -269,11 +271,11 @@ impl Shared {
                 return;
             }
             add(&self.counters.errors, 1);
+            let failed = format!("shared cache {}: {what} failed: {failure}", self.shown_url);
             *warning = Some(format!(
-                "shared cache {}: {what} failed: {failure}; the shared tier is off for the rest of this run, which \
-                 goes on with the local cache",
-                self.shown_url
+                "{failed}; the shared tier is off for the rest of this run, which goes on with the local cache"
             ));
+            *lock(&self.failure) = Some(failed);
             self.off.store(true, Ordering::SeqCst);
         }
         self.sockets.shut_all();
@@ -402,6 +404,7 @@ impl Remote {
             owner: owner_token(),
             off: AtomicBool::new(false),
             warning: Mutex::new(None),
+            failure: Mutex::new(None),
             counters: Counters::default(),
             leases: Mutex::new(BTreeSet::new()),
             script_lookup: AtomicBool::new(true),
@@ -494,6 +497,12 @@ impl Remote {
     /// The one warning of the run: why the tier went off, if it did.
     pub fn warning(&self) -> Option<String> {
         lock(&self.shared.warning).clone()
+    }
+
+    /// What made the tier go off, if it did, without what a run does about it: for a command
+    /// that cannot go on without the tier (`cache push`, `cache retract`) to say what to do.
+    pub fn failure(&self) -> Option<String> {
+        lock(&self.shared.failure).clone()
     }
 
     /// Whether this client uploads and takes leases.

@@ -460,7 +460,8 @@ fn cache_command(command: CacheCommand) -> Result<ExitCode> {
                     String::new()
                 };
                 println!(
-                    "pushed {} translation entries and {} kernel libraries{gt4py} ({} bytes) to {}; {} skipped",
+                    "pushed {} translation entries and {} kernel libraries{gt4py} ({} bytes) to {}; {} skipped (an entry and \
+                     its library count once; each object not pushed is in a warning above)",
                     r.entries, r.libraries, r.bytes, r.remote, r.skipped
                 );
             }

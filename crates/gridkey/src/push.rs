@@ -74,7 +74,7 @@ pub struct PushSkip {
 pub(crate) fn connect_writer(remote: &RemoteSettings, command: &str) -> Result<Remote, AppError> {
     let remote = Remote::connect(remote)?;
     if !remote.is_on() {
-        return Err(AppError::RemoteUnreachable(remote.warning().unwrap_or_default()));
+        return Err(stopped(&remote, command));
     }
     if !remote.is_writer() {
         return Err(AppError::RemoteUnreachable(format!(
@@ -83,6 +83,16 @@ pub(crate) fn connect_writer(remote: &RemoteSettings, command: &str) -> Result<R
         )));
     }
     Ok(remote)
+}
+
+/// The error of `cache {command}` once the shared tier went off: what failed, and what to do
+/// (a command that writes to the tier cannot go on with the local cache, as a run does).
+pub(crate) fn stopped(remote: &Remote, command: &str) -> AppError {
+    let failed = remote.failure().unwrap_or_else(|| format!("shared cache {}: the tier went off", remote.shown_url()));
+    AppError::RemoteUnreachable(format!(
+        "{failed}; cache {command} stopped there: run it again once the server answers, as a Redis user that may \
+         write (a designated writer's ACL user may SET and DEL)"
+    ))
 }
 
 /// Uploads the local cache of `settings` to its shared tier.
@@ -206,7 +216,7 @@ pub fn push(settings: &Settings) -> Result<PushReport, AppError> {
                 }
             }
             if !remote.is_on() {
-                return Err(AppError::RemoteUnreachable(remote.warning().unwrap_or_default()));
+                return Err(stopped(&remote, "push"));
             }
         }
     }

@@ -153,7 +153,7 @@ pub fn retract(settings: &Settings, target: &RetractTarget) -> Result<RetractRep
         .collect();
     let deleted_entries = remote.delete_many(Kind::TranslationEntry, &entry_keys);
     if !remote.is_on() {
-        return Err(AppError::RemoteUnreachable(remote.warning().unwrap_or_default()));
+        return Err(crate::push::stopped(&remote, "retract"));
     }
     let mut deleted_libraries = deleted_libraries.into_iter();
     for ((row, library), (key, deleted)) in rows.iter_mut().zip(&libraries).zip(keys.iter().zip(deleted_entries)) {

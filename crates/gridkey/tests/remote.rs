@@ -151,15 +151,20 @@ fn an_unreachable_shared_tier_costs_one_warning_and_changes_no_result() {
     assert_eq!((remote["on"].as_bool(), remote["errors"].as_u64()), (Some(false), Some(1)));
 }
 
-/// A `redis-server` with a password, of this test's own.
+/// A `redis-server` of this test's own, with a password or the ACL users it is given.
 struct Server(Child, u16);
 
 impl Server {
     fn start(password: &str) -> Server {
+        Server::start_with(&["--requirepass", password])
+    }
+
+    fn start_with(login: &[&str]) -> Server {
         let binary = std::env::var("GRIDKEY_TEST_REDIS_SERVER").unwrap_or_else(|_| "redis-server".to_owned());
         let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let child = Command::new(binary)
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--requirepass", password])
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", ""])
+            .args(login)
             .stdout(Stdio::null())
             .spawn()
             .unwrap();
@@ -236,6 +241,40 @@ fn cache_push_seeds_the_shared_tier_from_a_local_cache() {
     assert_eq!((pushed["entries"].as_u64(), pushed["libraries"].as_u64()), (Some(n), Some(n)));
     assert_eq!((count(&fresh, "translated"), count(&fresh, "built")), (0, 0));
     assert_eq!(count(&fresh, "verified") as u64, n);
+}
+
+#[test]
+fn cache_push_as_a_user_that_may_not_write_stops_and_says_what_to_do() {
+    let Some(_) = shared_url("cache_push_as_a_user_that_may_not_write_stops_and_says_what_to_do") else { return };
+    // The README's reader: it may look objects up, not write them.
+    let server = Server::start_with(&[
+        "--user",
+        "default",
+        "off",
+        "--user",
+        "reader",
+        "on",
+        ">R-s3cret",
+        "~gridkey:*",
+        "+@read",
+        "+ping",
+        "+exists",
+        "+eval_ro",
+    ]);
+    let cache = filled_cache();
+    let url = format!("redis://reader:R-s3cret@127.0.0.1:{}/", server.1);
+    let out = gridkey_command(
+        &["cache", "push", "--remote", &url, "--remote-writer", "--cache-dir", cache.path().to_str().unwrap()],
+        &[("GRIDKEY_REMOTE_TRUST", "acl")],
+    )
+    .output()
+    .unwrap();
+    let text = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{text}");
+    assert!(text.contains("uploading objects failed") && text.contains("cache push stopped there"), "{text}");
+    assert!(text.contains("as a Redis user that may write"), "{text}");
+    assert!(!text.contains("goes on with the local cache"), "push is not a run: {text}");
+    assert!(!text.contains("R-s3cret"), "the password is not shown: {text}");
 }
 
 /// A fresh cache filled by one serial run without a shared tier.
