@@ -118,12 +118,14 @@ pub enum RemoteError {
         reason: String,
     },
     /// A key file is missing or unreadable.
-    #[error("cannot read {what} file {path}: {source}; fix the path of the shared tier's signing key or of the shared tier's trusted keys")]
+    #[error("cannot read {what} file {path}: {source}; {fix}")]
     KeyFile {
         /// The file.
         path: PathBuf,
-        /// Which file it is (`signing key`, `trusted keys`).
+        /// Which file it is (`signing key`, `trusted keys`, `random source`).
         what: &'static str,
+        /// What to do: the variable whose path to fix, for a key file.
+        fix: &'static str,
         /// The I/O error.
         source: io::Error,
     },

@@ -144,7 +144,12 @@ impl Trust {
 }
 
 fn key_file_error(path: &Path, what: &'static str, source: io::Error) -> RemoteError {
-    RemoteError::KeyFile { path: path.to_path_buf(), what, source }
+    let fix = match what {
+        "signing key" => "fix the path in GRIDKEY_REMOTE_SIGNING_KEY (gridkey cache keygen FILE writes a key)",
+        "trusted keys" => "fix the path in GRIDKEY_REMOTE_TRUSTED_KEYS",
+        _ => "check that this system's random source can be read",
+    };
+    RemoteError::KeyFile { path: path.to_path_buf(), what, fix, source }
 }
 
 fn format_error(path: &Path, line: usize, reason: String) -> RemoteError {
