@@ -124,7 +124,8 @@ pub enum RemoteError {
         path: PathBuf,
         /// Which file it is (`signing key`, `trusted keys`, `random source`).
         what: &'static str,
-        /// What to do: the variable whose path to fix, for a key file.
+        /// What to do: the setting whose path to fix, by its role (the entry point names its
+        /// variable, `gridkey_settings::name_settings`).
         fix: &'static str,
         /// The I/O error.
         source: io::Error,

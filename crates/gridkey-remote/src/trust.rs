@@ -145,8 +145,8 @@ impl Trust {
 
 fn key_file_error(path: &Path, what: &'static str, source: io::Error) -> RemoteError {
     let fix = match what {
-        "signing key" => "fix the path in GRIDKEY_REMOTE_SIGNING_KEY (gridkey cache keygen FILE writes a key)",
-        "trusted keys" => "fix the path in GRIDKEY_REMOTE_TRUSTED_KEYS",
+        "signing key" => "fix the path of the shared tier's signing key, or write one with gridkey cache keygen FILE",
+        "trusted keys" => "fix the path of the shared tier's trusted keys",
         _ => "check that this system's random source can be read",
     };
     RemoteError::KeyFile { path: path.to_path_buf(), what, fix, source }

@@ -286,13 +286,13 @@ fn misconfigurations_are_errors_at_start() {
     let good = at(server.url().replace("redis://", "redis://:s3cret@"));
     let err = Remote::connect(&gridkey_remote::RemoteSettings { signing_key: Some(missing.clone()), ..good.clone() });
     assert!(matches!(err, Err(RemoteError::KeyFile { ref path, .. }) if *path == missing), "{err:?}");
-    // The message names the variable of the file it could not read, and no other.
+    // The message names the setting of the file it could not read, and no other.
     let text = err.unwrap_err().to_string();
-    assert!(text.contains("GRIDKEY_REMOTE_SIGNING_KEY") && !text.contains("TRUSTED_KEYS"), "{text}");
+    assert!(text.contains("the shared tier's signing key") && !text.contains("trusted keys"), "{text}");
     let err = Remote::connect(&gridkey_remote::RemoteSettings { trusted_keys: Some(missing.clone()), ..good.clone() });
     assert!(matches!(err, Err(RemoteError::KeyFile { .. })), "{err:?}");
     let text = err.unwrap_err().to_string();
-    assert!(text.contains("GRIDKEY_REMOTE_TRUSTED_KEYS") && !text.contains("SIGNING_KEY"), "{text}");
+    assert!(text.contains("the shared tier's trusted keys") && !text.contains("signing key"), "{text}");
     let open_key = file(dir.path(), "open.key", &"ab".repeat(32), 0o644);
     let err = Remote::connect(&gridkey_remote::RemoteSettings { signing_key: Some(open_key), ..good.clone() });
     assert!(matches!(err, Err(RemoteError::KeyPermissions { mode: 0o644, .. })), "{err:?}");
