@@ -231,8 +231,7 @@ struct Shared {
     sockets: Arc<Sockets>,
     owner: String,
     off: AtomicBool,
-    warning: Mutex<Option<String>>,
-    /// What failed, without what the run does about it: the first sentence of `warning`.
+    /// What made the tier go off, without what a run does about it ([`Remote::warning`] adds that).
     failure: Mutex<Option<String>>,
     counters: Counters,
     /// Redis names of the leases this client holds.
@@ -266,16 +265,12 @@ impl Shared {
     fn trip(&self, what: &str, failure: &Failure) {
         {
             // The warning is there before anyone can see the tier off.
-            let mut warning = lock(&self.warning);
+            let mut failed = lock(&self.failure);
             if self.off.load(Ordering::SeqCst) {
                 return;
             }
             add(&self.counters.errors, 1);
-            let failed = format!("shared cache {}: {what} failed: {failure}", self.shown_url);
-            *warning = Some(format!(
-                "{failed}; the shared tier is off for the rest of this run, which goes on with the local cache"
-            ));
-            *lock(&self.failure) = Some(failed);
+            *failed = Some(format!("shared cache {}: {what} failed: {failure}", self.shown_url));
             self.off.store(true, Ordering::SeqCst);
         }
         self.sockets.shut_all();
@@ -403,7 +398,6 @@ impl Remote {
             sockets: Arc::default(),
             owner: owner_token(),
             off: AtomicBool::new(false),
-            warning: Mutex::new(None),
             failure: Mutex::new(None),
             counters: Counters::default(),
             leases: Mutex::new(BTreeSet::new()),
@@ -496,7 +490,9 @@ impl Remote {
 
     /// The one warning of the run: why the tier went off, if it did.
     pub fn warning(&self) -> Option<String> {
-        lock(&self.shared.warning).clone()
+        self.failure().map(|failed| {
+            format!("{failed}; the shared tier is off for the rest of this run, which goes on with the local cache")
+        })
     }
 
     /// What made the tier go off, if it did, without what a run does about it: for a command

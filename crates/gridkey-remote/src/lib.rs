@@ -118,15 +118,12 @@ pub enum RemoteError {
         reason: String,
     },
     /// A key file is missing or unreadable.
-    #[error("cannot read {what} file {path}: {source}; {fix}")]
+    #[error("cannot read {what} file {path}: {source}; {}", key_file_fix(.what))]
     KeyFile {
         /// The file.
         path: PathBuf,
         /// Which file it is (`signing key`, `trusted keys`, `random source`).
         what: &'static str,
-        /// What to do: the setting whose path to fix, by its role (the entry point names its
-        /// variable, `gridkey_settings::name_settings`).
-        fix: &'static str,
         /// The I/O error.
         source: io::Error,
     },
@@ -194,4 +191,14 @@ pub enum RemoteError {
         /// Its permission bits.
         mode: u32,
     },
+}
+
+/// What to do about an unreadable file of [`RemoteError::KeyFile`]: the setting whose path to
+/// fix, by its role (the entry point names its variable, `gridkey_settings::name_settings`).
+fn key_file_fix(what: &str) -> &'static str {
+    match what {
+        "signing key" => "fix the path of the shared tier's signing key, or write one with gridkey cache keygen FILE",
+        "trusted keys" => "fix the path of the shared tier's trusted keys",
+        _ => "check that this system's random source can be read",
+    }
 }

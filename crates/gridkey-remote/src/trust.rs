@@ -144,12 +144,7 @@ impl Trust {
 }
 
 fn key_file_error(path: &Path, what: &'static str, source: io::Error) -> RemoteError {
-    let fix = match what {
-        "signing key" => "fix the path of the shared tier's signing key, or write one with gridkey cache keygen FILE",
-        "trusted keys" => "fix the path of the shared tier's trusted keys",
-        _ => "check that this system's random source can be read",
-    };
-    RemoteError::KeyFile { path: path.to_path_buf(), what, fix, source }
+    RemoteError::KeyFile { path: path.to_path_buf(), what, source }
 }
 
 fn format_error(path: &Path, line: usize, reason: String) -> RemoteError {
