@@ -322,31 +322,24 @@ impl Gt4pyStore {
         guard(|| {
             let Some(bundle) = self.get(Gt4pyKind::Extension, &key) else { return Ok(None) };
             let files = core::decode_bundle(&bundle).map_err(|why| error(Kind::Value, why))?;
-            py.detach(|| write_files(&folder, &files, None))?;
+            py.detach(|| write_files(&folder, &files))?;
             Ok(Some(files.into_iter().map(|(name, _)| name).collect()))
         })
     }
 }
 
 /// Writes `files` (names relative to `folder`, with their bytes) into `folder` as one batch of
-/// atomic writes (ADR 0049), after `entry` (a store entry's path and bytes) when given: every
-/// file synced together, then each renamed in the order given, so that a file later in `files`
-/// (GT4Py's build record) never names one earlier that is not there. A store entry
-/// that cannot be written is left out (the store is a cache; the folder is what was asked for).
+/// atomic writes (ADR 0049): every file synced together, then each renamed in the order given,
+/// so that a file later in `files` (GT4Py's build record) never names one earlier that is not
+/// there.
 ///
 /// Errors: `GridkeyOSError` naming the first file of `files` that cannot be written; then none
 /// of `files` is left under its name.
-pub(crate) fn write_files(folder: &Path, files: &[(String, Vec<u8>)], entry: Option<(&Path, &[u8])>) -> PyResult<()> {
+pub(crate) fn write_files(folder: &Path, files: &[(String, Vec<u8>)]) -> PyResult<()> {
     let paths: Vec<PathBuf> = files.iter().map(|(name, _)| folder.join(name)).collect();
-    let batch: Vec<(&Path, &[u8])> = entry
-        .into_iter()
-        .chain(paths.iter().zip(files).map(|(path, (_, bytes))| (path.as_path(), bytes.as_slice())))
-        .collect();
-    let mut written = gridkey_fs::write_atomic_all(&batch, None);
-    if entry.is_some() {
-        // The store entry's own result: one that failed left nothing under its name.
-        let _entry = written.remove(0);
-    }
+    let batch: Vec<(&Path, &[u8])> =
+        paths.iter().zip(files).map(|(path, (_, bytes))| (path.as_path(), bytes.as_slice())).collect();
+    let written = gridkey_fs::write_atomic_all(&batch, None);
     let Some((path, e)) = paths.iter().zip(&written).find_map(|(path, w)| w.as_ref().err().map(|e| (path, e))) else {
         return Ok(());
     };

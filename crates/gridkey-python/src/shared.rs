@@ -48,6 +48,27 @@ impl State {
 pub struct Gt4pyShared {
     remote: Arc<Remote>,
     state: Mutex<State>,
+    /// The writes this process does not wait for (ADR 0049, "written behind"): each with the
+    /// process that started it, so that a forked child never joins its parent's threads.
+    behind: Mutex<Vec<(u32, std::thread::JoinHandle<()>)>>,
+}
+
+/// Writes `files` (path, bytes) as one batch of atomic writes on a thread of its own
+/// (ADR 0049, "written behind"): each file is synced before its name appears, as always; one
+/// that cannot be written is left out alone, the cache then misses it and it is fetched again.
+fn write_behind(behind: &Mutex<Vec<(u32, std::thread::JoinHandle<()>)>>, files: Vec<(PathBuf, Vec<u8>)>) {
+    fn write(files: &[(PathBuf, Vec<u8>)]) {
+        let batch: Vec<(&Path, &[u8])> = files.iter().map(|(p, b)| (p.as_path(), b.as_slice())).collect();
+        let _ = gridkey_fs::write_atomic_all(&batch, None);
+    }
+    let files = Arc::new(files);
+    let theirs = files.clone();
+    let mut pending = behind.lock().unwrap_or_else(|p| p.into_inner());
+    match std::thread::Builder::new().name("gridkey-write-behind".into()).spawn(move || write(&theirs)) {
+        Ok(handle) => pending.push((std::process::id(), handle)),
+        // No thread to be had: written now.
+        Err(_) => write(&files),
+    }
 }
 
 fn route_name(route: Route) -> &'static str {
@@ -95,10 +116,11 @@ fn store_locally(store: &core::Gt4pyStore, kind: Gt4pyKind, key: &TranslationKey
     }
 }
 
-/// Writes a payload of `kind` downloaded for `key` to `target` (see `Gt4pyShared.fetch_into`) in
-/// one batch with its entry in `store`: an extension's bundle decoded into the folder `target`;
-/// a translation entry to the file `target`. Returns false for a bundle
-/// that does not decode (paths inside the folder), which is not written anywhere.
+/// Writes a payload of `kind` downloaded for `key` to `target` (see `Gt4pyShared.fetch_into`),
+/// synced before this returns: an extension's bundle decoded into the folder `target`; a
+/// translation entry to the file `target`. Its entry in `store`, which this process does not
+/// read back, is written behind (`write_behind`). Returns false for a bundle that does not decode
+/// (paths inside the folder), which is not written anywhere.
 ///
 /// Errors: `GridkeyOSError` naming the file under `target` that cannot be written.
 fn write_into(
@@ -107,6 +129,7 @@ fn write_into(
     key: &TranslationKey,
     payload: &[u8],
     target: &Path,
+    behind: &Mutex<Vec<(u32, std::thread::JoinHandle<()>)>>,
 ) -> PyResult<bool> {
     let (folder, files) = match kind {
         Gt4pyKind::Extension => {
@@ -114,18 +137,27 @@ fn write_into(
             (target, files)
         }
         Gt4pyKind::Translation => {
-            let (Some(folder), Some(name)) = (target.parent(), target.file_name().and_then(|n| n.to_str())) else {
-                return Err(error(
-                    ErrorKind::Value,
-                    format!("argument target is {}, not a file path: pass GT4Py's entry file", target.display()),
-                ));
-            };
+            let (folder, name) = translation_target(target)?;
             (folder, vec![(name.to_owned(), payload.to_vec())])
         }
     };
+    write_files(folder, &files)?;
     let (entry_path, entry) = store.entry(kind, key, payload);
-    write_files(folder, &files, Some((&entry_path, &entry)))?;
+    write_behind(behind, vec![(entry_path, entry)]);
     Ok(true)
+}
+
+/// The folder and the file name of a translation entry's `target`.
+///
+/// Errors: `TableValueError` for a path without a file name.
+fn translation_target(target: &Path) -> PyResult<(&Path, &str)> {
+    match (target.parent(), target.file_name().and_then(|n| n.to_str())) {
+        (Some(folder), Some(name)) => Ok((folder, name)),
+        _ => Err(error(
+            ErrorKind::Value,
+            format!("argument target is {}, not a file path: pass GT4Py's entry file", target.display()),
+        )),
+    }
 }
 
 impl Gt4pyShared {
@@ -213,7 +245,11 @@ impl Gt4pyShared {
                 py.detach(|| Remote::connect(remote)).map_err(|e| error(ErrorKind::Settings, e.to_string()))?;
             let remote = Arc::new(remote);
             let session = SharedSession::new(RemoteTier::new(remote.clone()), &cache_dir);
-            Ok(Some(Self { remote, state: Mutex::new(State { session, ids: BTreeMap::new() }) }))
+            Ok(Some(Self {
+                remote,
+                state: Mutex::new(State { session, ids: BTreeMap::new() }),
+                behind: Mutex::new(Vec::new()),
+            }))
         })
     }
 
@@ -308,7 +344,7 @@ impl Gt4pyShared {
         let store = store.get();
         let mut failed = None;
         let written = self.fetch_with(py, kind, &key, |payload| {
-            write_into(&store.inner, kind, &key, payload, &target).unwrap_or_else(|e| {
+            write_into(&store.inner, kind, &key, payload, &target, &self.behind).unwrap_or_else(|e| {
                 failed = Some(e);
                 false
             })
@@ -317,6 +353,52 @@ impl Gt4pyShared {
             Some(e) => Err(e),
             None => Ok(written),
         }
+    }
+
+    /// The checked pickle (bytes) of the GT4Py translation entry under `key` from the shared
+    /// tier, or None, without waiting for its files: the entry is written to the file `target`
+    /// (GT4Py's `FileCache` entry) and to `store` as one batch on a thread of its own (ADR 0049,
+    /// "written behind"), each file synced before its name appears; `flush` waits for them.
+    ///
+    /// Errors: `TableTypeError` for an argument of another type; `TableValueError` for a key that
+    /// is not 32 hex digits or a `target` without a file name.
+    fn fetch_translation(
+        &self,
+        py: Python<'_>,
+        #[pyo3(from_py_with = args::hex_key)] key: TranslationKey,
+        #[pyo3(from_py_with = args::gt4py_store)] store: Bound<'_, Gt4pyStore>,
+        #[pyo3(from_py_with = args::target)] target: PathBuf,
+    ) -> PyResult<Option<Py<pyo3::types::PyBytes>>> {
+        translation_target(&target)?;
+        let mut fetched = None;
+        self.fetch_with(py, Gt4pyKind::Translation, &key, |payload| {
+            fetched = Some(payload.to_vec());
+            true
+        });
+        let Some(payload) = fetched else { return Ok(None) };
+        let (entry_path, entry) = store.get().inner.entry(Gt4pyKind::Translation, &key, &payload);
+        let bytes = pyo3::types::PyBytes::new(py, &payload).unbind();
+        write_behind(&self.behind, vec![(entry_path, entry), (target, payload)]);
+        Ok(Some(bytes))
+    }
+
+    /// Waits for every write this process left behind (`fetch_translation`, and the store
+    /// entries of `fetch_into`), without the GIL. Called at exit and before a task goes to
+    /// GT4Py's workers, which read those files. A write started by the parent of a forked
+    /// process is its parent's to wait for.
+    fn flush(&self, py: Python<'_>) {
+        let pending = std::mem::take(&mut *self.behind.lock().unwrap_or_else(|p| p.into_inner()));
+        let me = std::process::id();
+        py.detach(|| {
+            for (pid, handle) in pending {
+                if pid == me {
+                    let _ = handle.join();
+                } else {
+                    // Not a thread of this process: never joined here.
+                    std::mem::forget(handle);
+                }
+            }
+        });
     }
 
     /// Who makes the object of `kind` under `key` that `store` lacks: looks it up once more and

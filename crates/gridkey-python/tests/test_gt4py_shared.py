@@ -92,9 +92,10 @@ def _marked_folders(gt4py_cache: pathlib.Path) -> dict[str, pathlib.Path]:
 
 
 def test_what_a_fresh_node_fetched_is_where_gt4py_reads_it_and_in_its_store(cluster: Any) -> None:
-    """The fresh node wrote each object twice in one batch (ADR 0049): into GT4Py's cache and into its own store. Both
-    copies are the bytes a writer built: the build folder's files are the writer's, its marker names the entry's key,
-    and GT4Py's translation entry is the stored payload."""
+    """The fresh node wrote each object twice (ADR 0049): into GT4Py's cache and, behind, into its own store; a
+    translation entry it handed to GT4Py from memory, both of its files behind. It never waited for them: they were
+    complete when it exited. Both copies are the bytes a writer built: the build folder's files are the writer's, its
+    marker names the entry's key, and GT4Py's translation entry is the stored payload."""
     work = cluster["work"]
     store = _gridkey.Gt4pyStore(work / "c" / "gridkey")
     [key] = [p.stem for p in (store.dir / "extension").rglob("*.bin")]
@@ -131,8 +132,38 @@ def test_an_object_fetched_into_a_folder_it_cannot_fill_leaves_none_of_its_files
     built = _marked_folders(cluster["work"] / "c" / ".gt4py_cache")[key]
     for name in ("gt4py.json", *(str(p.relative_to(built)) for p in (built / "build" / "bin").glob("*.so"))):
         assert (target / name).read_bytes() == (built / name).read_bytes(), name
+    # The store entry is written behind (ADR 0049): complete once `flush` returns.
+    shared.flush()
     assert pathlib.Path(store.entry_path("extension", key)).is_file()
     assert store.materialize(key, tmp_path / "again") is not None
+
+
+def test_a_translation_from_the_shared_tier_is_handed_over_at_once_and_its_files_written_behind(
+    cluster: Any, tmp_path: Any
+) -> None:
+    """`fetch_translation` returns the checked pickle without waiting for its files (ADR 0049): GT4Py's entry file
+    and the store entry are complete once `flush` returns, each the bytes the writer stored, and no temp file is left.
+    A key the tier lacks is None and writes nothing."""
+    source = _gridkey.Gt4pyStore(cluster["work"] / "c" / "gridkey")
+    keys = [p.stem for p in (source.dir / "translation").rglob("*.bin")]
+    assert keys
+    node = tmp_path / "gridkey"
+    store = _gridkey.Gt4pyStore(node)
+    shared = _gridkey.Gt4pyShared.connect(gridkey.Settings.from_vars(cluster["env"]), node)
+    assert shared is not None and shared.is_on, shared and shared.warning
+    cache = tmp_path / "translation_cache"
+    cache.mkdir()
+    handed = {key: shared.fetch_translation(key, store, cache / f"{key}.pkl") for key in keys}
+    assert handed == {key: source.get_translation(key) for key in keys}
+    assert all(shared.fetched("translation", key) for key in keys)
+    shared.flush()
+    for key in keys:
+        assert (cache / f"{key}.pkl").read_bytes() == handed[key]
+        assert store.get_translation(key) == handed[key]
+    assert shared.fetch_translation("0" * 32, store, cache / "absent.pkl") is None
+    shared.flush()
+    assert sorted(p.name for p in cache.iterdir()) == sorted(f"{key}.pkl" for key in keys)
+    assert not [p for p in node.rglob(".tmp*")]
 
 
 def _upload_as(settings_vars: dict[str, str], source: pathlib.Path, kind: Literal["translation", "extension"]) -> int:

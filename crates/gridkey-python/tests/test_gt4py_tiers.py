@@ -528,6 +528,9 @@ def test_a_warning_made_an_error_raises_only_once_the_lease_is_settled(
         def confirm(self, kind: str, key: str) -> None:
             return None
 
+        def flush(self) -> None:
+            return None
+
     def make() -> str:
         steps.append("translate")
         return "int translated;"

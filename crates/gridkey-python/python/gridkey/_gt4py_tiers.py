@@ -191,6 +191,7 @@ class _State:
         "warned_compiler",
         "folders_rejected",
         "counters",
+        "fetched_translations",
     )
 
     def __init__(self) -> None:
@@ -218,6 +219,9 @@ class _State:
         #: with the store's rejected entries.
         self.folders_rejected = 0
         self.counters = _Tally()
+        #: Translation entries this process took from the shared tier, handed to GT4Py from memory while their files
+        #: are written behind (ADR 0049): GT4Py's entry path -> the pickle.
+        self.fetched_translations: dict[str, bytes] = {}
 
 
 _state = _State()
@@ -712,7 +716,7 @@ def _materialize_translation(cache: Any, key: Any) -> None:
     if name is None or _state.store is None:
         return
     path, gk = _translation_key(cache, name, key)
-    if path.exists():
+    if str(path) in _state.fetched_translations or path.exists():
         return
     data = _state.store.get_translation(gk)
     _sync_rejections(_state.store)
@@ -725,8 +729,9 @@ def _materialize_translation(cache: Any, key: Any) -> None:
             return
         if data is not None:
             _file_utils.atomic_write_bytes(path, data)
-        elif shared.fetch_into("translation", gk, _state.store, path):
-            # Written into GT4Py's cache in the same batch as into gridkey's store (ADR 0049).
+        elif (fetched := shared.fetch_translation(gk, _state.store, path)) is not None:
+            # Handed to GT4Py from memory; its file and its store entry are written behind (ADR 0049).
+            _state.fetched_translations[str(path)] = fetched
             _state.counters.translations_from_remote += 1
         else:
             _warn_of_shared_tier()
@@ -735,10 +740,17 @@ def _materialize_translation(cache: Any, key: Any) -> None:
     _warn_of_shared_tier()
 
 
+def _fetched_pickle(cache: Any, key: Any) -> Optional[bytes]:
+    """The pickle of the entry ``key`` of ``cache`` this process took from the shared tier and writes behind, or None."""
+    if not _state.fetched_translations:
+        return None
+    return _state.fetched_translations.get(str(cache._get_path(key)))
+
+
 @_hook
 def _contains(self: Any, key: Any) -> bool:
     _materialize_translation(self, key)
-    return bool(_state.original_contains(self, key))
+    return bool(_state.original_contains(self, key)) or _fetched_pickle(self, key) is not None
 
 
 @_hook
@@ -748,9 +760,18 @@ def _getitem(self: Any, key: Any) -> Any:
     name = _translation_cache(self) if shared is not None else None
     if name is None:
         return _state.original_getitem(self, key)
-    _, gk = _translation_key(self, name, key)
+    path, gk = _translation_key(self, name, key)
+    fetched = _fetched_pickle(self, key)
     try:
-        value = _state.original_getitem(self, key)
+        if fetched is None:
+            value = _state.original_getitem(self, key)
+        else:
+            try:
+                value = pickle.loads(fetched)
+            except Exception as error:  # noqa: BLE001 - as GT4Py's FileCache: an entry that does not unpickle is a miss
+                flush()
+                path.unlink(missing_ok=True)
+                raise KeyError(key) from error
     except KeyError:
         # GT4Py could not unpickle it (and removed its file): one from the shared tier is rejected there too.
         if shared.fetched("translation", gk):
@@ -758,6 +779,16 @@ def _getitem(self: Any, key: Any) -> Any:
         raise
     shared.confirm("translation", gk)
     return value
+
+
+def flush() -> None:
+    """Waits for the files this process writes behind (ADR 0049): the translation entries it took from the shared tier
+    (GT4Py's file and gridkey's store entry) and the store entries of the extensions it took. Called at exit and before
+    a task goes to GT4Py's runner, whose workers read those files."""
+    shared = _state.shared
+    if shared is not None:
+        shared.flush()
+    _state.fetched_translations.clear()
 
 
 def _setitem(self: Any, key: Any, value: Any) -> None:
@@ -837,6 +868,7 @@ def install(*, cache_dir: Optional[os.PathLike[str] | str] = None, settings: Any
     cache_dir = str(pathlib.Path(cache_dir).absolute())
     with _lock:
         if _state.cache_dir != cache_dir:
+            flush()
             _state.store = _gridkey.Gt4pyStore(cache_dir)
             _state.shared = _gridkey.Gt4pyShared.connect(settings, cache_dir)
             _state.warned = False
@@ -844,6 +876,9 @@ def install(*, cache_dir: Optional[os.PathLike[str] | str] = None, settings: Any
             _state.cache_dir = cache_dir
             if _state.shared is not None and _state.shared.is_writer:
                 atexit.register(_state.shared.publish_stats)
+            if _state.shared is not None:
+                # Registered last, so run first: the files written behind are complete before the process ends.
+                atexit.register(_state.shared.flush)
         if _state.original_call is None:
             _state.original_call = _compiler.CPPCompiler.__call__
             _state.original_contains = _filecache.FileCache.__contains__
@@ -861,6 +896,7 @@ def install(*, cache_dir: Optional[os.PathLike[str] | str] = None, settings: Any
 
 def uninstall() -> bool:
     """Restores GT4Py's own methods. Returns whether the hooks were installed."""
+    flush()
     with _lock:
         if _state.original_call is None:
             return False

@@ -736,6 +736,8 @@ class _ParentHitsRunner:
             # Checked here, where a damaged table file can be stored again from the runtime table (ADR 0052).
             values = list(_offset_provider_of(task.construct_compilable(False)).values())
             _check_tables(values)
+            # A worker reads the translation entries this process took from the shared tier from their files.
+            _gt4py_tiers.flush()
             _counters.handed_to_runner += 1
             return self._handed(task, values)
         _counters.parent_hits += 1
