@@ -166,6 +166,44 @@ def test_a_translation_from_the_shared_tier_is_handed_over_at_once_and_its_files
     assert not [p for p in node.rglob(".tmp*")]
 
 
+def test_a_translation_taken_from_memory_that_does_not_unpickle_is_a_miss_and_rejected(
+    cluster: Any, tmp_path: Any
+) -> None:
+    """A translation entry the shared tier holds, signed by the cluster's key, that is not a pickle: handed over from
+    memory (ADR 0049), it is a miss for GT4Py (``KeyError``, as GT4Py's own ``FileCache`` answers an entry that does
+    not unpickle), rejected with one warning, and neither GT4Py's file nor the store entry is left once the writes
+    behind are done; the next lookup does not fetch it again."""
+    from gt4py._core import filecache
+
+    from gridkey import _gt4py_tiers as tiers
+
+    env = cluster["env"]
+    settings = gridkey.Settings.from_vars(env)
+    node = tmp_path / "gridkey"
+    cache = filecache.FileCache(tmp_path / "gt4py" / "translation_cache" / "gtfn")
+    tiers.install(cache_dir=node, settings=settings)
+    try:
+        path, gk = tiers._translation_key(cache, "gtfn", "not-a-pickle")
+        forged = tmp_path / "forged"
+        _gridkey.Gt4pyStore(forged).put_translation(gk, b"int translated; // not a pickle")
+        assert _upload_as(env, forged, "translation") == 1
+        with pytest.warns(RuntimeWarning, match="does not unpickle here"):
+            with pytest.raises(KeyError):
+                cache["not-a-pickle"]
+        assert tiers.counters().remote_rejected == 1
+        tiers.flush()
+        assert not path.exists()
+        assert tiers._state.store.get_translation(gk) is None
+        shared = tiers.shared()
+        assert shared is not None
+        before = shared.stats()["fetches"]
+        # Quarantined for this node: looked up again, it is not fetched again.
+        assert "not-a-pickle" not in cache
+        assert shared.stats()["fetches"] == before
+    finally:
+        tiers.uninstall()
+
+
 def _upload_as(settings_vars: dict[str, str], source: pathlib.Path, kind: Literal["translation", "extension"]) -> int:
     """Uploads every ``kind`` entry of the gridkey store ``source`` with a client of ``settings_vars``; returns how
     many."""

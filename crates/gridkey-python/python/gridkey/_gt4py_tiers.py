@@ -219,8 +219,9 @@ class _State:
         #: with the store's rejected entries.
         self.folders_rejected = 0
         self.counters = _Tally()
-        #: Translation entries this process took from the shared tier, handed to GT4Py from memory while their files
-        #: are written behind (ADR 0049): GT4Py's entry path -> the pickle.
+        #: Translation entries this process took from the shared tier, handed to GT4Py from memory whenever it looks
+        #: them up, their files written behind (ADR 0049): GT4Py's entry path -> the pickle. A few kilobytes per
+        #: program taken from the tier; forgotten when the hooks are uninstalled or switch cache directories.
         self.fetched_translations: dict[str, bytes] = {}
 
 
@@ -769,6 +770,7 @@ def _getitem(self: Any, key: Any) -> Any:
             try:
                 value = pickle.loads(fetched)
             except Exception as error:  # noqa: BLE001 - as GT4Py's FileCache: an entry that does not unpickle is a miss
+                _state.fetched_translations.pop(str(path), None)
                 flush()
                 path.unlink(missing_ok=True)
                 raise KeyError(key) from error
@@ -784,11 +786,11 @@ def _getitem(self: Any, key: Any) -> Any:
 def flush() -> None:
     """Waits for the files this process writes behind (ADR 0049): the translation entries it took from the shared tier
     (GT4Py's file and gridkey's store entry) and the store entries of the extensions it took. Called at exit and before
-    a task goes to GT4Py's runner, whose workers read those files."""
+    a task goes to GT4Py's runner, whose workers read those files. This process keeps handing GT4Py the entries it took
+    from memory: a file whose write failed (a full disk) is then a miss of the next process, never a rejection here."""
     shared = _state.shared
     if shared is not None:
         shared.flush()
-    _state.fetched_translations.clear()
 
 
 def _setitem(self: Any, key: Any, value: Any) -> None:
@@ -869,6 +871,7 @@ def install(*, cache_dir: Optional[os.PathLike[str] | str] = None, settings: Any
     with _lock:
         if _state.cache_dir != cache_dir:
             flush()
+            _state.fetched_translations.clear()
             _state.store = _gridkey.Gt4pyStore(cache_dir)
             _state.shared = _gridkey.Gt4pyShared.connect(settings, cache_dir)
             _state.warned = False
@@ -897,6 +900,7 @@ def install(*, cache_dir: Optional[os.PathLike[str] | str] = None, settings: Any
 def uninstall() -> bool:
     """Restores GT4Py's own methods. Returns whether the hooks were installed."""
     flush()
+    _state.fetched_translations.clear()
     with _lock:
         if _state.original_call is None:
             return False
