@@ -48,26 +48,45 @@ impl State {
 pub struct Gt4pyShared {
     remote: Arc<Remote>,
     state: Mutex<State>,
-    /// The writes this process does not wait for (ADR 0049, "written behind"): each with the
-    /// process that started it, so that a forked child never joins its parent's threads.
-    behind: Mutex<Vec<(u32, std::thread::JoinHandle<()>)>>,
+    /// The writes this process does not wait for (ADR 0049, "written behind").
+    behind: WritesBehind,
 }
 
-/// Writes `files` (path, bytes) as one batch of atomic writes on a thread of its own
-/// (ADR 0049, "written behind"): each file is synced before its name appears, as always; one
-/// that cannot be written is left out alone, the cache then misses it and it is fetched again.
-fn write_behind(behind: &Mutex<Vec<(u32, std::thread::JoinHandle<()>)>>, files: Vec<(PathBuf, Vec<u8>)>) {
-    fn write(files: &[(PathBuf, Vec<u8>)]) {
-        let batch: Vec<(&Path, &[u8])> = files.iter().map(|(p, b)| (p.as_path(), b.as_slice())).collect();
-        let _ = gridkey_fs::write_atomic_all(&batch, None);
+/// Batches of atomic writes on threads of their own (ADR 0049, "written behind"), each thread
+/// with the process that started it, so that a forked child never joins its parent's threads.
+#[derive(Default)]
+struct WritesBehind(Mutex<Vec<(u32, std::thread::JoinHandle<()>)>>);
+
+impl WritesBehind {
+    /// Writes `files` (path, bytes) as one batch of atomic writes on a thread of its own: each
+    /// file is synced before its name appears, as always; one that cannot be written is left out
+    /// alone, the cache then misses it and it is fetched again. Without a thread, written now.
+    fn spawn(&self, files: Vec<(PathBuf, Vec<u8>)>) {
+        fn write(files: &[(PathBuf, Vec<u8>)]) {
+            let batch: Vec<(&Path, &[u8])> = files.iter().map(|(p, b)| (p.as_path(), b.as_slice())).collect();
+            let _ = gridkey_fs::write_atomic_all(&batch, None);
+        }
+        let files = Arc::new(files);
+        let theirs = files.clone();
+        let mut pending = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        match std::thread::Builder::new().name("gridkey-write-behind".into()).spawn(move || write(&theirs)) {
+            Ok(handle) => pending.push((std::process::id(), handle)),
+            Err(_) => write(&files),
+        }
     }
-    let files = Arc::new(files);
-    let theirs = files.clone();
-    let mut pending = behind.lock().unwrap_or_else(|p| p.into_inner());
-    match std::thread::Builder::new().name("gridkey-write-behind".into()).spawn(move || write(&theirs)) {
-        Ok(handle) => pending.push((std::process::id(), handle)),
-        // No thread to be had: written now.
-        Err(_) => write(&files),
+
+    /// Waits for every batch this process started; forgets those of a parent process.
+    fn join(&self) {
+        let pending = std::mem::take(&mut *self.0.lock().unwrap_or_else(|p| p.into_inner()));
+        let me = std::process::id();
+        for (pid, handle) in pending {
+            if pid == me {
+                let _ = handle.join();
+            } else {
+                // Not a thread of this process: never joined here.
+                std::mem::forget(handle);
+            }
+        }
     }
 }
 
@@ -119,7 +138,7 @@ fn store_locally(store: &core::Gt4pyStore, kind: Gt4pyKind, key: &TranslationKey
 /// Writes a payload of `kind` downloaded for `key` to `target` (see `Gt4pyShared.fetch_into`),
 /// synced before this returns: an extension's bundle decoded into the folder `target`; a
 /// translation entry to the file `target`. Its entry in `store`, which this process does not
-/// read back, is written behind (`write_behind`). Returns false for a bundle that does not decode
+/// read back, is written behind (`behind`). Returns false for a bundle that does not decode
 /// (paths inside the folder), which is not written anywhere.
 ///
 /// Errors: `GridkeyOSError` naming the file under `target` that cannot be written.
@@ -129,7 +148,7 @@ fn write_into(
     key: &TranslationKey,
     payload: &[u8],
     target: &Path,
-    behind: &Mutex<Vec<(u32, std::thread::JoinHandle<()>)>>,
+    behind: &WritesBehind,
 ) -> PyResult<bool> {
     let (folder, files) = match kind {
         Gt4pyKind::Extension => {
@@ -143,7 +162,7 @@ fn write_into(
     };
     write_files(folder, &files)?;
     let (entry_path, entry) = store.entry(kind, key, payload);
-    write_behind(behind, vec![(entry_path, entry)]);
+    behind.spawn(vec![(entry_path, entry)]);
     Ok(true)
 }
 
@@ -248,7 +267,7 @@ impl Gt4pyShared {
             Ok(Some(Self {
                 remote,
                 state: Mutex::new(State { session, ids: BTreeMap::new() }),
-                behind: Mutex::new(Vec::new()),
+                behind: WritesBehind::default(),
             }))
         })
     }
@@ -378,7 +397,7 @@ impl Gt4pyShared {
         let Some(payload) = fetched else { return Ok(None) };
         let (entry_path, entry) = store.get().inner.entry(Gt4pyKind::Translation, &key, &payload);
         let bytes = pyo3::types::PyBytes::new(py, &payload).unbind();
-        write_behind(&self.behind, vec![(entry_path, entry), (target, payload)]);
+        self.behind.spawn(vec![(entry_path, entry), (target, payload)]);
         Ok(Some(bytes))
     }
 
@@ -387,18 +406,7 @@ impl Gt4pyShared {
     /// GT4Py's workers, which read those files. A write started by the parent of a forked
     /// process is its parent's to wait for.
     fn flush(&self, py: Python<'_>) {
-        let pending = std::mem::take(&mut *self.behind.lock().unwrap_or_else(|p| p.into_inner()));
-        let me = std::process::id();
-        py.detach(|| {
-            for (pid, handle) in pending {
-                if pid == me {
-                    let _ = handle.join();
-                } else {
-                    // Not a thread of this process: never joined here.
-                    std::mem::forget(handle);
-                }
-            }
-        });
+        py.detach(|| self.behind.join());
     }
 
     /// Who makes the object of `kind` under `key` that `store` lacks: looks it up once more and

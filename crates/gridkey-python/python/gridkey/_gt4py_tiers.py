@@ -762,7 +762,7 @@ def _getitem(self: Any, key: Any) -> Any:
     if name is None:
         return _state.original_getitem(self, key)
     path, gk = _translation_key(self, name, key)
-    fetched = _fetched_pickle(self, key)
+    fetched = _state.fetched_translations.get(str(path))
     try:
         if fetched is None:
             value = _state.original_getitem(self, key)
