@@ -18,12 +18,33 @@
 //! Left out on purpose: the build folder's path, the cache directory, the compiler's path,
 //! times and host names: identical builds at two paths or on two nodes share one key.
 //!
+//! # What goes into a build-folder memo key
+//!
+//! GT4Py names a build folder after the fingerprint of the extension source its bindings step
+//! makes of a translation; [`FolderMemoInputs`] lists what that name is a function of (ADR 0058),
+//! and [`FolderMemoInputs::key`] hashes exactly these, in this order:
+//!
+//! | input | why |
+//! |---|---|
+//! | [`FOLDER_MEMO_KEY_VERSION`] | a change of what is keyed must change every key |
+//! | the bytes of GT4Py's translation entry (its pickle) | the program source the bindings and the name are made of |
+//! | the GT4Py version | the bindings step, the fingerprinter and the naming code |
+//! | `BUILD_CACHE_VERSION_ID` | part of the name, and overridable apart from the version |
+//! | the fingerprint of the bindings step (its configuration) | the binding source |
+//! | the build context (the fingerprint of the build system, or empty) | part of the name |
+//!
+//! Left out on purpose: GT4Py's key of the entry (the bytes stand for it), the cache
+//! directory, the build cache's lifetime (which picks the folder's parent, not its name), paths
+//! and times.
+//!
 //! # The store
 //!
 //! `<cache_dir>/gt4py-v1/<kind>/<hex[0..2]>/<hex>.bin`, each entry in the translation cache's
 //! entry format ([`encode_entry`]: magic, version, key, length, payload, checksum), written with
 //! [`gridkey_fs::write_atomic`]. A lookup checks all of it and removes an entry that fails, so
-//! that the next build puts a good one.
+//! that the next build puts a good one. Beside the two kinds, `folder/` holds the build-folder
+//! memo (ADR 0058): under a [`FolderMemoInputs`] key, the name of the build folder, in the same
+//! entry format; it is never shared.
 
 use std::fs;
 use std::io;
@@ -43,6 +64,12 @@ pub const EXTENSION_KEY_VERSION: u32 = 1;
 
 /// Version of the translation-entry key's encoding, hashed first into every such key.
 pub const GT4PY_TRANSLATION_KEY_VERSION: u32 = 1;
+
+/// Version of the build-folder memo key's encoding, hashed first into every such key.
+pub const FOLDER_MEMO_KEY_VERSION: u32 = 1;
+
+/// The directory of the build-folder memo under [`GT4PY_DIR`] (ADR 0058).
+pub const FOLDER_MEMO_DIR: &str = "folder";
 
 /// Magic bytes that start the payload of an extension entry (a bundle of files).
 pub const BUNDLE_MAGIC: &[u8; 4] = b"GKXB";
@@ -147,6 +174,45 @@ pub fn translation_entry_key(gt4py_version: &str, cache_name: &str, gt4py_key: &
     e.str(cache_name);
     e.str(gt4py_key);
     e.finish()
+}
+
+/// Every input of a build-folder memo key (ADR 0058): what GT4Py's name of the build folder of
+/// a translation entry is a function of.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FolderMemoInputs<'a> {
+    /// The bytes of GT4Py's translation entry (the pickled program source).
+    pub translation_entry: &'a [u8],
+    /// The GT4Py version.
+    pub gt4py_version: &'a str,
+    /// GT4Py's `config.BUILD_CACHE_VERSION_ID`.
+    pub build_cache_version_id: &'a str,
+    /// GT4Py's strict fingerprint of the workflow's bindings step.
+    pub bindings_fingerprint: &'a str,
+    /// The build context GT4Py's compilation step names folders with (the fingerprint of its
+    /// build system, or empty).
+    pub build_context_id: &'a str,
+}
+
+impl FolderMemoInputs<'_> {
+    /// The memo key: xxh3_128 over [`FOLDER_MEMO_KEY_VERSION`] and every field, in order.
+    pub fn key(&self) -> TranslationKey {
+        // Destructured, so that a field added and not encoded does not compile.
+        let Self { translation_entry, gt4py_version, build_cache_version_id, bindings_fingerprint, build_context_id } =
+            self;
+        let mut e = KeyEncoder::default();
+        e.str("gridkey gt4py build folder");
+        e.u32(FOLDER_MEMO_KEY_VERSION);
+        e.bytes(translation_entry);
+        for field in [gt4py_version, build_cache_version_id, bindings_fingerprint, build_context_id] {
+            e.str(field);
+        }
+        e.finish()
+    }
+}
+
+/// Whether `name` can be a build folder's name: one plain path component, no separator.
+fn is_folder_name(name: &str) -> bool {
+    !name.is_empty() && name != "." && name != ".." && !name.contains(['/', '\\', '\0'])
 }
 
 /// The bytes of a bundle of `files` (relative path, bytes): [`BUNDLE_MAGIC`], the file count
@@ -289,6 +355,51 @@ impl Gt4pyStore {
     pub fn remove(&self, kind: Gt4pyKind, key: &TranslationKey) {
         let _ = fs::remove_file(self.entry_path(kind, key));
     }
+
+    /// Path of the memo entry under `key`: `<dir>/folder/<hex[0..2]>/<hex>.bin` (ADR 0058).
+    pub fn folder_path(&self, key: &TranslationKey) -> PathBuf {
+        let hex = key.to_hex();
+        self.dir.join(FOLDER_MEMO_DIR).join(&hex[..2]).join(format!("{hex}.bin"))
+    }
+
+    /// The build folder's name the memo holds under `key` (a [`FolderMemoInputs`] key), or why
+    /// there is none. An entry that cannot be read, fails the entry checks or does not hold one
+    /// plain path component is removed and reported as [`Miss::Invalid`] naming its path.
+    pub fn get_folder(&self, key: &TranslationKey) -> Result<String, Miss> {
+        let path = self.folder_path(key);
+        let bytes = match fs::File::open(&path).and_then(|mut f| {
+            let mut bytes = Vec::new();
+            io::Read::read_to_end(&mut f, &mut bytes)?;
+            gridkey_fs::touch(&f);
+            Ok(bytes)
+        }) {
+            Ok(b) => b,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(Miss::Absent),
+            Err(e) => return Err(Miss::Invalid(format!("{}: {e}", path.display()))),
+        };
+        let checked = decode_entry(key, &bytes).map_err(|e| e.to_string()).and_then(|payload| {
+            std::str::from_utf8(payload)
+                .ok()
+                .filter(|name| is_folder_name(name))
+                .map(str::to_owned)
+                .ok_or_else(|| "it does not name a build folder".to_owned())
+        });
+        checked.map_err(|why| {
+            let _ = fs::remove_file(&path);
+            Miss::Invalid(format!("{}: {why}; removed, the next warm start writes it again", path.display()))
+        })
+    }
+
+    /// The path and the bytes of the memo entry naming the build folder `name` under `key`, for
+    /// a caller that writes it behind ([`gridkey_fs::write_atomic_all`]).
+    ///
+    /// Errors: a text saying that `name` is not one plain path component.
+    pub fn folder_entry(&self, key: &TranslationKey, name: &str) -> Result<(PathBuf, Vec<u8>), String> {
+        if !is_folder_name(name) {
+            return Err(format!("{name:?} is not the name of a build folder (one path component)"));
+        }
+        Ok((self.folder_path(key), encode_entry(key, name.as_bytes())))
+    }
 }
 
 #[cfg(test)]
@@ -329,6 +440,72 @@ mod tests {
         i.nanobind_version = "3.1.02".into();
         i.gridtools_cpp_version = ".3.9".into();
         assert_ne!(i.key(), base);
+    }
+
+    fn memo_inputs(entry: &[u8]) -> FolderMemoInputs<'_> {
+        FolderMemoInputs {
+            translation_entry: entry,
+            gt4py_version: "1.2.3",
+            build_cache_version_id: "1.2.3",
+            bindings_fingerprint: "a1cdb15d6ef7a102",
+            build_context_id: "ec706241d2ee7462",
+        }
+    }
+
+    #[test]
+    fn every_folder_memo_key_input_changes_the_key() {
+        let entry = b"a pickled program source".to_vec();
+        let base = memo_inputs(&entry).key();
+        assert_eq!(memo_inputs(&entry.clone()).key(), base, "the key depends on more than its inputs");
+        let mut other = entry.clone();
+        other[3] ^= 1;
+        assert_ne!(memo_inputs(&other).key(), base, "the entry's bytes do not enter the key");
+        let edits: [fn(&mut FolderMemoInputs<'_>); 4] = [
+            |i| i.gt4py_version = "1.2.1",
+            |i| i.build_cache_version_id = "site-2",
+            |i| i.bindings_fingerprint = "0000000000000000",
+            |i| i.build_context_id = "",
+        ];
+        for (n, edit) in edits.iter().enumerate() {
+            let mut i = memo_inputs(&entry);
+            edit(&mut i);
+            assert_ne!(i.key(), base, "input {n} does not enter the key");
+        }
+        // Field boundaries are length-prefixed: moving a byte between fields changes the key.
+        let mut i = memo_inputs(&entry);
+        i.gt4py_version = "1.2.31";
+        i.build_cache_version_id = ".2.3";
+        assert_ne!(i.key(), base);
+    }
+
+    #[test]
+    fn a_folder_memo_round_trips_and_a_bad_one_is_a_miss_and_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Gt4pyStore::open(dir.path()).unwrap();
+        let key = memo_inputs(b"entry").key();
+        assert_eq!(store.get_folder(&key), Err(Miss::Absent));
+        let name = "div_abc_1.2.3_ec706241d2ee7462";
+        let (path, bytes) = store.folder_entry(&key, name).unwrap();
+        fs::create_dir_all(path.parent().unwrap()).unwrap();
+        fs::write(&path, &bytes).unwrap();
+        assert_eq!(store.get_folder(&key).unwrap(), name);
+        // Stored under another key: refused, as a truncated or flipped entry.
+        let other = memo_inputs(b"another entry").key();
+        for bad in [bytes[..bytes.len() - 1].to_vec(), store.folder_entry(&other, name).unwrap().1, {
+            let mut b = bytes.clone();
+            b[35] ^= 1;
+            b
+        }] {
+            fs::write(&path, &bad).unwrap();
+            assert!(matches!(store.get_folder(&key), Err(Miss::Invalid(_))));
+            assert!(!path.exists(), "a bad memo entry was left in place");
+        }
+        // A checked entry that names a path, not a folder, is refused too.
+        for bad in ["../x", "a/b", "", ".."] {
+            assert!(store.folder_entry(&key, bad).is_err(), "{bad:?} was taken for a folder name");
+            fs::write(&path, encode_entry(&key, bad.as_bytes())).unwrap();
+            assert!(matches!(store.get_folder(&key), Err(Miss::Invalid(_))), "{bad:?}");
+        }
     }
 
     #[test]

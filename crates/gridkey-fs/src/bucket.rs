@@ -18,8 +18,9 @@ pub enum CacheBucket {
     /// ADR 0022).
     Build,
     /// `gt4py-v1/`: GT4Py's translation entries and built extensions,
-    /// `{translation,extension}/<hex[0..2]>/<hex>.bin` (gridkey-fingerprint's `gt4py` module,
-    /// layout version 1, ADR 0040).
+    /// `{translation,extension}/<hex[0..2]>/<hex>.bin`, and the build-folder memo
+    /// `folder/<hex[0..2]>/<hex>.bin` (gridkey-fingerprint's `gt4py` module, layout version 1,
+    /// ADR 0040, ADR 0058).
     Gt4py,
     /// `locks/`: the per-key lock files of [`crate::lock::KeyLocks`] (ADR 0025, ADR 0033).
     Locks,

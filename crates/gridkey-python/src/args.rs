@@ -126,6 +126,10 @@ converters! {
     gt4py_version: String = "a str";
     cache_name: String = "a str";
     gt4py_key: String = "a str";
+    entry: std::path::PathBuf = "a path (str or os.PathLike)";
+    build_cache_version_id: String = "a str";
+    bindings_fingerprint: String = "a str";
+    build_context_id: String = "a str";
 }
 
 optional_converters! {

@@ -5,8 +5,9 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
-use gridkey_fingerprint::gt4py::{self as core, ExtensionKeyInputs, Gt4pyKind};
+use gridkey_fingerprint::gt4py::{self as core, ExtensionKeyInputs, FolderMemoInputs, Gt4pyKind};
 use gridkey_fingerprint::{Miss, TranslationKey};
 use gridkey_settings::CompilerSettings;
 use pyo3::prelude::*;
@@ -173,9 +174,34 @@ pub fn gt4py_translation_key(
     core::translation_entry_key(&gt4py_version, &cache_name, &gt4py_key).to_hex()
 }
 
-/// GT4Py's store in gridkey's cache directory: `<cache_dir>/gt4py-v1/{translation,extension}/`,
-/// entries in the translation cache's checked format (magic, version, key, length, checksum),
-/// written atomically. A truncated, corrupted or misplaced entry is a miss, removed and counted
+/// The build-folder memo key (ADR 0058), 32 hex digits, of the translation entry in the file
+/// `entry` (GT4Py's `<key>.pkl`) under GT4Py `gt4py_version`, its `BUILD_CACHE_VERSION_ID`, the
+/// fingerprint of the workflow's bindings step and the build context
+/// (`gridkey_fingerprint::gt4py::FolderMemoInputs` lists them and why); None when the file cannot
+/// be read (GT4Py's own lookup then decides).
+#[pyfunction]
+pub fn gt4py_folder_memo_key(
+    py: Python<'_>,
+    #[pyo3(from_py_with = args::entry)] entry: PathBuf,
+    #[pyo3(from_py_with = args::gt4py_version)] gt4py_version: String,
+    #[pyo3(from_py_with = args::build_cache_version_id)] build_cache_version_id: String,
+    #[pyo3(from_py_with = args::bindings_fingerprint)] bindings_fingerprint: String,
+    #[pyo3(from_py_with = args::build_context_id)] build_context_id: String,
+) -> Option<String> {
+    let bytes = py.detach(|| std::fs::read(&entry)).ok()?;
+    let inputs = FolderMemoInputs {
+        translation_entry: &bytes,
+        gt4py_version: &gt4py_version,
+        build_cache_version_id: &build_cache_version_id,
+        bindings_fingerprint: &bindings_fingerprint,
+        build_context_id: &build_context_id,
+    };
+    Some(inputs.key().to_hex())
+}
+
+/// GT4Py's store in gridkey's cache directory: `<cache_dir>/gt4py-v1/{translation,extension}/`
+/// and the build-folder memo `folder/` (ADR 0058), entries in the translation cache's checked
+/// format (magic, version, key, length, checksum), written atomically. A truncated, corrupted or misplaced entry is a miss, removed and counted
 /// (`rejected`), so that GT4Py builds again and the store gets a good one.
 #[pyclass(module = "gridkey", frozen)]
 pub struct Gt4pyStore {
@@ -186,8 +212,13 @@ pub struct Gt4pyStore {
 
 impl Gt4pyStore {
     fn get(&self, kind: Gt4pyKind, key: &TranslationKey) -> Option<Vec<u8>> {
-        match self.inner.get(kind, key) {
-            Ok(payload) => Some(payload),
+        self.checked(self.inner.get(kind, key))
+    }
+
+    /// The value of a lookup, or None: a miss, an invalid entry counted and its reason kept.
+    fn checked<T>(&self, found: Result<T, Miss>) -> Option<T> {
+        match found {
+            Ok(value) => Some(value),
             Err(Miss::Absent) => None,
             Err(Miss::Invalid(why)) => {
                 self.rejected.fetch_add(1, Ordering::Relaxed);
@@ -305,6 +336,37 @@ impl Gt4pyStore {
         self.inner.remove(kind, &key);
     }
 
+    /// The build folder's name the memo holds under `key` (`gt4py_folder_memo_key`, ADR 0058), or
+    /// None; an invalid memo entry is removed and counted (`rejected`).
+    ///
+    /// Errors: `TableValueError` for a key that is not 32 hex digits.
+    fn get_folder(&self, #[pyo3(from_py_with = args::hex_key)] key: TranslationKey) -> Option<String> {
+        self.checked(self.inner.get_folder(&key))
+    }
+
+    /// Remembers that the build folder of the memo key `key` is named `name` (ADR 0058): the
+    /// memo entry is written behind, synced before its name appears; `flush` waits for it. One
+    /// that cannot be written is left out: the next warm start finds the folder GT4Py's way.
+    ///
+    /// Errors: `TableValueError` for a key that is not 32 hex digits or a `name` that is not one
+    /// path component.
+    fn put_folder(
+        &self,
+        #[pyo3(from_py_with = args::hex_key)] key: TranslationKey,
+        #[pyo3(from_py_with = args::name)] name: String,
+    ) -> PyResult<()> {
+        let entry = self.inner.folder_entry(&key, &name).map_err(|why| error(Kind::Value, why))?;
+        WRITES_BEHIND.spawn(vec![entry]);
+        Ok(())
+    }
+
+    /// Waits for every write this process left behind (`put_folder`, and those of
+    /// `Gt4pyShared`), without the GIL. A write started by the parent of a forked process is
+    /// its parent's to wait for.
+    fn flush(&self, py: Python<'_>) {
+        py.detach(|| WRITES_BEHIND.join());
+    }
+
     /// Writes the files of the stored extension `key` into the build folder `folder` as one
     /// batch of atomic writes (ADR 0049: every file synced, then each renamed in the order they
     /// were stored, the build record `gt4py.json` last, so that GT4Py never sees a record without
@@ -327,6 +389,46 @@ impl Gt4pyStore {
         })
     }
 }
+
+/// Batches of atomic writes on threads of their own (ADR 0049, "written behind"), each thread
+/// with the process that started it, so that a forked child never joins its parent's threads.
+pub(crate) struct WritesBehind(Mutex<Vec<(u32, std::thread::JoinHandle<()>)>>);
+
+impl WritesBehind {
+    /// Writes `files` (path, bytes) as one batch of atomic writes on a thread of its own: each
+    /// file is synced before its name appears, as always; one that cannot be written is left out
+    /// alone, the cache then misses it and it is fetched again. Without a thread, written now.
+    pub(crate) fn spawn(&self, files: Vec<(PathBuf, Vec<u8>)>) {
+        fn write(files: &[(PathBuf, Vec<u8>)]) {
+            let batch: Vec<(&Path, &[u8])> = files.iter().map(|(p, b)| (p.as_path(), b.as_slice())).collect();
+            let _ = gridkey_fs::write_atomic_all(&batch, None);
+        }
+        let files = Arc::new(files);
+        let theirs = files.clone();
+        let mut pending = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        match std::thread::Builder::new().name("gridkey-write-behind".into()).spawn(move || write(&theirs)) {
+            Ok(handle) => pending.push((std::process::id(), handle)),
+            Err(_) => write(&files),
+        }
+    }
+
+    /// Waits for every batch this process started; forgets those of a parent process.
+    pub(crate) fn join(&self) {
+        let pending = std::mem::take(&mut *self.0.lock().unwrap_or_else(|p| p.into_inner()));
+        let me = std::process::id();
+        for (pid, handle) in pending {
+            if pid == me {
+                let _ = handle.join();
+            } else {
+                // Not a thread of this process: never joined here.
+                std::mem::forget(handle);
+            }
+        }
+    }
+}
+
+/// The writes this process does not wait for (ADR 0049, "written behind"); `flush` joins them.
+pub(crate) static WRITES_BEHIND: WritesBehind = WritesBehind(Mutex::new(Vec::new()));
 
 /// Writes `files` (names relative to `folder`, with their bytes) into `folder` as one batch of
 /// atomic writes (ADR 0049): every file synced together, then each renamed in the order given,

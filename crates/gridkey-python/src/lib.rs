@@ -107,6 +107,7 @@ fn _gridkey(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<gt4py_tiers::PendingCxxIdentity>()?;
     m.add_function(wrap_pyfunction!(gt4py_tiers::gt4py_extension_key, m)?)?;
     m.add_function(wrap_pyfunction!(gt4py_tiers::gt4py_translation_key, m)?)?;
+    m.add_function(wrap_pyfunction!(gt4py_tiers::gt4py_folder_memo_key, m)?)?;
     m.add_class::<shared::Gt4pyShared>()?;
     m.add_function(wrap_pyfunction!(shared::remote_keygen, m)?)?;
     Ok(())

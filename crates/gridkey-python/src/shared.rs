@@ -19,7 +19,7 @@ use pyo3::prelude::*;
 
 use crate::args;
 use crate::errors::{error, guard, Kind as ErrorKind};
-use crate::gt4py_tiers::{write_files, Gt4pyStore};
+use crate::gt4py_tiers::{write_files, Gt4pyStore, WritesBehind, WRITES_BEHIND};
 use crate::settings::Settings;
 
 /// The protocol and the program index of each object downloaded, so that it can be rejected.
@@ -48,46 +48,6 @@ impl State {
 pub struct Gt4pyShared {
     remote: Arc<Remote>,
     state: Mutex<State>,
-    /// The writes this process does not wait for (ADR 0049, "written behind").
-    behind: WritesBehind,
-}
-
-/// Batches of atomic writes on threads of their own (ADR 0049, "written behind"), each thread
-/// with the process that started it, so that a forked child never joins its parent's threads.
-#[derive(Default)]
-struct WritesBehind(Mutex<Vec<(u32, std::thread::JoinHandle<()>)>>);
-
-impl WritesBehind {
-    /// Writes `files` (path, bytes) as one batch of atomic writes on a thread of its own: each
-    /// file is synced before its name appears, as always; one that cannot be written is left out
-    /// alone, the cache then misses it and it is fetched again. Without a thread, written now.
-    fn spawn(&self, files: Vec<(PathBuf, Vec<u8>)>) {
-        fn write(files: &[(PathBuf, Vec<u8>)]) {
-            let batch: Vec<(&Path, &[u8])> = files.iter().map(|(p, b)| (p.as_path(), b.as_slice())).collect();
-            let _ = gridkey_fs::write_atomic_all(&batch, None);
-        }
-        let files = Arc::new(files);
-        let theirs = files.clone();
-        let mut pending = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        match std::thread::Builder::new().name("gridkey-write-behind".into()).spawn(move || write(&theirs)) {
-            Ok(handle) => pending.push((std::process::id(), handle)),
-            Err(_) => write(&files),
-        }
-    }
-
-    /// Waits for every batch this process started; forgets those of a parent process.
-    fn join(&self) {
-        let pending = std::mem::take(&mut *self.0.lock().unwrap_or_else(|p| p.into_inner()));
-        let me = std::process::id();
-        for (pid, handle) in pending {
-            if pid == me {
-                let _ = handle.join();
-            } else {
-                // Not a thread of this process: never joined here.
-                std::mem::forget(handle);
-            }
-        }
-    }
 }
 
 fn route_name(route: Route) -> &'static str {
@@ -264,11 +224,7 @@ impl Gt4pyShared {
                 py.detach(|| Remote::connect(remote)).map_err(|e| error(ErrorKind::Settings, e.to_string()))?;
             let remote = Arc::new(remote);
             let session = SharedSession::new(RemoteTier::new(remote.clone()), &cache_dir);
-            Ok(Some(Self {
-                remote,
-                state: Mutex::new(State { session, ids: BTreeMap::new() }),
-                behind: WritesBehind::default(),
-            }))
+            Ok(Some(Self { remote, state: Mutex::new(State { session, ids: BTreeMap::new() }) }))
         })
     }
 
@@ -363,7 +319,7 @@ impl Gt4pyShared {
         let store = store.get();
         let mut failed = None;
         let written = self.fetch_with(py, kind, &key, |payload| {
-            write_into(&store.inner, kind, &key, payload, &target, &self.behind).unwrap_or_else(|e| {
+            write_into(&store.inner, kind, &key, payload, &target, &WRITES_BEHIND).unwrap_or_else(|e| {
                 failed = Some(e);
                 false
             })
@@ -397,16 +353,16 @@ impl Gt4pyShared {
         let Some(payload) = fetched else { return Ok(None) };
         let (entry_path, entry) = store.get().inner.entry(Gt4pyKind::Translation, &key, &payload);
         let bytes = pyo3::types::PyBytes::new(py, &payload).unbind();
-        self.behind.spawn(vec![(entry_path, entry), (target, payload)]);
+        WRITES_BEHIND.spawn(vec![(entry_path, entry), (target, payload)]);
         Ok(Some(bytes))
     }
 
-    /// Waits for every write this process left behind (`fetch_translation`, and the store
-    /// entries of `fetch_into`), without the GIL. Called at exit and before a task goes to
+    /// Waits for every write this process left behind (`fetch_translation`, the store entries
+    /// of `fetch_into`, and `Gt4pyStore.put_folder`), without the GIL. Called at exit and before a task goes to
     /// GT4Py's workers, which read those files. A write started by the parent of a forked
     /// process is its parent's to wait for.
     fn flush(&self, py: Python<'_>) {
-        py.detach(|| self.behind.join());
+        py.detach(|| WRITES_BEHIND.join());
     }
 
     /// Who makes the object of `kind` under `key` that `store` lacks: looks it up once more and

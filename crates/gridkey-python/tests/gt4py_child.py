@@ -93,7 +93,7 @@ def translate(args: Any) -> dict[str, Any]:
 def _stats() -> Any:
     if "gridkey.gt4py" not in sys.modules:
         return None
-    return sys.modules["gridkey.gt4py"].stats()
+    return {**sys.modules["gridkey.gt4py"].stats(), "tiers": sys.modules["gridkey._gt4py_tiers"].counters()._asdict()}
 
 
 def run(args: Any) -> dict[str, Any]:

@@ -743,6 +743,51 @@ def test_a_warm_start_starts_no_pool_and_a_miss_still_goes_to_it(tmp_path: Path)
     assert without["verified"] and without["default_runner"] == "ProcessRunner" and without["pool_workers"] >= 1
 
 
+def memo_entries(tmp_path: Path) -> list[Path]:
+    """The build-folder memo's entries (ADR 0058) in gridkey's store."""
+    return sorted((tmp_path / "gridkey" / gridkey.GT4PY_DIR / "folder").glob("*/*.bin"))
+
+
+def test_a_hit_met_before_finds_its_build_folder_by_the_entry_bytes(tmp_path: Path) -> None:
+    """The build-folder memo (ADR 0058) on a real build of ``div``: the first warm start finds the folder GT4Py's way
+    and remembers it; the next ones take it from the memo, in another mode and with both caches moved to another
+    path (neither enters its key); a damaged memo entry is a miss of the memo alone (removed, counted, written again);
+    the same program source pickled into other bytes is another key; every run verified against NumPy."""
+
+    def memo_counts(run: dict[str, Any]) -> tuple[int, int]:
+        assert run["verified"] and run["stats"]["parent_hits"] == 1 and run["stats"]["handed_to_runner"] == 0, run
+        return run["stats"]["tiers"]["folders_from_memo"], run["stats"]["tiers"]["folders_remembered"]
+
+    cold = run_child(tmp_path, "serial", "div")
+    assert cold["verified"] and cold["stats"]["handed_to_runner"] == 1
+    assert memo_entries(tmp_path) == []  # a build is not a hit: nothing is remembered by the runner's task
+    assert memo_counts(run_child(tmp_path, "serial", "div")) == (0, 1)
+    [memo] = memo_entries(tmp_path)
+    assert memo_counts(run_child(tmp_path, "thread", "div")) == (1, 0)
+
+    moved = tmp_path / "moved"
+    moved.mkdir()
+    for part in ("gt4py", "gridkey"):
+        shutil.move(tmp_path / part, moved / part)
+    assert memo_counts(run_child(moved, "serial", "div")) == (1, 0)
+    for part in ("gt4py", "gridkey"):
+        shutil.move(moved / part, tmp_path / part)
+
+    good = memo.read_bytes()
+    memo.write_bytes(good[:-1] + bytes([good[-1] ^ 1]))
+    damaged = run_child(tmp_path, "serial", "div")
+    assert memo_counts(damaged) == (0, 1) and damaged["stats"]["tiers"]["rejected"] == 1, damaged
+    assert memo.read_bytes() == good  # written again, the same bytes
+
+    [entry] = translation_entries(tmp_path)
+    repickled = pickle.dumps(pickle.loads(entry.read_bytes()), protocol=4)
+    assert repickled != entry.read_bytes()
+    entry.write_bytes(repickled)
+    assert memo_counts(run_child(tmp_path, "serial", "div")) == (0, 1)
+    assert len(memo_entries(tmp_path)) == 2
+    assert memo_counts(run_child(tmp_path, "serial", "div")) == (1, 0)
+
+
 @pytest.mark.parametrize(
     "folder, constant, expected",
     [

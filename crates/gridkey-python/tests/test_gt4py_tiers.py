@@ -408,6 +408,55 @@ def test_a_folder_marked_with_this_key_is_returned_without_the_folder_lock(tmp_p
         tiers.uninstall()
 
 
+def test_the_build_folder_memo_key_follows_its_inputs_and_nothing_else(tmp_path: Path, monkeypatch: Any) -> None:
+    """ADR 0058 at the Python edge: the entry's bytes, GT4Py's ``BUILD_CACHE_VERSION_ID``, the bindings step's
+    configuration and the build context each change the key; the entry's path does not; a bindings step that is not
+    GT4Py's own, an entry that cannot be read or uninstalled hooks give no key; the memo is read back once written
+    behind and a name that is not one folder is refused."""
+    pytest.importorskip("gt4py", reason="GT4Py needs CPython 3.12 or later; cargo xtask gt4py installs it")
+    from gt4py.next import config
+    from gt4py.next.otf.binding import nanobind
+
+    from gridkey import _gt4py_tiers as tiers
+
+    entry = tmp_path / "a" / "0123.pkl"
+    entry.parent.mkdir()
+    entry.write_bytes(b"a pickled program source")
+    bindings = nanobind.ExtensionGenerator(unstructured_horizontal_has_unit_stride=False)
+    assert tiers.memo_key(entry, bindings, "ctx") is None  # not installed
+    tiers.install(cache_dir=tmp_path / "gridkey")
+    try:
+        base = tiers.memo_key(entry, bindings, "ctx")
+        assert base is not None and len(base) == 32
+        elsewhere = tmp_path / "b" / "4567.pkl"
+        elsewhere.parent.mkdir()
+        shutil.copyfile(entry, elsewhere)
+        assert tiers.memo_key(elsewhere, bindings, "ctx") == base
+        assert tiers.memo_key(entry, nanobind.ExtensionGenerator(unstructured_horizontal_has_unit_stride=False), "ctx") == base
+        assert tiers.memo_key(entry, nanobind.ExtensionGenerator(unstructured_horizontal_has_unit_stride=True), "ctx") != base
+        assert tiers.memo_key(entry, bindings, "") != base
+        monkeypatch.setattr(config, "BUILD_CACHE_VERSION_ID", "site-2")
+        assert tiers.memo_key(entry, bindings, "ctx") != base
+        monkeypatch.undo()
+        elsewhere.write_bytes(b"another pickled program source")
+        assert tiers.memo_key(elsewhere, bindings, "ctx") != base
+        assert tiers.memo_key(tmp_path / "missing.pkl", bindings, "ctx") is None
+        assert tiers.memo_key(entry, lambda source: source, "ctx") is None
+
+        before = tiers.counters()
+        assert tiers.remembered_folder(base) is None
+        tiers.remember_folder(base, "div_pyext_abc_1.2.3_ctx")
+        tiers.flush()
+        assert tiers.remembered_folder(base) == "div_pyext_abc_1.2.3_ctx"
+        after = tiers.counters()
+        assert (after.folders_remembered, after.folders_from_memo) == (before.folders_remembered + 1, before.folders_from_memo + 1)
+        for bad in ("../div", "a/b", ""):
+            with pytest.raises(gridkey.TableValueError, match="not the name of a build folder"):
+                tiers.remember_folder(base, bad)
+    finally:
+        tiers.uninstall()
+
+
 def test_the_counters_snapshot_has_every_running_count_and_is_a_copy() -> None:
     pytest.importorskip("gt4py", reason="GT4Py needs CPython 3.12 or later; cargo xtask gt4py installs it")
     from gridkey import _gt4py_tiers as tiers

@@ -21,7 +21,11 @@ gridkey's store ``<cache_dir>/gt4py-v1/`` behind both:
   names has the key's compiler identity (ADR 0057): GT4Py compiles with the compiler of its cached CMake
   configuration, which need not be ``CXX`` now; such a folder is used here, never stored or shared, with one warning;
 - entries are checked on every read (magic, key, length, checksum, paths inside the folder); a truncated or corrupted
-  one is removed and counted, and GT4Py builds again.
+  one is removed and counted, and GT4Py builds again;
+- the build-folder memo ``gt4py-v1/folder/`` (ADR 0058) names, under a key of a translation entry's bytes and of what
+  else GT4Py's folder name is made of, the build folder GT4Py named for it, so that a warm start finds a hit's folder
+  without running the bindings step and fingerprinting the extension source again (`memo_key`, `remembered_folder`,
+  `remember_folder`); it is written behind and never shared.
 
 With a shared tier configured (``GRIDKEY_REMOTE_URL``, the variables of the ``gridkey`` command, ADR 0041), what
 gridkey's store lacks is looked up there next (``gridkey.Gt4pyShared``: checked, signed by a trusted key where trusted
@@ -46,6 +50,7 @@ import os
 import pathlib
 import sysconfig
 import pickle
+import sys
 import threading
 import warnings
 from typing import Any, Callable, NamedTuple, Optional, TypeVar, cast
@@ -145,6 +150,9 @@ class Counters(NamedTuple):
     #: Extensions GT4Py built or found with another compiler than the key's (its cached CMake configuration's), used
     #: here and neither stored nor shared.
     extensions_not_stored: int = 0
+    #: Build folders of hits found through the build-folder memo, and memo entries written (ADR 0058).
+    folders_from_memo: int = 0
+    folders_remembered: int = 0
 
 
 class _Tally:
@@ -164,6 +172,8 @@ class _Tally:
     remote_rejected: int
     remote_warnings: int
     extensions_not_stored: int
+    folders_from_memo: int
+    folders_remembered: int
 
     def __init__(self) -> None:
         for name in self.__slots__:
@@ -788,9 +798,64 @@ def flush() -> None:
     (GT4Py's file and gridkey's store entry) and the store entries of the extensions it took. Called at exit and before
     a task goes to GT4Py's runner, whose workers read those files. This process keeps handing GT4Py the entries it took
     from memory: a file whose write failed (a full disk) is then a miss of the next process, never a rejection here."""
-    shared = _state.shared
-    if shared is not None:
-        shared.flush()
+    store = _state.store
+    if store is not None:
+        store.flush()  # the writes of the shared tier's object too: one list per process
+
+
+#: Build-folder memo: the strict fingerprint of each bindings step this process met, by identity; the step is held, so
+#: that its id is never another's.
+_bindings_fingerprints: dict[int, tuple[Any, str]] = {}
+
+
+def _bindings_fingerprint(step: Any) -> Optional[str]:
+    """GT4Py's strict fingerprint of the bindings step ``step`` when it is GT4Py's own ``ExtensionGenerator`` (a frozen
+    dataclass whose fields are its whole configuration), else None: a step of another kind may depend on more than
+    a fingerprint says, and its folders are found GT4Py's way."""
+    nanobind = sys.modules.get("gt4py.next.otf.binding.nanobind")  # imported by the workflows that use it
+    if nanobind is None or type(step) is not nanobind.ExtensionGenerator:
+        return None
+    held = _bindings_fingerprints.get(id(step))
+    if held is None or held[0] is not step:
+        held = _bindings_fingerprints[id(step)] = (step, _fingerprinting.strict_fingerprinter(step))
+    return held[1]
+
+
+def memo_key(entry: pathlib.Path, bindings: Any, build_context_id: str) -> Optional[str]:
+    """The build-folder memo key (ADR 0058) of GT4Py's translation entry file ``entry`` (``<key>.pkl``) for a workflow
+    whose bindings step is ``bindings`` and whose compilation step names folders with ``build_context_id``: 32 hex
+    digits over the entry's bytes, GT4Py's version, ``BUILD_CACHE_VERSION_ID``, the bindings step's fingerprint and
+    the build context (``gridkey_fingerprint::gt4py::FolderMemoInputs``). None when the hooks are not installed, the
+    bindings step is not GT4Py's own, or the entry cannot be read."""
+    if _state.store is None:
+        return None
+    fingerprint = _bindings_fingerprint(bindings)
+    if fingerprint is None:
+        return None
+    return _gridkey.gt4py_folder_memo_key(
+        entry, str(gt4py.__version__), str(_config.BUILD_CACHE_VERSION_ID), fingerprint, build_context_id
+    )
+
+
+def remembered_folder(key: str) -> Optional[str]:
+    """The name of the build folder the memo holds under ``key`` (`memo_key`), or None; an invalid memo entry is
+    removed and counted rejected."""
+    store = _state.store
+    if store is None:
+        return None
+    name = store.get_folder(key)
+    _sync_rejections(store)
+    if name is not None:
+        _state.counters.folders_from_memo += 1
+    return cast(Optional[str], name)
+
+
+def remember_folder(key: str, name: str) -> None:
+    """Remembers, behind (`flush` waits), that the build folder under the memo key ``key`` is named ``name``."""
+    store = _state.store
+    if store is not None:
+        store.put_folder(key, name)
+        _state.counters.folders_remembered += 1
 
 
 def _setitem(self: Any, key: Any, value: Any) -> None:
@@ -879,9 +944,8 @@ def install(*, cache_dir: Optional[os.PathLike[str] | str] = None, settings: Any
             _state.cache_dir = cache_dir
             if _state.shared is not None and _state.shared.is_writer:
                 atexit.register(_state.shared.publish_stats)
-            if _state.shared is not None:
-                # Registered last, so run first: the files written behind are complete before the process ends.
-                atexit.register(_state.shared.flush)
+            # Registered last, so run first: the files written behind are complete before the process ends.
+            atexit.register(_state.store.flush)
         if _state.original_call is None:
             _state.original_call = _compiler.CPPCompiler.__call__
             _state.original_contains = _filecache.FileCache.__contains__

@@ -483,8 +483,10 @@ _INTERNALS = {
     "gt4py.next.otf.recipes": ("OTFCompileWorkflow",),
     "gt4py.next.otf.compilation.compiler": ("CPPCompiler", "CPPCompiler._make_artifact", "is_usable"),
     "gt4py.next.otf.compilation.build_data": ("read_data",),
-    "gt4py.next.otf.compilation.cache": ("get_cache_folder",),
-    "gt4py._core.filecache": ("FileCache",),
+    "gt4py.next.otf.compilation.cache": ("get_cache_folder", "get_cache_base_path"),
+    "gt4py._core.filecache": ("FileCache", "FileCache._get_path"),
+    "gt4py.next.otf.binding.nanobind": ("ExtensionGenerator",),
+    "gt4py.next.config": ("BUILD_CACHE_VERSION_ID",),
     "gt4py.next.fingerprinting": ("strict_fingerprinter",),
 }
 
@@ -680,6 +682,11 @@ def _resolve_in_parent(task: Any) -> Any:
     it, which costs a serial warm start a second fingerprint of every extension source. Before the folder is
     looked at, gridkey's store has its say on it as in the build step (``_gt4py_tiers.prepare_folder``): a folder of
     another extension key is never loaded, one the store holds is filled.
+
+    The folder of a translation entry met before is found by the entry's bytes instead (the build-folder memo, ADR
+    0058): GT4Py's folder name is a function of those bytes, GT4Py's version, ``BUILD_CACHE_VERSION_ID``, its own
+    bindings step's configuration and the build context, so the entry is neither unpickled nor bound nor
+    fingerprinted again. A hit found GT4Py's way is remembered (written behind).
     """
     if task.no_offload_reason is not None:
         return _MISS
@@ -691,19 +698,25 @@ def _resolve_in_parent(task: Any) -> Any:
         return _MISS
     compilable = task.construct_compilable(False)
     key = cached.cache_key(compilable)
-    try:
-        program_source = cached.cache[key]
-    except KeyError:
-        return _MISS
-    extension = executor.bindings(program_source)
     build_context_id = (
         _gt("gt4py.next.fingerprinting").strict_fingerprinter(compilation.builder_factory)
         if compilation.fingerprint_builder_factory
         else ""
     )
-    folder = _gt("gt4py.next.otf.compilation.cache").get_cache_folder(
-        extension, compilation.cache_lifetime, build_context_id
-    )
+    cache = _gt("gt4py.next.otf.compilation.cache")
+    # The folder GT4Py named for this translation entry before, found by the entry's bytes (ADR 0058).
+    entry = cached.cache._get_path(key) if isinstance(cached.cache, _gt("gt4py._core.filecache").FileCache) else None
+    memo = _gt4py_tiers.memo_key(entry, executor.bindings, build_context_id) if entry is not None else None
+    name = _gt4py_tiers.remembered_folder(memo) if memo is not None else None
+    if name is not None:
+        folder = _cache_folder(cache.get_cache_base_path(compilation.cache_lifetime), name)
+    else:
+        try:
+            program_source = cached.cache[key]
+        except KeyError:
+            return _MISS
+        extension = executor.bindings(program_source)
+        folder = cache.get_cache_folder(extension, compilation.cache_lifetime, build_context_id)
     # A folder built for another extension key (compiler, interpreter ABI, headers) is never loaded here; one that
     # gridkey's store holds is filled first (ADR 0040).
     data = _gt4py_tiers.prepare_folder(folder)
@@ -712,7 +725,24 @@ def _resolve_in_parent(task: Any) -> Any:
     artifact = compilation._make_artifact(folder, data.module, data.entry_point_name)
     # An extension that came from the shared tier is loaded here before it is used; one that does not load is
     # rejected there and built by GT4Py's runner (ADR 0041).
-    return artifact if _gt4py_tiers.verify_loaded(folder, artifact) else _MISS
+    if not _gt4py_tiers.verify_loaded(folder, artifact):
+        return _MISS
+    if name is None:
+        # The entry may have been written just now (from gridkey's store): its key is taken from the file as it is.
+        if memo is None and entry is not None:
+            memo = _gt4py_tiers.memo_key(entry, executor.bindings, build_context_id)
+        if memo is not None:
+            _gt4py_tiers.remember_folder(memo, folder.name)
+    return artifact
+
+
+def _cache_folder(base: pathlib.Path, name: str) -> pathlib.Path:
+    """The build folder ``name`` under GT4Py's cache base ``base``, made as ``cache.get_cache_folder`` makes it (both
+    directories created if missing, the path resolved), for a name the build-folder memo gave (ADR 0058)."""
+    base.mkdir(exist_ok=True)
+    folder = base / name
+    folder.mkdir(exist_ok=True)
+    return folder.resolve()
 
 
 class _ParentHitsRunner:
