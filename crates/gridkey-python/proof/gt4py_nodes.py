@@ -99,19 +99,7 @@ def node(args) -> dict:
     c = _gt4py_tiers.counters()
     return {
         **counts,
-        "translations_materialized": c.translations_materialized,
-        "extensions_materialized": c.extensions_materialized,
-        "translations_stored": c.translations_stored,
-        "extensions_stored": c.extensions_stored,
-        "foreign_rebuilt": c.foreign_rebuilt,
-        "rejected": c.rejected,
-        "translations_from_remote": c.translations_from_remote,
-        "extensions_from_remote": c.extensions_from_remote,
-        "translations_uploaded": c.translations_uploaded,
-        "extensions_uploaded": c.extensions_uploaded,
-        "remote_rejected": c.remote_rejected,
-        "remote_warnings": c.remote_warnings,
-        "extensions_not_stored": c.extensions_not_stored,
+        **c._asdict(),  # every counter of the hooks, the build-folder memo's included (ADR 0058)
         "compile_seconds": compile_seconds,
         "max_rel_error": errors,
         "verified": all(e <= 1e-12 for e in errors.values()),
