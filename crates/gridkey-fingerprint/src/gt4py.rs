@@ -210,6 +210,22 @@ impl FolderMemoInputs<'_> {
     }
 }
 
+/// The bytes of the entry file `path`, its use recorded for `cache gc` ([`gridkey_fs::touch`]):
+/// [`Miss::Absent`] when there is none, [`Miss::Invalid`] naming it when it cannot be read.
+fn read_entry(path: &Path) -> Result<Vec<u8>, Miss> {
+    let read = fs::File::open(path).and_then(|mut f| {
+        let mut bytes = Vec::new();
+        io::Read::read_to_end(&mut f, &mut bytes)?;
+        gridkey_fs::touch(&f);
+        Ok(bytes)
+    });
+    match read {
+        Ok(b) => Ok(b),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Err(Miss::Absent),
+        Err(e) => Err(Miss::Invalid(format!("{}: {e}", path.display()))),
+    }
+}
+
 /// Whether `name` can be a build folder's name: one plain path component, no separator.
 fn is_folder_name(name: &str) -> bool {
     !name.is_empty() && name != "." && name != ".." && !name.contains(['/', '\\', '\0'])
@@ -309,17 +325,7 @@ impl Gt4pyStore {
     /// bundle ([`decode_bundle`]).
     pub fn get(&self, kind: Gt4pyKind, key: &TranslationKey) -> Result<Vec<u8>, Miss> {
         let path = self.entry_path(kind, key);
-        let read = fs::File::open(&path).and_then(|mut f| {
-            let mut bytes = Vec::new();
-            io::Read::read_to_end(&mut f, &mut bytes)?;
-            gridkey_fs::touch(&f);
-            Ok(bytes)
-        });
-        let bytes = match read {
-            Ok(b) => b,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(Miss::Absent),
-            Err(e) => return Err(Miss::Invalid(format!("{}: {e}", path.display()))),
-        };
+        let bytes = read_entry(&path)?;
         let checked = decode_entry(key, &bytes).map_err(|e| e.to_string()).and_then(|payload| match kind {
             Gt4pyKind::Extension => decode_bundle(payload).map(|_| payload),
             Gt4pyKind::Translation => Ok(payload),
@@ -367,16 +373,7 @@ impl Gt4pyStore {
     /// plain path component is removed and reported as [`Miss::Invalid`] naming its path.
     pub fn get_folder(&self, key: &TranslationKey) -> Result<String, Miss> {
         let path = self.folder_path(key);
-        let bytes = match fs::File::open(&path).and_then(|mut f| {
-            let mut bytes = Vec::new();
-            io::Read::read_to_end(&mut f, &mut bytes)?;
-            gridkey_fs::touch(&f);
-            Ok(bytes)
-        }) {
-            Ok(b) => b,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(Miss::Absent),
-            Err(e) => return Err(Miss::Invalid(format!("{}: {e}", path.display()))),
-        };
+        let bytes = read_entry(&path)?;
         let checked = decode_entry(key, &bytes).map_err(|e| e.to_string()).and_then(|payload| {
             std::str::from_utf8(payload)
                 .ok()

@@ -201,8 +201,9 @@ pub fn gt4py_folder_memo_key(
 
 /// GT4Py's store in gridkey's cache directory: `<cache_dir>/gt4py-v1/{translation,extension}/`
 /// and the build-folder memo `folder/` (ADR 0058), entries in the translation cache's checked
-/// format (magic, version, key, length, checksum), written atomically. A truncated, corrupted or misplaced entry is a miss, removed and counted
-/// (`rejected`), so that GT4Py builds again and the store gets a good one.
+/// format (magic, version, key, length, checksum), written atomically. A truncated, corrupted or
+/// misplaced entry is a miss, removed and counted (`rejected`), so that GT4Py builds again and
+/// the store gets a good one.
 #[pyclass(module = "gridkey", frozen)]
 pub struct Gt4pyStore {
     pub(crate) inner: core::Gt4pyStore,

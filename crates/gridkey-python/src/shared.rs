@@ -19,7 +19,7 @@ use pyo3::prelude::*;
 
 use crate::args;
 use crate::errors::{error, guard, Kind as ErrorKind};
-use crate::gt4py_tiers::{write_files, Gt4pyStore, WritesBehind, WRITES_BEHIND};
+use crate::gt4py_tiers::{write_files, Gt4pyStore, WRITES_BEHIND};
 use crate::settings::Settings;
 
 /// The protocol and the program index of each object downloaded, so that it can be rejected.
@@ -98,7 +98,7 @@ fn store_locally(store: &core::Gt4pyStore, kind: Gt4pyKind, key: &TranslationKey
 /// Writes a payload of `kind` downloaded for `key` to `target` (see `Gt4pyShared.fetch_into`),
 /// synced before this returns: an extension's bundle decoded into the folder `target`; a
 /// translation entry to the file `target`. Its entry in `store`, which this process does not
-/// read back, is written behind (`behind`). Returns false for a bundle that does not decode
+/// read back, is written behind (`WRITES_BEHIND`). Returns false for a bundle that does not decode
 /// (paths inside the folder), which is not written anywhere.
 ///
 /// Errors: `GridkeyOSError` naming the file under `target` that cannot be written.
@@ -108,7 +108,6 @@ fn write_into(
     key: &TranslationKey,
     payload: &[u8],
     target: &Path,
-    behind: &WritesBehind,
 ) -> PyResult<bool> {
     let (folder, files) = match kind {
         Gt4pyKind::Extension => {
@@ -122,7 +121,7 @@ fn write_into(
     };
     write_files(folder, &files)?;
     let (entry_path, entry) = store.entry(kind, key, payload);
-    behind.spawn(vec![(entry_path, entry)]);
+    WRITES_BEHIND.spawn(vec![(entry_path, entry)]);
     Ok(true)
 }
 
@@ -319,7 +318,7 @@ impl Gt4pyShared {
         let store = store.get();
         let mut failed = None;
         let written = self.fetch_with(py, kind, &key, |payload| {
-            write_into(&store.inner, kind, &key, payload, &target, &WRITES_BEHIND).unwrap_or_else(|e| {
+            write_into(&store.inner, kind, &key, payload, &target).unwrap_or_else(|e| {
                 failed = Some(e);
                 false
             })
